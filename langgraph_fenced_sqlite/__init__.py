@@ -1,0 +1,65 @@
+"""A LangGraph checkpointer on one SQLite file, with claims and fencing tokens.
+
+Public names only; see README.md and CONTRACT.md for what they promise.
+"""
+
+from .claims import TOKEN_KEY, Claim
+from .clock import Clock, ManualClock, SystemClock
+from .errors import (
+    CheckpointConflict,
+    CheckpointNotFound,
+    ClaimError,
+    FencedSqliteError,
+    ReplayUnavailable,
+    SerializationError,
+    StaleClaim,
+    StoreBusy,
+    StoreClosed,
+    StoreError,
+    ThreadBusy,
+    UndecodableRow,
+    UnsupportedFormat,
+    WrongProcess,
+    WrongThread,
+)
+from .events import Event
+from .lease import AsyncLease, Lease
+from .retention import PruneResult, RetentionPolicy, Retraction
+from .saver import FencedSqliteSaver
+from .serde import DataOnlySerializer
+from .watch import AsyncEventWatch, EventWatch
+
+__all__ = [
+    "TOKEN_KEY",
+    "AsyncEventWatch",
+    "AsyncLease",
+    "CheckpointConflict",
+    "CheckpointNotFound",
+    "Claim",
+    "ClaimError",
+    "Clock",
+    "DataOnlySerializer",
+    "Event",
+    "EventWatch",
+    "FencedSqliteError",
+    "FencedSqliteSaver",
+    "Lease",
+    "ManualClock",
+    "PruneResult",
+    "ReplayUnavailable",
+    "RetentionPolicy",
+    "Retraction",
+    "SerializationError",
+    "StaleClaim",
+    "StoreBusy",
+    "StoreClosed",
+    "StoreError",
+    "SystemClock",
+    "ThreadBusy",
+    "UndecodableRow",
+    "UnsupportedFormat",
+    "WrongProcess",
+    "WrongThread",
+]
+
+__version__ = "0.1.0"

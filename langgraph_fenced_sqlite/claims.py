@@ -1,0 +1,205 @@
+"""Claims (leases) on threads and the fencing tokens that guard writes.
+
+Invariant: tokens come from one counter per file, incremented inside the
+transaction that grants the claim, so each is greater than every token issued
+before in that file and none is issued twice. Every function here runs inside
+a transaction the engine opened; `check_fence` is the first check of every
+write, before any version check, so a stale writer learns nothing else.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+
+from . import schema
+from .errors import StaleClaim, ThreadBusy
+
+__all__ = ["TOKEN_KEY", "Claim", "ThreadRow", "check_fence", "token_from_config"]
+
+# The `config["configurable"]` key that carries a fencing token. The leading
+# "__" keeps LangGraph from copying it into checkpoint metadata.
+TOKEN_KEY = "__fence_token__"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A granted claim on a thread.
+
+    Attributes:
+        thread_id: The claimed thread.
+        holder: Who holds it (free text: a worker name, a host:pid).
+        token: The fencing token; every fenced write presents it.
+        expires_at: Store-clock seconds since the epoch when it stops being live.
+    """
+
+    thread_id: str
+    holder: str
+    token: int
+    expires_at: float
+
+    def config(self, config: RunnableConfig | None = None, **configurable: Any) -> RunnableConfig:
+        """Return a `RunnableConfig` for this thread carrying the token.
+
+        Args:
+            config: A config to extend (its other keys are kept).
+            **configurable: Extra `configurable` entries.
+
+        Returns:
+            A config ready for `graph.invoke(inputs, claim.config())`.
+        """
+        base: dict[str, Any] = dict(config or {})
+        conf = dict(base.get("configurable") or {})
+        conf.update(configurable)
+        conf["thread_id"] = self.thread_id
+        conf[TOKEN_KEY] = self.token
+        base["configurable"] = conf
+        return base  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class ThreadRow:
+    """A thread's counters and claim as read inside a write transaction."""
+
+    next_position: int
+    next_seq: int
+    floor: int
+    holder: str | None
+    token: int | None
+    expires_at: float | None
+
+    def live(self, now: float) -> bool:
+        """Whether a claim exists and `now < expires_at`."""
+        return self.token is not None and self.expires_at is not None and now < self.expires_at
+
+
+def token_from_config(config: RunnableConfig | None) -> int | None:
+    """Return the fencing token a config carries, or None.
+
+    Raises:
+        TypeError: the token is present but not an integer.
+    """
+    if not config:
+        return None
+    token = (config.get("configurable") or {}).get(TOKEN_KEY)
+    if token is None:
+        return None
+    if isinstance(token, bool) or not isinstance(token, int):
+        raise TypeError(f"config['configurable'][{TOKEN_KEY!r}]: expected an int token")
+    return token
+
+
+def read_thread(conn: sqlite3.Connection, thread_id: str) -> ThreadRow | None:
+    """Return the thread's row, or None if the thread was never written or claimed."""
+    row = conn.execute(schema.GET_THREAD, (thread_id,)).fetchone()
+    return None if row is None else ThreadRow(*row)
+
+
+def ensure_thread(conn: sqlite3.Connection, thread_id: str) -> ThreadRow:
+    """Return the thread's row, creating it (counters at 1, no claim) if needed."""
+    row = read_thread(conn, thread_id)
+    if row is None:
+        conn.execute(schema.ENSURE_THREAD, (thread_id,))
+        row = ThreadRow(1, 1, 1, None, None, None)
+    return row
+
+
+def check_fence(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    token: int | None,
+    *,
+    now: float,
+    require_claim: bool,
+    latest_id: Any = None,
+) -> ThreadRow:
+    """Check that a write may land on `thread_id`; return the thread's row.
+
+    With a token, the thread's current claim must carry it (expiry is not
+    considered). Without one, a live claim refuses the write, and so does
+    `require_claim`.
+
+    Raises:
+        StaleClaim: the token is not the current claim's.
+        ThreadBusy: an unfenced write met a live claim or `require_claim`.
+    """
+    row = ensure_thread(conn, thread_id)
+    if token is not None:
+        if row.token != token:
+            raise StaleClaim(thread_id, token, row.token)
+        return row
+    if row.live(now):
+        raise ThreadBusy(thread_id, row.holder, _latest(conn, thread_id))
+    if require_claim:
+        raise ThreadBusy(
+            thread_id,
+            row.holder,
+            _latest(conn, thread_id),
+            message=(
+                f"thread {thread_id!r}: this store requires a claim for every write "
+                "(require_claim=True); claim the thread and pass claim.config()"
+            ),
+        )
+    return row
+
+
+def _latest(conn: sqlite3.Connection, thread_id: str) -> str | None:
+    row = conn.execute(schema.GET_LATEST_ID, (thread_id, "")).fetchone()
+    return None if row is None else row[0]
+
+
+def grant(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    holder: str,
+    ttl: float,
+    *,
+    now: float,
+    force: bool,
+) -> Claim:
+    """Grant a claim with a new token; unless `force`, only if none is live.
+
+    Raises:
+        ThreadBusy: a live claim exists and `force` is false (nothing changes).
+    """
+    row = ensure_thread(conn, thread_id)
+    if not force and row.live(now):
+        raise ThreadBusy(thread_id, row.holder, _latest(conn, thread_id))
+    token = conn.execute(schema.NEXT_TOKEN).fetchone()[0]
+    expires_at = now + ttl
+    conn.execute(schema.SET_CLAIM, (holder, token, expires_at, now, thread_id))
+    return Claim(thread_id, holder, token, expires_at)
+
+
+def renew(conn: sqlite3.Connection, thread_id: str, token: int, ttl: float, *, now: float) -> Claim:
+    """Extend the claim carrying `token` to `now + ttl`.
+
+    Raises:
+        StaleClaim: `token` is not the thread's current claim.
+    """
+    row = conn.execute(schema.RENEW_CLAIM, (now + ttl, thread_id, token)).fetchone()
+    if row is None:
+        current = read_thread(conn, thread_id)
+        raise StaleClaim(thread_id, token, None if current is None else current.token)
+    holder, token, expires_at = row
+    return Claim(thread_id, holder, token, expires_at)
+
+
+def release(conn: sqlite3.Connection, thread_id: str, token: int) -> bool:
+    """End the claim carrying `token`; any other token changes nothing.
+
+    Returns:
+        Whether a claim was released.
+    """
+    return conn.execute(schema.RELEASE_CLAIM, (thread_id, token)).rowcount > 0
+
+
+def current_claim(conn: sqlite3.Connection, thread_id: str) -> Claim | None:
+    """Return the thread's current claim (live or expired), or None."""
+    row = read_thread(conn, thread_id)
+    if row is None or row.token is None:
+        return None
+    return Claim(thread_id, row.holder or "", row.token, row.expires_at or 0.0)

@@ -1,0 +1,92 @@
+"""The only source of time for claims, retention and event timestamps.
+
+Invariant: a store reads time through one `Clock`; expiry is judged by that
+clock alone (`now < expires_at` is live), so tests can move time by hand and
+nothing in the package calls `time.time()` for a decision.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from typing import Protocol, runtime_checkable
+
+__all__ = ["Clock", "ManualClock", "SystemClock", "to_seconds"]
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """Tell the wall time (for expiry and records) and a monotonic time (for waits)."""
+
+    def now(self) -> float:
+        """Return wall-clock seconds since the epoch."""
+        ...
+
+    def monotonic(self) -> float:
+        """Return seconds from an arbitrary origin that never go back."""
+        ...
+
+
+class SystemClock:
+    """Read the machine's clocks."""
+
+    def now(self) -> float:
+        """Return `time.time()`."""
+        return time.time()
+
+    def monotonic(self) -> float:
+        """Return `time.monotonic()`."""
+        return time.monotonic()
+
+
+class ManualClock:
+    """A clock that moves only when told to, for tests; safe across threads."""
+
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        """Start at `start` seconds since the epoch."""
+        self._now = float(start)
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        """Return the current manual time."""
+        with self._lock:
+            return self._now
+
+    def monotonic(self) -> float:
+        """Return the current manual time (it never goes back)."""
+        return self.now()
+
+    def advance(self, seconds: float | timedelta) -> float:
+        """Move time forward by `seconds` and return the new time."""
+        step = to_seconds(seconds, "seconds", allow_zero=True)
+        with self._lock:
+            self._now += step
+            return self._now
+
+    def set(self, when: float) -> None:
+        """Jump to `when`, which must not be in the past."""
+        with self._lock:
+            if when < self._now:
+                raise ValueError("when: a ManualClock never goes back")
+            self._now = float(when)
+
+
+def to_seconds(value: object, name: str, *, allow_zero: bool = False) -> float:
+    """Return `value` (seconds or a `timedelta`) as positive float seconds.
+
+    Raises:
+        TypeError: `value` is not a number or a timedelta (naming `name`).
+        ValueError: `value` is not positive and finite (naming `name`).
+    """
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise TypeError(f"{name}: expected seconds or a timedelta, got {type(value).__name__}")
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):
+        raise ValueError(f"{name}: must be finite, got {value!r}")
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        raise ValueError(f"{name}: must be positive, got {value!r}")
+    return seconds

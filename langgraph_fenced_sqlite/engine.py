@@ -1,0 +1,315 @@
+"""The one connection of a store, and the transactions run on it.
+
+Invariant: a store's calls are serialised on one connection by one lock, each
+write is one `BEGIN IMMEDIATE` transaction that commits only when its function
+returned and rolls back on any exception, and every database failure leaves as
+a `StoreError` naming the operation and the path. A call made while the lock
+is held by the calling thread fails with `WrongThread` instead of deadlocking;
+a call from a process other than the opener fails with `WrongProcess`.
+
+Shape (STYLE.md, "Connection and threads"): a lock around a connection opened
+with `check_same_thread=False`. Sync callers run on their own thread (no hop);
+async callers pay exactly one `asyncio.to_thread` hop for the same function.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from . import schema
+from .clock import Clock, SystemClock
+from .errors import (
+    FencedSqliteError,
+    StoreBusy,
+    StoreClosed,
+    StoreError,
+    UnsupportedFormat,
+    WrongProcess,
+    WrongThread,
+)
+
+__all__ = ["Engine"]
+
+T = TypeVar("T")
+
+_BUSY_CODES = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
+_NOTADB_CODES = {sqlite3.SQLITE_NOTADB, getattr(sqlite3, "SQLITE_CORRUPT", 11)}
+
+
+def _primary_code(exc: sqlite3.Error) -> int | None:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF
+
+
+def connect(path: str, busy_timeout: float, *, readonly: bool = False) -> sqlite3.Connection:
+    """Open a connection with the package's pragmas applied.
+
+    Raises:
+        StoreError: the file cannot be opened (missing directory, permissions).
+        UnsupportedFormat: the file is not an SQLite database.
+    """
+    if not readonly:
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            raise StoreError(
+                "open", path, message=f"open {path}: directory {parent} does not exist"
+            )
+    try:
+        if readonly:
+            uri = "file:" + os.path.abspath(path).replace("?", "%3f").replace("#", "%23")
+            conn = sqlite3.connect(
+                uri + "?mode=ro",
+                uri=True,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=busy_timeout,
+            )
+        else:
+            conn = sqlite3.connect(
+                path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
+            )
+    except sqlite3.Error as exc:
+        raise StoreError("open", path, message=f"open {path}: {exc}") from exc
+    try:
+        # A read first: a file that is not a database fails here, untouched.
+        conn.execute(schema.GET_USER_VERSION).fetchone()
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        if _primary_code(exc) in _NOTADB_CODES:
+            raise UnsupportedFormat(
+                "open", path, message=f"open {path}: not an SQLite database ({exc}); left unchanged"
+            ) from exc
+        raise StoreError("open", path, message=f"open {path}: {exc}") from exc
+    return conn
+
+
+class Engine:
+    """Own one SQLite connection and run every call of a store on it."""
+
+    def __init__(self, path: str, *, busy_timeout: float = 5.0, clock: Clock | None = None) -> None:
+        """Open `path` (created if missing), apply pragmas and set the schema up.
+
+        Raises:
+            StoreError: the file cannot be opened or set up.
+            UnsupportedFormat: not a database, not ours, or a newer schema.
+        """
+        self.path = path
+        self.busy_timeout = busy_timeout
+        self.clock: Clock = clock or SystemClock()
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._owner: int | None = None
+        self._closed = False
+        self._conn = connect(path, busy_timeout)
+        try:
+            self._validate()
+            self._apply_pragmas()
+            self._setup()
+        except BaseException:
+            self._conn.close()
+            self._closed = True
+            raise
+
+    # --- lifecycle ---------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called."""
+        return self._closed
+
+    def close(self) -> None:
+        """Wait for the call in progress, then close; a second call does nothing."""
+        if self._closed:
+            return
+        if self._owner == threading.get_ident():
+            raise WrongThread("close", self.path)
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if os.getpid() == self._pid:
+                self._conn.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            warnings.warn(f"store on {self.path} was not closed", ResourceWarning, stacklevel=2)
+
+    # --- running calls -----------------------------------------------------------
+
+    def run(self, op: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn(conn)` alone on the connection, with no transaction of its own."""
+        self._check(op)
+        with self._lock:
+            self._owner = threading.get_ident()
+            try:
+                if self._closed:
+                    raise StoreClosed(op, self.path)
+                return fn(self._conn)
+            except sqlite3.Error as exc:
+                raise self._translate(op, exc, 0.0) from exc
+            finally:
+                self._owner = None
+
+    def read(self, op: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn(conn)` in one read transaction (one consistent snapshot)."""
+
+        def job(conn: sqlite3.Connection) -> T:
+            conn.execute("BEGIN")
+            try:
+                result = fn(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
+
+        return self.run(op, job)
+
+    def write(self, op: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn(conn)` in one `BEGIN IMMEDIATE` transaction.
+
+        The transaction commits only if `fn` returns; any exception rolls it
+        back, so a failed write changes nothing.
+
+        Raises:
+            StoreBusy: the write lock was not had within `busy_timeout`.
+        """
+
+        def job(conn: sqlite3.Connection) -> T:
+            self._begin_immediate(op, conn)
+            try:
+                result = fn(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
+
+        return self.run(op, job)
+
+    async def arun(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a sync store method on a worker thread: the one hop async calls pay."""
+        return await asyncio.to_thread(method, *args, **kwargs)
+
+    # --- internals ---------------------------------------------------------------------
+
+    def _check(self, op: str) -> None:
+        if self._closed:
+            raise StoreClosed(op, self.path)
+        if os.getpid() != self._pid:
+            raise WrongProcess(op, self.path)
+        if self._owner == threading.get_ident():
+            raise WrongThread(op, self.path)
+
+    def _begin_immediate(self, op: str, conn: sqlite3.Connection) -> None:
+        # The busy handler waits up to busy_timeout; some busy answers skip the
+        # handler (e.g. while another connection recovers the WAL), so retry
+        # those ourselves until the same deadline.
+        started = time.monotonic()
+        delay = 0.001
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                waited = time.monotonic() - started
+                if _primary_code(exc) not in _BUSY_CODES:
+                    raise self._translate(op, exc, waited) from exc
+                if waited >= self.busy_timeout:
+                    raise StoreBusy(op, self.path, waited) from exc
+                time.sleep(min(delay, max(0.0, self.busy_timeout - waited)))
+                delay = min(delay * 2, 0.05)
+
+    def _translate(self, op: str, exc: sqlite3.Error, waited: float) -> FencedSqliteError:
+        if _primary_code(exc) in _BUSY_CODES:
+            return StoreBusy(op, self.path, waited)
+        return StoreError(op, self.path, message=f"{op} on {self.path}: {exc}")
+
+    def _apply_pragmas(self) -> None:
+        conn = self._conn
+        for name, value in schema.PRAGMAS:
+            current = conn.execute(f"PRAGMA {name}").fetchone()
+            if current is not None and str(current[0]).lower() == value:
+                continue
+            statement = f"PRAGMA {name} = {value}"
+            self._retry_busy("open", lambda s=statement: conn.execute(s).fetchone())
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+
+    def _retry_busy(self, op: str, fn: Callable[[], T]) -> T:
+        started = time.monotonic()
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                waited = time.monotonic() - started
+                if _primary_code(exc) not in _BUSY_CODES:
+                    raise self._translate(op, exc, waited) from exc
+                if waited >= self.busy_timeout:
+                    raise StoreBusy(op, self.path, waited) from exc
+                time.sleep(0.005)
+
+    def _validate(self) -> None:
+        # Read-only checks before any pragma or write, so a file we refuse is
+        # left byte for byte as it was.
+        conn = self._conn
+        version = conn.execute(schema.GET_USER_VERSION).fetchone()[0]
+        if version > schema.SCHEMA_VERSION:
+            raise UnsupportedFormat(
+                "open",
+                self.path,
+                message=(
+                    f"open {self.path}: schema version {version} is newer than this "
+                    f"library's {schema.SCHEMA_VERSION}; upgrade langgraph-fenced-sqlite "
+                    "(the file was left unchanged)"
+                ),
+            )
+        if version > 0:
+            self._check_ours(conn)
+        elif conn.execute(schema.COUNT_SCHEMA_OBJECTS).fetchone()[0]:
+            raise UnsupportedFormat(
+                "open",
+                self.path,
+                message=(
+                    f"open {self.path}: an SQLite database that is not a "
+                    "langgraph-fenced-sqlite file (left unchanged)"
+                ),
+            )
+
+    def _setup(self) -> None:
+        conn = self._conn
+        if conn.execute(schema.GET_USER_VERSION).fetchone()[0] == schema.SCHEMA_VERSION:
+            return  # the common case: nothing to migrate, no write lock taken
+        self._begin_immediate("setup", conn)
+        try:
+            # Re-read inside the write lock: another process may have set it up.
+            # Tables and user_version change in one transaction, so the
+            # version read here says exactly which migrations are left.
+            version = conn.execute(schema.GET_USER_VERSION).fetchone()[0]
+            for step in schema.MIGRATIONS[version:]:
+                for statement in step:
+                    conn.execute(statement)
+            if version < schema.SCHEMA_VERSION:
+                conn.execute(schema.SET_APPLICATION_ID)
+                conn.execute(schema.set_user_version(schema.SCHEMA_VERSION))
+        except BaseException as exc:
+            conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise self._translate("setup", exc, 0.0) from exc
+            raise
+        conn.execute("COMMIT")
+
+    def _check_ours(self, conn: sqlite3.Connection) -> None:
+        app_id = conn.execute(schema.GET_APPLICATION_ID).fetchone()[0]
+        if app_id != schema.APPLICATION_ID:
+            raise UnsupportedFormat(
+                "open",
+                self.path,
+                message=f"open {self.path}: not a langgraph-fenced-sqlite file (left unchanged)",
+            )

@@ -1,0 +1,328 @@
+"""The one exception hierarchy of `langgraph_fenced_sqlite`.
+
+Invariant: every error a caller can branch on is a `FencedSqliteError` with a
+stable `code`, the fields named in CONTRACT.md §8, a picklable shape (so it
+crosses process boundaries intact) and the public package as `__module__`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+__all__ = [
+    "CheckpointConflict",
+    "CheckpointNotFound",
+    "ClaimError",
+    "FencedSqliteError",
+    "ReplayUnavailable",
+    "SerializationError",
+    "StaleClaim",
+    "StoreBusy",
+    "StoreClosed",
+    "StoreError",
+    "ThreadBusy",
+    "UndecodableRow",
+    "UnsupportedFormat",
+    "WrongProcess",
+    "WrongThread",
+]
+
+
+class FencedSqliteError(Exception):
+    """Base class of every error this package raises on purpose.
+
+    Subclasses declare `_fields`: the constructor arguments, kept as
+    attributes, that `__reduce__` uses to rebuild the error in another process.
+    """
+
+    code: ClassVar[str] = "error"
+    _fields: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, *args: Any, message: str | None = None) -> None:
+        for name, value in zip(self._fields, args, strict=True):
+            setattr(self, name, value)
+        self._message = message if message is not None else self._default_message()
+        super().__init__(self._message)
+
+    def _default_message(self) -> str:
+        return self.code
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        args = tuple(getattr(self, name) for name in self._fields)
+        return (_rebuild, (type(self), args, self._message))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the code, message and fields, ready for JSON output."""
+        out: dict[str, Any] = {"code": self.code, "message": self._message}
+        for name in self._fields:
+            out[name] = getattr(self, name)
+        return out
+
+
+def _rebuild(cls: type[FencedSqliteError], args: tuple[Any, ...], message: str) -> Any:
+    return cls(*args, message=message)
+
+
+class ClaimError(FencedSqliteError):
+    """Base class of the errors about who may write a thread."""
+
+    code = "claim_error"
+
+
+class ThreadBusy(ClaimError):
+    """Raise when a thread has a live claim held by someone else (or by you).
+
+    Attributes:
+        thread_id: The thread asked for.
+        holder: The holder of the live claim (None when not known).
+        latest_checkpoint_id: The thread's latest root checkpoint id, if any.
+    """
+
+    code = "thread_busy"
+    _fields = ("thread_id", "holder", "latest_checkpoint_id")
+
+    def __init__(
+        self,
+        thread_id: str,
+        holder: str | None,
+        latest_checkpoint_id: str | None = None,
+        *,
+        message: str | None = None,
+    ) -> None:
+        super().__init__(thread_id, holder, latest_checkpoint_id, message=message)
+
+    def _default_message(self) -> str:
+        return f"thread {self.thread_id!r} is claimed by {self.holder!r}"
+
+
+class StaleClaim(ClaimError):
+    """Raise when a fenced call presents a token that is not the thread's claim.
+
+    Attributes:
+        thread_id: The thread written.
+        token: The token presented.
+        current_token: The token of the thread's current claim (None if none).
+    """
+
+    code = "stale_claim"
+    _fields = ("thread_id", "token", "current_token")
+    # The marker LangGraph's proposed write-ownership convention looks for.
+    is_stale_write_owner_error: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        thread_id: str,
+        token: int | None,
+        current_token: int | None,
+        *,
+        message: str | None = None,
+    ) -> None:
+        super().__init__(thread_id, token, current_token, message=message)
+
+    def _default_message(self) -> str:
+        return (
+            f"token {self.token} is stale for thread {self.thread_id!r} "
+            f"(current claim: {self.current_token})"
+        )
+
+
+class CheckpointConflict(FencedSqliteError):
+    """Raise when a put does not extend the namespace's latest checkpoint.
+
+    Also raised when a different checkpoint is put under an id already stored.
+
+    Attributes:
+        thread_id: The thread written.
+        checkpoint_ns: The namespace written.
+        expected: The parent the put named (or the id it tried to store).
+        actual: The namespace's latest checkpoint id (or the stored id).
+    """
+
+    code = "checkpoint_conflict"
+    _fields = ("thread_id", "checkpoint_ns", "expected", "actual")
+
+    def __init__(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        expected: str | None,
+        actual: str | None,
+        *,
+        message: str | None = None,
+    ) -> None:
+        super().__init__(thread_id, checkpoint_ns, expected, actual, message=message)
+
+    def _default_message(self) -> str:
+        return (
+            f"thread {self.thread_id!r} namespace {self.checkpoint_ns!r}: put "
+            f"names {self.expected!r} but the latest is {self.actual!r}"
+        )
+
+
+class CheckpointNotFound(FencedSqliteError, LookupError):
+    """Raise when a named checkpoint is not stored in the thread.
+
+    Attributes:
+        thread_id: The thread searched.
+        checkpoint_id: The id that is not there.
+    """
+
+    code = "checkpoint_not_found"
+    _fields = ("thread_id", "checkpoint_id")
+
+    def __init__(self, thread_id: str, checkpoint_id: str, *, message: str | None = None) -> None:
+        super().__init__(thread_id, checkpoint_id, message=message)
+
+    def _default_message(self) -> str:
+        return f"checkpoint {self.checkpoint_id!r} not found in thread {self.thread_id!r}"
+
+
+class ReplayUnavailable(FencedSqliteError):
+    """Raise when events below a thread's replay floor are asked for.
+
+    Attributes:
+        thread_id: The thread read.
+        floor: The lowest seq still stored; resume from `floor - 1` or later.
+    """
+
+    code = "replay_unavailable"
+    _fields = ("thread_id", "floor")
+
+    def __init__(self, thread_id: str, floor: int, *, message: str | None = None) -> None:
+        super().__init__(thread_id, floor, message=message)
+
+    def _default_message(self) -> str:
+        return f"events of thread {self.thread_id!r} before seq {self.floor} were compacted away"
+
+
+class SerializationError(FencedSqliteError, ValueError):
+    """Raise when a value cannot be stored or read as data.
+
+    Attributes:
+        type_name: The `module.qualname` of the refused type, or the tag.
+    """
+
+    code = "serialization_error"
+    _fields = ("type_name",)
+
+    def __init__(self, type_name: str, *, message: str | None = None) -> None:
+        super().__init__(type_name, message=message)
+
+    def _default_message(self) -> str:
+        return (
+            f"type {self.type_name} is not in the serializer's allow-list; "
+            "pass it in allowed_types=[...] to store it"
+        )
+
+
+class UndecodableRow(FencedSqliteError):
+    """Raise when a stored row does not decode; nothing is guessed.
+
+    Attributes:
+        thread_id: The thread of the row.
+        checkpoint_id: The checkpoint of the row.
+        reason: Why it did not decode (the refused type or tag).
+    """
+
+    code = "undecodable_row"
+    _fields = ("thread_id", "checkpoint_id", "reason")
+
+    def __init__(
+        self,
+        thread_id: str,
+        checkpoint_id: str | None,
+        reason: str,
+        *,
+        message: str | None = None,
+    ) -> None:
+        super().__init__(thread_id, checkpoint_id, reason, message=message)
+
+    def _default_message(self) -> str:
+        return (
+            f"thread {self.thread_id!r} checkpoint {self.checkpoint_id!r} "
+            f"does not decode: {self.reason}"
+        )
+
+
+class StoreError(FencedSqliteError):
+    """Raise when the database itself fails; the message names operation and path.
+
+    Attributes:
+        op: The operation that failed.
+        path: The database file.
+    """
+
+    code = "store_error"
+    _fields = ("op", "path")
+
+    def __init__(self, op: str, path: str, *, message: str | None = None) -> None:
+        super().__init__(op, path, message=message)
+
+    def _default_message(self) -> str:
+        return f"{self.op} failed on {self.path}"
+
+
+class StoreBusy(StoreError):
+    """Raise when the file's write lock was not had within `busy_timeout`.
+
+    Attributes:
+        op: The operation that waited.
+        path: The database file.
+        waited_s: How long it waited, in seconds.
+    """
+
+    code = "store_busy"
+    _fields = ("op", "path", "waited_s")
+
+    def __init__(self, op: str, path: str, waited_s: float, *, message: str | None = None) -> None:
+        FencedSqliteError.__init__(self, op, path, waited_s, message=message)
+
+    def _default_message(self) -> str:
+        return (
+            f"{self.op} on {self.path}: database locked by another connection "
+            f"for {self.waited_s:.2f}s (busy_timeout); nothing was changed"
+        )
+
+
+class StoreClosed(StoreError):
+    """Raise when a store is used after `close()`."""
+
+    code = "store_closed"
+
+    def _default_message(self) -> str:
+        return f"{self.op} on {self.path}: the store is closed"
+
+
+class WrongThread(StoreError):
+    """Raise when a store is called from inside its own critical section."""
+
+    code = "wrong_thread"
+
+    def _default_message(self) -> str:
+        return (
+            f"{self.op} on {self.path}: called from inside another call of the "
+            "same store (it would deadlock)"
+        )
+
+
+class WrongProcess(StoreError):
+    """Raise when a store opened in one process is used in another (after fork)."""
+
+    code = "wrong_process"
+
+    def _default_message(self) -> str:
+        return (
+            f"{self.op} on {self.path}: this store was opened in another process; "
+            "open a new store after fork"
+        )
+
+
+class UnsupportedFormat(StoreError):
+    """Raise when a file is not ours, or was written by a newer schema."""
+
+    code = "unsupported_format"
+
+
+# Every error reads as part of the public package.
+for _name in __all__:
+    globals()[_name].__module__ = "langgraph_fenced_sqlite"

@@ -1,0 +1,376 @@
+"""All SQL of the package: pragmas, migrations and named statements.
+
+Invariant: this module executes nothing. The engine applies `PRAGMAS` to every
+connection and `MIGRATIONS[i]` moves a file from schema version `i` to `i + 1`
+(the stored version is `PRAGMA user_version`); entries are only ever appended.
+Fenced statements carry the token in their `WHERE` clause, and no fenced table
+is written with `INSERT OR REPLACE`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+# Identifies our files: `PRAGMA application_id` of every file we set up.
+APPLICATION_ID = 0x4C474653  # "LGFS"
+
+# (name, value) applied to every new connection, in order; the engine only
+# changes one whose current value differs.
+PRAGMAS: tuple[tuple[str, str], ...] = (
+    ("journal_mode", "wal"),
+    ("synchronous", "2"),  # FULL: a commit that returned survives power loss
+    ("foreign_keys", "0"),
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    # 0 -> 1: the first schema.
+    (
+        """CREATE TABLE meta (
+            key TEXT PRIMARY KEY,
+            value INTEGER NOT NULL
+        )""",
+        "INSERT INTO meta (key, value) VALUES ('token_counter', 0)",
+        # One row per thread: commit counters, replay floor and the claim.
+        """CREATE TABLE threads (
+            thread_id TEXT PRIMARY KEY,
+            next_position INTEGER NOT NULL DEFAULT 1,
+            next_seq INTEGER NOT NULL DEFAULT 1,
+            floor INTEGER NOT NULL DEFAULT 1,
+            holder TEXT,
+            token INTEGER,
+            expires_at REAL,
+            claimed_at REAL
+        )""",
+        """CREATE TABLE checkpoints (
+            thread_id TEXT NOT NULL,
+            checkpoint_ns TEXT NOT NULL,
+            checkpoint_id TEXT NOT NULL,
+            position INTEGER NOT NULL,
+            parent_checkpoint_id TEXT,
+            envelope TEXT NOT NULL,
+            values_type TEXT NOT NULL,
+            values_blob BLOB NOT NULL,
+            metadata TEXT NOT NULL,
+            source TEXT,
+            step INTEGER,
+            run_id TEXT,
+            token INTEGER,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+        )""",
+        """CREATE INDEX checkpoints_by_position
+            ON checkpoints (thread_id, checkpoint_ns, position)""",
+        """CREATE INDEX checkpoints_by_run ON checkpoints (run_id)
+            WHERE run_id IS NOT NULL""",
+        """CREATE TABLE writes (
+            thread_id TEXT NOT NULL,
+            checkpoint_ns TEXT NOT NULL,
+            checkpoint_id TEXT NOT NULL,
+            task_id TEXT NOT NULL,
+            idx INTEGER NOT NULL,
+            task_path TEXT NOT NULL DEFAULT '',
+            channel TEXT NOT NULL,
+            type TEXT NOT NULL,
+            blob BLOB NOT NULL,
+            position INTEGER NOT NULL,
+            run_id TEXT,
+            token INTEGER,
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+        )""",
+        """CREATE INDEX writes_by_run ON writes (run_id) WHERE run_id IS NOT NULL""",
+        """CREATE TABLE events (
+            thread_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            checkpoint_ns TEXT,
+            checkpoint_id TEXT,
+            data TEXT NOT NULL,
+            token INTEGER,
+            ts REAL NOT NULL,
+            PRIMARY KEY (thread_id, seq)
+        ) WITHOUT ROWID""",
+    ),
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+# --- file identity -----------------------------------------------------------
+
+GET_USER_VERSION = "PRAGMA user_version"
+GET_APPLICATION_ID = "PRAGMA application_id"
+COUNT_SCHEMA_OBJECTS = "SELECT count(*) FROM sqlite_master"
+GET_DATA_VERSION = "PRAGMA data_version"
+
+
+def set_user_version(version: int) -> str:
+    """Return the statement that records `version` (pragmas take no parameters)."""
+    return f"PRAGMA user_version = {int(version)}"
+
+
+SET_APPLICATION_ID = f"PRAGMA application_id = {APPLICATION_ID}"
+
+# --- threads and claims --------------------------------------------------------
+
+ENSURE_THREAD = "INSERT INTO threads (thread_id) VALUES (?) ON CONFLICT DO NOTHING"
+GET_THREAD = (
+    "SELECT next_position, next_seq, floor, holder, token, expires_at "
+    "FROM threads WHERE thread_id = ?"
+)
+NEXT_TOKEN = "UPDATE meta SET value = value + 1 WHERE key = 'token_counter' RETURNING value"
+GET_TOKEN_COUNTER = "SELECT value FROM meta WHERE key = 'token_counter'"
+SET_CLAIM = (
+    "UPDATE threads SET holder = ?, token = ?, expires_at = ?, claimed_at = ? WHERE thread_id = ?"
+)
+RENEW_CLAIM = (
+    "UPDATE threads SET expires_at = ? WHERE thread_id = ? AND token = ? "
+    "RETURNING holder, token, expires_at"
+)
+RELEASE_CLAIM = (
+    "UPDATE threads SET holder = NULL, token = NULL, expires_at = NULL, "
+    "claimed_at = NULL WHERE thread_id = ? AND token = ?"
+)
+LIST_CLAIMS = (
+    "SELECT thread_id, holder, token, expires_at, claimed_at FROM threads "
+    "WHERE token IS NOT NULL ORDER BY thread_id"
+)
+ADVANCE_THREAD = "UPDATE threads SET next_position = ?, next_seq = ? WHERE thread_id = ?"
+SET_FLOOR = "UPDATE threads SET floor = ? WHERE thread_id = ? AND floor < ?"
+DELETE_THREAD_ROW = "DELETE FROM threads WHERE thread_id = ?"
+
+# --- checkpoints -----------------------------------------------------------------
+
+_CHECKPOINT_COLUMNS = (
+    "thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, envelope, "
+    "values_type, values_blob, metadata, position, token, created_at"
+)
+INSERT_CHECKPOINT = (
+    "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, position, "
+    "parent_checkpoint_id, envelope, values_type, values_blob, metadata, source, "
+    "step, run_id, token, created_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+)
+GET_CHECKPOINT_BY_ID = (
+    f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints "
+    "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
+)
+GET_LATEST_CHECKPOINT = (
+    f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints "
+    "WHERE thread_id = ? AND checkpoint_ns = ? ORDER BY position DESC LIMIT 1"
+)
+GET_LATEST_ID = (
+    "SELECT checkpoint_id FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
+    "ORDER BY position DESC LIMIT 1"
+)
+GET_STORED_IDENTITY = (
+    "SELECT parent_checkpoint_id, envelope, values_type, values_blob, metadata "
+    "FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
+)
+CHECKPOINT_EXISTS = (
+    "SELECT 1 FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
+)
+GET_POSITION = (
+    "SELECT position FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
+    "AND checkpoint_id = ?"
+)
+HISTORY_PAGE = (
+    f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints "
+    "WHERE thread_id = ? AND checkpoint_ns = ? AND position < ? "
+    "ORDER BY position DESC LIMIT ?"
+)
+# Rows that retention and retraction reason about (no blobs).
+CHECKPOINT_SKELETON = (
+    "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, position, source, "
+    "run_id, created_at, metadata FROM checkpoints WHERE thread_id = ? "
+    "ORDER BY position"
+)
+DELETE_CHECKPOINT = (
+    "DELETE FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
+)
+DELETE_THREAD_CHECKPOINTS = "DELETE FROM checkpoints WHERE thread_id = ?"
+THREADS_OF_RUNS = "SELECT DISTINCT thread_id FROM checkpoints WHERE run_id = ?"
+CHECKPOINTS_OF_RUN = (
+    "SELECT thread_id, checkpoint_ns, checkpoint_id FROM checkpoints WHERE run_id = ?"
+)
+COPY_CHECKPOINTS = (
+    "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, position, "
+    "parent_checkpoint_id, envelope, values_type, values_blob, metadata, source, "
+    "step, run_id, token, created_at) "
+    "SELECT ?, checkpoint_ns, checkpoint_id, position + ?, parent_checkpoint_id, "
+    "envelope, values_type, values_blob, metadata, source, step, run_id, NULL, "
+    "created_at FROM checkpoints WHERE thread_id = ? ORDER BY position"
+)
+MAX_POSITION = "SELECT coalesce(max(position), 0) FROM checkpoints WHERE thread_id = ?"
+
+# --- writes ------------------------------------------------------------------------
+
+_WRITE_VALUES = "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_WRITE_INSERT = (
+    "INSERT INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
+    "task_path, channel, type, blob, position, run_id, token) "
+)
+# Regular writes: first writer wins per (task_id, idx); a retry is a no-op.
+INSERT_WRITE_FIRST_WINS = _WRITE_INSERT + _WRITE_VALUES + " ON CONFLICT DO NOTHING"
+# Special channels (WRITES_IDX_MAP): last writer wins, but never over a write
+# made under a greater token, so a stale owner cannot displace the current one.
+UPSERT_WRITE_LAST_WINS = (
+    _WRITE_INSERT + _WRITE_VALUES + " ON CONFLICT DO UPDATE SET task_path = excluded.task_path, "
+    "channel = excluded.channel, type = excluded.type, blob = excluded.blob, "
+    "position = excluded.position, run_id = excluded.run_id, token = excluded.token "
+    "WHERE coalesce(excluded.token, 0) >= coalesce(writes.token, 0)"
+)
+WRITES_OF_CHECKPOINT = (
+    "SELECT task_id, channel, type, blob, task_path, idx FROM writes "
+    "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? "
+    "ORDER BY task_path, task_id, idx"
+)
+DELETE_WRITES_OF_CHECKPOINT = (
+    "DELETE FROM writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
+)
+DELETE_THREAD_WRITES = "DELETE FROM writes WHERE thread_id = ?"
+DELETE_WRITES_OF_RUN = "DELETE FROM writes WHERE thread_id = ? AND run_id = ?"
+DELETE_WRITES_FROM_POSITION = "DELETE FROM writes WHERE thread_id = ? AND position >= ?"
+COPY_WRITES = (
+    "INSERT INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
+    "task_path, channel, type, blob, position, run_id, token) "
+    "SELECT ?, checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel, type, "
+    "blob, position + ?, run_id, NULL FROM writes WHERE thread_id = ?"
+)
+MAX_WRITE_POSITION = "SELECT coalesce(max(position), 0) FROM writes WHERE thread_id = ?"
+# Writes whose checkpoint is gone and that were committed before the newest
+# stored checkpoint cannot belong to a checkpoint still in flight.
+DELETE_ORPHAN_WRITES = (
+    "DELETE FROM writes WHERE thread_id = ? AND position < ? AND NOT EXISTS ("
+    "SELECT 1 FROM checkpoints c WHERE c.thread_id = writes.thread_id "
+    "AND c.checkpoint_ns = writes.checkpoint_ns "
+    "AND c.checkpoint_id = writes.checkpoint_id)"
+)
+
+
+def writes_of_checkpoints(keys: Sequence[tuple[str, str, str]]) -> tuple[str, list[Any]]:
+    """Build the one query that fetches the writes of a page of checkpoints.
+
+    Args:
+        keys: `(thread_id, checkpoint_ns, checkpoint_id)` of each checkpoint.
+
+    Returns:
+        `(sql, params)`; rows are `(thread_id, checkpoint_ns, checkpoint_id,
+        task_id, channel, type, blob, task_path, idx)` in `writes_sort_key` order.
+    """
+    values = ", ".join("(?, ?, ?)" for _ in keys)
+    params: list[Any] = [part for key in keys for part in key]
+    sql = (
+        "SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, channel, type, blob, "
+        "task_path, idx FROM writes WHERE (thread_id, checkpoint_ns, checkpoint_id) "
+        f"IN (VALUES {values}) ORDER BY task_path, task_id, idx"
+    )
+    return sql, params
+
+
+def list_checkpoints(
+    *,
+    thread_id: str | None,
+    checkpoint_ns: str | None,
+    checkpoint_id: str | None,
+    metadata_filter: dict[str, Any] | None,
+    before_id: str | None,
+    after_key: tuple[str, str, str] | None,
+    limit: int,
+) -> tuple[str, list[Any]]:
+    """Build one page of LangGraph's `list`, newest checkpoint id first.
+
+    Args:
+        thread_id: Only this thread, if given.
+        checkpoint_ns: Only this namespace, if given.
+        checkpoint_id: Only this checkpoint id, if given.
+        metadata_filter: `{key: value}` pairs that must all equal the metadata's
+            (JSON equality).
+        before_id: Only ids less than this (LangGraph's `before`).
+        after_key: Keyset cursor `(checkpoint_id, thread_id, checkpoint_ns)` of
+            the last row of the previous page.
+        limit: Page size.
+
+    Returns:
+        `(sql, params)`.
+    """
+    where: list[str] = []
+    params: list[Any] = []
+    if thread_id is not None:
+        where.append("thread_id = ?")
+        params.append(thread_id)
+    if checkpoint_ns is not None:
+        where.append("checkpoint_ns = ?")
+        params.append(checkpoint_ns)
+    if checkpoint_id is not None:
+        where.append("checkpoint_id = ?")
+        params.append(checkpoint_id)
+    if before_id is not None:
+        where.append("checkpoint_id < ?")
+        params.append(before_id)
+    for key, value in (metadata_filter or {}).items():
+        where.append("json_extract(metadata, ?) IS json_extract(?, '$')")
+        params.extend([_json_path(key), _json_literal(value)])
+    if after_key is not None:
+        where.append("(checkpoint_id, thread_id, checkpoint_ns) < (?, ?, ?)")
+        params.extend(after_key)
+    clause = f"WHERE {' AND '.join(where)} " if where else ""
+    sql = (
+        f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints {clause}"
+        "ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC LIMIT ?"
+    )
+    params.append(limit)
+    return sql, params
+
+
+def _json_path(key: str) -> str:
+    escaped = key.replace("\\", "\\\\").replace('"', '\\"')
+    return f'$."{escaped}"'
+
+
+def _json_literal(value: Any) -> str:
+    import json
+
+    # json_extract(x, '$') turns the literal back into the SQL value that
+    # json_extract(metadata, path) gives for an equal stored value (objects and
+    # arrays come back as minified JSON text, so key order must match too).
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+# --- events --------------------------------------------------------------------------
+
+INSERT_EVENT = (
+    "INSERT INTO events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data, "
+    "token, ts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+EVENTS_AFTER = (
+    "SELECT seq, kind, checkpoint_ns, checkpoint_id, data, token, ts FROM events "
+    "WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+)
+GET_FLOOR = "SELECT floor, next_seq FROM threads WHERE thread_id = ?"
+DELETE_EVENTS_BELOW = "DELETE FROM events WHERE thread_id = ? AND seq < ?"
+DELETE_THREAD_EVENTS = "DELETE FROM events WHERE thread_id = ?"
+EVENT_SEQS_OF_CHECKPOINTS = (
+    "SELECT min(seq) FROM events WHERE thread_id = ? AND checkpoint_id IS NOT NULL "
+    "AND EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = events.thread_id "
+    "AND c.checkpoint_ns = events.checkpoint_ns AND c.checkpoint_id = events.checkpoint_id)"
+)
+
+# --- inspection (CLI, doctor) ----------------------------------------------------------
+
+THREAD_SUMMARIES = (
+    "SELECT t.thread_id, t.holder, t.token, t.expires_at, t.floor, t.next_seq, "
+    "(SELECT count(*) FROM checkpoints c WHERE c.thread_id = t.thread_id), "
+    "(SELECT group_concat(DISTINCT c.checkpoint_ns) FROM checkpoints c "
+    " WHERE c.thread_id = t.thread_id), "
+    "(SELECT count(*) FROM events e WHERE e.thread_id = t.thread_id), "
+    "(SELECT max(c.created_at) FROM checkpoints c WHERE c.thread_id = t.thread_id), "
+    "(SELECT c.step FROM checkpoints c WHERE c.thread_id = t.thread_id "
+    " AND c.checkpoint_ns = '' ORDER BY c.position DESC LIMIT 1), "
+    "(SELECT max(e.ts) FROM events e WHERE e.thread_id = t.thread_id) "
+    "FROM threads t"
+)
+TABLE_COUNTS = (
+    "SELECT (SELECT count(*) FROM threads), (SELECT count(*) FROM checkpoints), "
+    "(SELECT count(*) FROM writes), (SELECT count(*) FROM events)"
+)
+INTEGRITY_CHECK = "PRAGMA integrity_check"
