@@ -75,8 +75,6 @@ class DataOnlySerializer(JsonPlusSerializer):
         super().__init__(pickle_fallback=False, allowed_msgpack_modules=tuple(extra) or None)
         self._extra = extra
         self._allowed = lg_msgpack.SAFE_MSGPACK_TYPES | extra
-        self._decode_hook = self._make_hook(build=True)
-        self._check_hook = self._make_hook(build=False)
 
     @property
     def allowed_types(self) -> frozenset[TypeKey]:
@@ -105,6 +103,7 @@ class DataOnlySerializer(JsonPlusSerializer):
         if isinstance(obj, bytearray):
             return "bytearray", bytes(obj)
         used_ext = False
+        refused: list[SerializationError] = []
 
         def default(value: Any) -> Any:
             nonlocal used_ext
@@ -112,21 +111,29 @@ class DataOnlySerializer(JsonPlusSerializer):
             try:
                 return jsonplus._msgpack_default(value)
             except TypeError as exc:
-                raise SerializationError(_qualname(value)) from exc
+                # ormsgpack replaces what `default` raises with its own error.
+                name = _qualname(value)
+                refused.append(
+                    SerializationError(
+                        name,
+                        message=(
+                            f"type {name} has no data encoding; store plain data, or a "
+                            "dataclass / pydantic model named in allowed_types=[...]"
+                        ),
+                    )
+                )
+                raise refused[-1] from exc
 
         try:
             data = ormsgpack.packb(obj, default=default, option=jsonplus._option)
-        except SerializationError:
-            raise
-        except (ormsgpack.MsgpackEncodeError, TypeError) as exc:
-            cause = exc.__cause__ or exc.__context__
-            if isinstance(cause, SerializationError):
-                raise cause from exc
+        except (ormsgpack.MsgpackEncodeError, TypeError, ValueError) as exc:
+            if refused:
+                raise refused[0] from None
             raise SerializationError(_qualname(obj), message=f"cannot encode: {exc}") from exc
         if used_ext:
             # Walk the encoded form with a hook that checks but builds nothing,
             # so a value the reader would refuse is refused now, not on resume.
-            ormsgpack.unpackb(data, ext_hook=self._check_hook, option=_OPTION)
+            self._unpack(data, build=False)
         return "msgpack", data
 
     def loads_typed(self, data: tuple[str, bytes]) -> Any:
@@ -144,23 +151,38 @@ class DataOnlySerializer(JsonPlusSerializer):
         if tag == "bytearray":
             return bytearray(payload)
         if tag == "msgpack":
-            try:
-                return ormsgpack.unpackb(payload, ext_hook=self._decode_hook, option=_OPTION)
-            except SerializationError:
-                raise
-            except ormsgpack.MsgpackDecodeError as exc:
-                cause = exc.__cause__ or exc.__context__
-                if isinstance(cause, SerializationError):
-                    raise cause from exc
-                raise SerializationError("msgpack", message=f"corrupt msgpack: {exc}") from exc
+            return self._unpack(payload, build=True)
         raise SerializationError(
             str(tag), message=f"serializer tag {tag!r} is refused (only {sorted(_TAGS)})"
         )
 
-    def _make_hook(self, *, build: bool) -> Callable[[int, bytes], Any]:
+    def _unpack(self, payload: bytes, *, build: bool) -> Any:
+        # ormsgpack turns any exception raised by an ext hook into a bare
+        # `ValueError("ext_hook failed")` with no cause, so the hook records
+        # its error here and we re-raise that one.
+        errors: list[SerializationError] = []
+        try:
+            return ormsgpack.unpackb(
+                payload, ext_hook=self._make_hook(build=build, errors=errors), option=_OPTION
+            )
+        except (ValueError, TypeError) as exc:
+            if errors:
+                raise errors[0] from None
+            raise SerializationError("msgpack", message=f"corrupt msgpack: {exc}") from exc
+
+    def _make_hook(
+        self, *, build: bool, errors: list[SerializationError]
+    ) -> Callable[[int, bytes], Any]:
         allowed = self._allowed
 
         def hook(code: int, data: bytes) -> Any:
+            try:
+                return check_or_build(code, data)
+            except SerializationError as exc:
+                errors.append(exc)
+                raise
+
+        def check_or_build(code: int, data: bytes) -> Any:
             if code == jsonplus.EXT_DELTA_SNAPSHOT:
                 inner = ormsgpack.unpackb(data, ext_hook=hook, option=_OPTION)
                 return _DeltaSnapshot(inner) if build else None
