@@ -23,8 +23,10 @@ from .errors import (
     WrongThread,
 )
 from .events import Event
+from .importer import import_sqlitesaver
 from .lease import AsyncLease, Lease
 from .retention import PruneResult, RetentionPolicy, Retraction
+from .runner import FencedRunner
 from .saver import FencedSqliteSaver
 from .serde import DataOnlySerializer
 from .watch import AsyncEventWatch, EventWatch
@@ -41,6 +43,7 @@ __all__ = [
     "DataOnlySerializer",
     "Event",
     "EventWatch",
+    "FencedRunner",
     "FencedSqliteError",
     "FencedSqliteSaver",
     "Lease",
@@ -60,6 +63,7 @@ __all__ = [
     "UnsupportedFormat",
     "WrongProcess",
     "WrongThread",
+    "import_sqlitesaver",
 ]
 
 __version__ = "0.1.0"

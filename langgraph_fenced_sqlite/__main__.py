@@ -1,0 +1,8 @@
+"""`python -m langgraph_fenced_sqlite`: the `lgfs` command line (see `cli.py`)."""
+
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

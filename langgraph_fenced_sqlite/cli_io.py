@@ -1,0 +1,297 @@
+"""How `lgfs` talks: arguments, the one emitter, the one error converter.
+
+Invariant: every command prints through `Out`, so `--json` always gives one
+JSON document and `--nl` one JSON object per line (flushed at once, for
+streams); every failure leaves through `fail`, which prints one line (or one
+JSON object with `code` and `message`) on stderr and returns the exit code
+documented in `EXIT_CODES`. Values JSON cannot hold are converted by
+`jsonable`, never dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import dataclasses
+import json
+import re
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timezone
+from typing import Any, NoReturn
+
+from .errors import FencedSqliteError
+
+__all__ = [
+    "EXIT_CODES",
+    "CliError",
+    "Out",
+    "Parser",
+    "ProgressBar",
+    "claim_doc",
+    "claim_text",
+    "compact",
+    "confirm",
+    "count",
+    "duration",
+    "fail",
+    "jsonable",
+    "plural",
+    "when",
+]
+
+Columns = Sequence[tuple[str, Callable[[Any], Any]]]
+
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (0, "success"),
+    (1, "a problem was found: doctor found one, or a row does not decode"),
+    (2, "bad usage or a bad argument"),
+    (3, "not found: missing file, unknown thread or checkpoint, events compacted away"),
+    (4, "file refused: not a database, not ours (or not a SqliteSaver file), newer schema"),
+    (5, "busy: the thread has a live claim, or the file stayed locked past busy_timeout"),
+    (6, "data would be removed and --yes was not given; nothing was changed"),
+    (7, "any other database or operating-system error"),
+    (130, "interrupted (Ctrl-C), except `events --follow`, which ends with 0"),
+)
+_EXIT_BY_CODE = {
+    code: exit_code
+    for exit_code, codes in (
+        (1, "undecodable_row serialization_error"),
+        (2, "usage invalid_argument"),
+        (3, "file_not_found thread_not_found checkpoint_not_found replay_unavailable"),
+        (4, "unsupported_format not_a_file"),
+        (5, "thread_busy stale_claim store_busy checkpoint_conflict"),
+        (6, "confirmation_required"),
+    )
+    for code in codes.split()
+}
+
+
+class CliError(Exception):
+    """Raise for a failure the CLI itself detects; `code` picks the exit code."""
+
+    def __init__(self, code: str, message: str, **fields: Any) -> None:
+        """Carry a stable `code`, a one-line message and JSON fields."""
+        super().__init__(message)
+        self.code, self.fields = code, fields
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return code, message and fields, ready for JSON output."""
+        return {"code": self.code, "message": str(self), **self.fields}
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors go through `fail` like any other."""
+
+    def error(self, message: str) -> NoReturn:
+        """Raise a `usage` `CliError` instead of printing and exiting."""
+        raise CliError("usage", f"{message} (see: {self.prog} --help)")
+
+
+def fail(exc: BaseException, as_json: bool) -> int:
+    """Print `exc` on stderr (one line, or one JSON object) and return its exit code."""
+    if isinstance(exc, (CliError, FencedSqliteError)):
+        doc = exc.to_dict()
+    elif isinstance(exc, FileNotFoundError):
+        doc = {"code": "file_not_found", "message": f"{exc.filename}: no such file"}
+    elif isinstance(exc, OSError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        doc = {"code": "os_error", "message": f"{where}{exc.strerror or exc}"}
+    else:
+        doc = {"code": "invalid_argument", "message": str(exc)}
+    if as_json:
+        print(json.dumps(jsonable(doc), ensure_ascii=False), file=sys.stderr)
+    else:
+        print("lgfs: error: " + " ".join(str(doc["message"]).split()), file=sys.stderr)
+    return _EXIT_BY_CODE.get(doc["code"], 7)
+
+
+def confirm(args: argparse.Namespace, what: str) -> None:
+    """Return if `--yes` was given or a terminal user says yes to `what`.
+
+    Raises:
+        CliError: `confirmation_required` (exit 6); nothing was changed.
+    """
+    if args.yes:
+        return
+    if not args.json and sys.stdin.isatty() and sys.stderr.isatty():
+        sys.stderr.write(f"{what}. Continue? [y/N] ")
+        sys.stderr.flush()
+        if input().strip().lower() in ("y", "yes"):
+            return
+    raise CliError("confirmation_required", f"{what}; pass --yes to do it (nothing was changed)")
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def plural(count: int, noun: str) -> str:
+    """Return `1 checkpoint`, `2 checkpoints`."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def duration(text: str) -> float:
+    """Parse `30s`, `15m`, `2h`, `7d`, `1w` (or plain seconds) into seconds."""
+    match = _DURATION.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"expected a duration like 30s, 15m, 2h or 7d: {text!r}")
+    return float(match.group(1)) * _UNIT[match.group(2)]
+
+
+def count(minimum: int) -> Callable[[str], int]:
+    """Return an argparse type that accepts integers of at least `minimum`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}: {text!r}")
+        return value
+
+    return parse
+
+
+# --- the one emitter ---------------------------------------------------------------------
+
+
+class Out:
+    """Print results as text (default), one JSON document (`--json`) or lines (`--nl`)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        """Pick the mode from the parsed `--json` / `--nl` flags."""
+        self.mode = "nl" if getattr(args, "nl", False) else "json" if args.json else "text"
+
+    def _print(self, text: str) -> None:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+    def document(self, doc: Any, text: Callable[[], str]) -> None:
+        """Print `doc` as JSON, or `text()` in text mode."""
+        if self.mode == "text":
+            self._print(text())
+        else:
+            self._print(json.dumps(jsonable(doc), indent=2, ensure_ascii=False))
+
+    def rows(self, items: list[dict[str, Any]], columns: Columns) -> None:
+        """Print `items` as a table in text mode, else as a JSON list or lines."""
+        if self.mode == "text":
+            self._print(table(items, columns) if items else "(none)")
+        else:
+            self.stream(items, str)
+
+    def stream(self, items: Iterable[Any], line: Callable[[Any], str]) -> None:
+        """Print each item as it comes: `line(item)`, or one JSON object per line.
+
+        In `--json` mode the items are collected into one list first.
+        """
+        if self.mode == "json":
+            self.document(list(items), str)
+            return
+        for item in items:
+            text = json.dumps(jsonable(item), ensure_ascii=False)
+            self._print(text if self.mode == "nl" else line(item))
+
+
+def jsonable(value: Any) -> Any:
+    """Convert a decoded value to JSON data (models and dataclasses to dicts, bytes to base64)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else str(value)
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return {"bytes_base64": base64.b64encode(bytes(value)).decode()}
+    if hasattr(value, "model_dump"):
+        return jsonable(value.model_dump())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return jsonable({f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
+    if hasattr(value, "to_dict"):
+        return jsonable(value.to_dict())
+    return repr(value)
+
+
+def compact(value: Any) -> str:
+    """Return `value` as one line of JSON."""
+    return json.dumps(jsonable(value), ensure_ascii=False, separators=(", ", ": "))
+
+
+def table(items: list[dict[str, Any]], columns: Columns) -> str:
+    """Lay `items` out in aligned columns under their headers."""
+    cells = [[h for h, _ in columns]] + [[str(fn(i)) for _, fn in columns] for i in items]
+    widths = [max(len(row[c]) for row in cells) for c in range(len(columns))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells
+    )
+
+
+def when(ts: float | None) -> str:
+    """Format epoch seconds as UTC ISO 8601 (`-` for None)."""
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def span(seconds: float) -> str:
+    """Format a duration briefly: `45s`, `12m5s`, `3h5m`, `2d4h`."""
+    s = int(abs(seconds))
+    for unit, size, sub, sub_size in (("d", 86400, "h", 3600), ("h", 3600, "m", 60)):
+        if s >= size:
+            rest = (s % size) // sub_size
+            return f"{s // size}{unit}{f'{rest}{sub}' if rest else ''}"
+    return f"{s // 60}m{s % 60}s" if s >= 60 else f"{s}s"
+
+
+def claim_doc(claim: Any, now: float) -> dict[str, Any]:
+    """Describe a claim (a `Claim` or a `threads()` claim dict) as of `now`."""
+    if isinstance(claim, dict):
+        holder, token, expires_at = claim["holder"], claim["token"], claim["expires_at"]
+    else:
+        holder, token, expires_at = claim.holder, claim.token, claim.expires_at
+    return {
+        "holder": holder,
+        "token": token,
+        "expires_at": expires_at,
+        "live": now < expires_at,
+        "expires_in": round(expires_at - now, 3),
+    }
+
+
+def claim_text(claim: dict[str, Any] | None) -> str:
+    """Say who holds a claim (a `claim_doc`) and when it expires."""
+    if claim is None:
+        return "-"
+    gap = span(claim["expires_in"])
+    state = f"expires in {gap}" if claim["live"] else f"expired {gap} ago"
+    return f"{claim['holder']} token {claim['token']}, {state}"
+
+
+class ProgressBar:
+    """Draw `importing [####....]  40%  400/1000 rows` on a terminal, at most 10 times a second."""
+
+    def __init__(self, stream: Any, width: int = 30) -> None:
+        """Draw on `stream` (stderr), `width` characters wide."""
+        self.stream, self.width, self.last, self.drawn = stream, width, 0.0, False
+
+    def __call__(self, done: int, total: int) -> None:
+        """Redraw for `done` of `total` rows."""
+        now = time.monotonic()
+        if done < total and now - self.last < 0.1:
+            return
+        self.last, self.drawn = now, True
+        frac = done / total if total else 1.0
+        bar = "#" * int(self.width * frac)
+        self.stream.write(f"\rimporting [{bar:.<{self.width}}] {frac:4.0%}  {done}/{total} rows")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        """End the bar's line."""
+        if self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()

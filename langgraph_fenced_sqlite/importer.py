@@ -1,0 +1,338 @@
+"""Copy a LangGraph `SqliteSaver` file into a fenced store.
+
+Invariant: the source is opened read-only (`mode=ro`) and its blobs are
+decoded only by the data-only serializer, so importing never writes the
+source and never runs code stored in it; a row that does not decode stops the
+import with an `UndecodableRow` naming its thread and checkpoint. Everything
+is written through the saver's public `put`/`put_writes`, one thread at a
+time, each checkpoint after its parent (id order), so positions follow the
+source's history and a rerun changes nothing: an identical `put` is a no-op
+and regular writes are first-writer-wins.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from langgraph.checkpoint.base import WRITES_IDX_MAP
+
+from . import schema
+from .errors import (
+    FencedSqliteError,
+    SerializationError,
+    StoreError,
+    UndecodableRow,
+    UnsupportedFormat,
+)
+from .saver import FencedSqliteSaver
+from .serde import DataOnlySerializer
+
+__all__ = ["ImportReport", "check_source", "import_sqlitesaver"]
+
+_CHECKPOINT_COLUMNS = {"thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id"}
+_CHECKPOINT_COLUMNS |= {"type", "checkpoint", "metadata"}
+_WRITE_COLUMNS = {"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx", "channel"}
+_WRITE_COLUMNS |= {"type", "value"}
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    """What `import_sqlitesaver` copied.
+
+    Attributes:
+        source: The `SqliteSaver` file read.
+        dest: The fenced file written.
+        threads: Threads copied.
+        checkpoints: Checkpoints copied (an identical one already there counts too).
+        writes: Pending writes copied (likewise).
+    """
+
+    source: str
+    dest: str
+    threads: int
+    checkpoints: int
+    writes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the report as a JSON-ready dict."""
+        return asdict(self)
+
+
+def import_sqlitesaver(
+    src_path: str | os.PathLike[str],
+    dest_saver: FencedSqliteSaver,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+) -> ImportReport:
+    """Copy every thread, checkpoint and pending write of a `SqliteSaver` file.
+
+    Each thread's checkpoints are put in checkpoint-id order (a parent before
+    its children), each followed by its pending writes; writes whose
+    checkpoint the source never stored come last. Afterwards both files give
+    the same `get_state_history` for every thread. Import into a file nobody
+    writes meanwhile; rerunning it (e.g. after an interruption) is safe.
+
+    Args:
+        src_path: The `SqliteSaver` file; never written.
+        dest_saver: The fenced store to write (unfenced writes: a thread with a
+            live claim raises `ThreadBusy`).
+        progress: Called as `progress(rows_done, rows_total)` after each
+            checkpoint and its writes.
+
+    Returns:
+        What was copied.
+
+    Raises:
+        FileNotFoundError: `src_path` does not exist.
+        UnsupportedFormat: `src_path` is not a `SqliteSaver` file.
+        UndecodableRow: a source row does not decode as data (pickle, a type
+            outside the allow-list, corrupt bytes); names thread and checkpoint.
+        StoreError: the source cannot be read (locked, unreadable).
+    """
+    src = os.fspath(src_path)
+    serde = dest_saver.serde
+    if not isinstance(serde, DataOnlySerializer):
+        serde = DataOnlySerializer()
+    conn = _open_source(src)
+    try:
+        return _Importer(conn, src, dest_saver, serde, progress).run()
+    except sqlite3.Error as exc:
+        raise StoreError("import", src, message=f"import {src}: reading the source: {exc}") from exc
+    finally:
+        conn.close()
+
+
+def check_source(src_path: str | os.PathLike[str]) -> None:
+    """Check, reading only, that `src_path` is a LangGraph `SqliteSaver` file.
+
+    Raises:
+        FileNotFoundError: `src_path` does not exist.
+        UnsupportedFormat: it is not a `SqliteSaver` file.
+    """
+    _open_source(os.fspath(src_path)).close()
+
+
+def _open_source(src: str) -> sqlite3.Connection:
+    if not os.path.isfile(src):
+        raise FileNotFoundError(2, "No such file", src)
+    uri = "file:" + os.path.abspath(src).replace("?", "%3f").replace("#", "%23") + "?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise StoreError("import", src, message=f"import {src}: {exc}") from exc
+    try:
+        tables = {
+            "checkpoints": _columns(conn, "checkpoints"),
+            "writes": _columns(conn, "writes"),
+        }
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        if isinstance(exc, sqlite3.OperationalError):  # locked, unreadable: not a format issue
+            raise StoreError("import", src, message=f"import {src}: {exc}") from exc
+        raise UnsupportedFormat(
+            "import", src, message=f"import {src}: not an SQLite database ({exc})"
+        ) from exc
+    if not (_CHECKPOINT_COLUMNS <= tables["checkpoints"] and _WRITE_COLUMNS <= tables["writes"]):
+        conn.close()
+        raise UnsupportedFormat(
+            "import", src, message=f"import {src}: not a LangGraph SqliteSaver file"
+        )
+    return conn
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {row[0] for row in conn.execute(schema.SQLITESAVER_TABLE_COLUMNS, (table,))}
+
+
+class _Importer:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        src: str,
+        dest: FencedSqliteSaver,
+        serde: DataOnlySerializer,
+        progress: Callable[[int, int], None] | None,
+    ) -> None:
+        self.conn, self.src, self.dest, self.serde = conn, src, dest, serde
+        self.progress = progress
+        has_task_path = "task_path" in _columns(conn, "writes")
+        self.writes_sql = (
+            schema.SQLITESAVER_WRITES_OF_CHECKPOINT
+            if has_task_path
+            else schema.SQLITESAVER_WRITES_OF_CHECKPOINT_NO_TASK_PATH
+        )
+        self.done = 0
+        self.total = 0
+        self.checkpoints = 0
+        self.writes = 0
+
+    def run(self) -> ImportReport:
+        # One read transaction: a consistent snapshot even if someone writes the source.
+        self.conn.execute("BEGIN")
+        try:
+            n_checkpoints, n_writes = self.conn.execute(schema.SQLITESAVER_COUNTS).fetchone()
+            self.total = n_checkpoints + n_writes
+            self._report()
+            threads = [row[0] for row in self.conn.execute(schema.SQLITESAVER_THREADS)]
+            for thread in threads:
+                self._thread(thread)
+        finally:
+            self.conn.execute("COMMIT")
+        return ImportReport(self.src, self.dest.path, len(threads), self.checkpoints, self.writes)
+
+    def _report(self) -> None:
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+
+    def _thread(self, raw_thread: Any) -> None:
+        thread_id = str(raw_thread)
+        keys = self.conn.execute(schema.SQLITESAVER_CHECKPOINT_KEYS, (raw_thread,)).fetchall()
+        parent_of = {(ns, cid): parent for ns, cid, parent in keys}
+        for ns, cid in _parents_first(keys):
+            self._checkpoint(raw_thread, thread_id, ns, cid, parent_of[(ns, cid)])
+            self._writes(raw_thread, thread_id, ns, cid)
+            self._report()
+        orphans = self.conn.execute(schema.SQLITESAVER_ORPHAN_WRITE_KEYS, (raw_thread,)).fetchall()
+        for ns, cid in orphans:
+            self._writes(raw_thread, thread_id, ns, cid)
+            self._report()
+
+    def _checkpoint(
+        self, raw_thread: Any, thread_id: str, ns: str, cid: str, parent: str | None
+    ) -> None:
+        type_, blob, metadata = self.conn.execute(
+            schema.SQLITESAVER_GET_CHECKPOINT, (raw_thread, ns, cid)
+        ).fetchone()
+        try:
+            checkpoint = self.serde.loads_typed((type_, blob))
+            if not isinstance(checkpoint, dict) or checkpoint.get("id") != cid:
+                raise ValueError("the checkpoint blob is not a checkpoint with this id")
+            md = _metadata(metadata)
+        except (SerializationError, ValueError, TypeError) as exc:
+            raise _undecodable(thread_id, ns, cid, str(exc)) from exc
+        conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
+        if parent:
+            conf["checkpoint_id"] = parent
+        try:
+            self.dest.put({"configurable": conf}, checkpoint, md, {})  # type: ignore[arg-type]
+        except SerializationError as exc:
+            raise _undecodable(thread_id, ns, cid, str(exc)) from exc
+        self.checkpoints += 1
+        self.done += 1
+
+    def _writes(self, raw_thread: Any, thread_id: str, ns: str, cid: str) -> None:
+        rows = self.conn.execute(self.writes_sql, (raw_thread, ns, cid)).fetchall()
+        groups: dict[tuple[str, str], list[tuple[int, str, Any]]] = {}
+        for task_id, task_path, idx, channel, type_, value in rows:
+            try:
+                decoded = self.serde.loads_typed((type_, value))
+            except (SerializationError, ValueError, TypeError) as exc:
+                reason = f"write {task_id}/{idx} ({channel}): {exc}"
+                raise _undecodable(thread_id, ns, cid, reason) from exc
+            groups.setdefault((task_id, task_path or ""), []).append((idx, channel, decoded))
+        config = {
+            "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}
+        }
+        stored: dict[tuple[str, int], tuple[str, Any]] | None = None
+        for (task_id, task_path), writes in groups.items():
+            for batch in _batches(writes):
+                if any(channel in WRITES_IDX_MAP for channel, _ in batch):
+                    # Special channels are last-writer-wins, so putting them
+                    # again would log a new event; skip what is already there.
+                    if stored is None:
+                        stored = self._stored_writes(thread_id, ns, cid)
+                    if _already_stored(batch, task_id, stored):
+                        continue
+                try:
+                    self.dest.put_writes(config, batch, task_id, task_path)  # type: ignore[arg-type]
+                except SerializationError as exc:
+                    raise _undecodable(thread_id, ns, cid, f"task {task_id}: {exc}") from exc
+        self.writes += len(rows)
+        self.done += len(rows)
+
+    def _stored_writes(
+        self, thread_id: str, ns: str, cid: str
+    ) -> dict[tuple[str, int], tuple[str, Any]]:
+        found = self.dest.inspect_checkpoint(thread_id, checkpoint_ns=ns, checkpoint_id=cid)
+        if found is None:
+            return {}
+        return {
+            (w["task_id"], w["idx"]): (w["channel"], w["value"])
+            for w in found["writes"]
+            if w["error"] is None
+        }
+
+
+def _already_stored(
+    batch: list[tuple[str, Any]], task_id: str, stored: dict[tuple[str, int], tuple[str, Any]]
+) -> bool:
+    for position, (channel, value) in enumerate(batch):
+        idx = WRITES_IDX_MAP.get(channel, position)
+        if stored.get((task_id, idx)) != (channel, value):
+            return False
+    return True
+
+
+def _undecodable(thread_id: str, ns: str, cid: str, reason: str) -> FencedSqliteError:
+    where = f" (namespace {ns!r})" if ns else ""
+    return UndecodableRow(
+        thread_id,
+        cid,
+        reason,
+        message=f"source thread {thread_id!r} checkpoint {cid!r}{where} does not decode: {reason}",
+    )
+
+
+def _metadata(raw: Any) -> dict[str, Any]:
+    # SqliteSaver stores `json.dumps(metadata).encode()`; plain JSON text is fine too.
+    if raw is None:
+        return {}
+    text = raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else raw
+    if not isinstance(text, str):
+        raise ValueError(f"metadata: unexpected {type(raw).__name__}")
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"metadata is not JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ValueError("metadata is not a JSON object")
+    return value
+
+
+def _parents_first(keys: list[tuple[str, str, str | None]]) -> Iterator[tuple[str, str]]:
+    """Yield `(ns, id)` in id order, but never a checkpoint before its stored parent."""
+    parent_of = {(ns, cid): parent for ns, cid, parent in keys}
+    emitted: set[tuple[str, str]] = set()
+    for ns, cid, _ in keys:
+        chain = []
+        key: tuple[str, str] | None = (ns, cid)
+        while key is not None and key not in emitted and key not in chain:
+            chain.append(key)
+            parent = parent_of[key]
+            key = (ns, parent) if parent and (ns, parent) in parent_of else None
+        for item in reversed(chain):
+            emitted.add(item)
+            yield item
+
+
+def _batches(writes: list[tuple[int, str, Any]]) -> list[list[tuple[str, Any]]]:
+    """Split one task's writes into `put_writes` calls that give back each idx.
+
+    `put_writes` numbers regular writes by their place in the call and maps
+    special channels to their fixed negative idx, so a special write can stand
+    in a gap between regular ones. Gaps nothing can fill are closed up, which
+    keeps the order (all that `writes_sort_key` reads) but not the number.
+    """
+    regular = sorted((w for w in writes if w[1] not in WRITES_IDX_MAP), key=lambda w: w[0])
+    special = [(channel, value) for idx, channel, value in writes if channel in WRITES_IDX_MAP]
+    batch: list[tuple[str, Any]] = []
+    for idx, channel, value in regular:
+        while len(batch) < idx and special:
+            batch.append(special.pop(0))
+        batch.append((channel, value))
+    return [batch + special] if batch or special else []

@@ -1,0 +1,534 @@
+"""`lgfs`, run for real (`python -m langgraph_fenced_sqlite`) on files made by real graphs.
+
+One module-scoped file holds three threads written by a LangGraph graph with
+a subgraph and an `interrupt`: `order-1` (two runs under a claim, since
+released), `order-2` (stopped at its interrupt, claimed live by `worker-2`)
+and `order-3` (only an expired claim). Tests that change data work on a copy.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import os
+import queue
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langgraph.graph import START, StateGraph
+from langgraph.types import Command, interrupt
+
+from langgraph_fenced_sqlite import FencedSqliteSaver, ManualClock
+from langgraph_fenced_sqlite.cli import build_parser, main
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+COMMANDS = (
+    "threads history show diff claims events prune compact retract delete doctor import-sqlitesaver"
+).split()
+
+
+class State(TypedDict, total=False):
+    """The graph's state."""
+
+    items: Annotated[list[str], operator.add]
+    count: int
+
+
+def build_graph(checkpointer: Any) -> Any:
+    """Compile step -> subgraph -> ask (an interrupt) with `checkpointer`."""
+    sub = StateGraph(State)
+    sub.add_node("tag", lambda s: {"items": ["sub"]})
+    sub.add_edge(START, "tag")
+    graph = StateGraph(State)
+    graph.add_node("step", lambda s: {"items": [f"step{s.get('count', 0)}"], "count": 1})
+    graph.add_node("sub", sub.compile())
+    graph.add_node("ask", lambda s: {"items": [interrupt("approve?")]})
+    graph.add_edge(START, "step")
+    graph.add_edge("step", "sub")
+    graph.add_edge("sub", "ask")
+    return graph.compile(checkpointer=checkpointer)
+
+
+def make_demo(path: str) -> None:
+    """Write the three demo threads into `path`."""
+    with FencedSqliteSaver(path) as saver:
+        graph = build_graph(saver)
+        claim = saver.claim("order-1", "worker-1", 60)
+        graph.invoke({"count": 0}, claim.config({"metadata": {"run_id": "run-a"}}))
+        graph.invoke(Command(resume="ok"), claim.config({"metadata": {"run_id": "run-b"}}))
+        saver.release("order-1", claim.token)
+        graph.invoke({"count": 5}, {"configurable": {"thread_id": "order-2"}})
+        saver.claim("order-2", "worker-2", 3600)
+    # A store whose clock is an hour behind grants a claim that is long expired.
+    with FencedSqliteSaver(path, clock=ManualClock(time.time() - 3600)) as saver:
+        saver.claim("order-3", "worker-3", 1)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: Any) -> str:
+    """The demo file (read-only use; copy it to change it)."""
+    path = str(tmp_path_factory.mktemp("demo") / "demo.db")
+    make_demo(path)
+    return path
+
+
+@pytest.fixture
+def copy(demo: str, tmp_path: Any) -> str:
+    """A private copy of the demo file."""
+    path = str(tmp_path / "copy.db")
+    shutil.copyfile(demo, path)
+    return path
+
+
+def lgfs(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the real command in a subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "langgraph_fenced_sqlite", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture
+def cli(capsys: Any) -> Any:
+    """Run `main()` in this process (the same parser, commands and emitter), for variants."""
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(list(args), code, out, err)
+
+    return run
+
+
+def parsed(done: subprocess.CompletedProcess[str]) -> Any:
+    """Require success and parse the JSON document a `--json` run printed."""
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    return json.loads(done.stdout)
+
+
+def dump(path: str) -> dict[str, list[Any]]:
+    """Read every row of every table, read-only."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in tables}
+    finally:
+        conn.close()
+
+
+def read_bytes(path: str) -> bytes:
+    """The file's bytes."""
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def state_of(path: str, thread_id: str, checkpoint_id: str | None = None) -> Any:
+    """Read a thread's state in-process through LangGraph."""
+    conf: dict[str, Any] = {"thread_id": thread_id}
+    if checkpoint_id:
+        conf["checkpoint_id"] = checkpoint_id
+    with FencedSqliteSaver(path) as saver:
+        return build_graph(saver).get_state({"configurable": conf})
+
+
+# --- reading --------------------------------------------------------------------------------
+
+
+def test_help_names_every_command_and_the_exit_codes(cli: Any) -> None:
+    done = lgfs("--help")
+    assert done.returncode == 0
+    for command in COMMANDS:
+        assert f"    {command}" in done.stdout
+    assert "exit codes:" in done.stdout and "130" in done.stdout
+    choices = next(a for a in build_parser()._actions if hasattr(a, "choices") and a.choices)
+    assert sorted(choices.choices) == sorted(COMMANDS)
+    for command in COMMANDS:
+        sub = cli(command, "--help")
+        assert sub.returncode == 0 and f"usage: lgfs {command}" in sub.stdout
+
+
+def test_threads_lists_counts_claims_and_latest_activity_first(demo: str, cli: Any) -> None:
+    threads = parsed(lgfs("threads", demo, "--json"))
+    by_id = {t["thread_id"]: t for t in threads}
+    assert set(by_id) == {"order-1", "order-2", "order-3"}
+    activity = [t["last_activity"] for t in threads]
+    assert activity == sorted(activity, reverse=True)
+    one, two, three = by_id["order-1"], by_id["order-2"], by_id["order-3"]
+    assert one["claim"] is None and one["checkpoints"] > 0 and one["events"] > 0
+    assert one["namespaces"][0] == "" and len(one["namespaces"]) == 2  # root + the subgraph's
+    assert one["namespaces"][1].startswith("sub:") and one["latest_step"] >= 3
+    assert two["claim"]["holder"] == "worker-2" and two["claim"]["live"] is True
+    assert two["claim"]["expires_in"] > 3000
+    assert three["claim"]["holder"] == "worker-3" and three["claim"]["live"] is False
+    assert three["checkpoints"] == 0 and three["floor"] == 1
+    limited = parsed(cli("threads", demo, "--limit", "1", "--json"))
+    assert [t["thread_id"] for t in limited] == [threads[0]["thread_id"]]
+    nl = cli("threads", demo, "--nl").stdout.splitlines()
+    assert [json.loads(line)["thread_id"] for line in nl] == [t["thread_id"] for t in threads]
+    text = lgfs("threads", env={"LGFS_PATH": demo})
+    assert text.returncode == 0
+    assert text.stdout.splitlines()[0].split()[:2] == ["THREAD", "CHECKPOINTS"]
+    assert "worker-2 token" in text.stdout and "expires in" in text.stdout
+    assert "expired" in text.stdout
+
+
+def test_history_shows_positions_tokens_runs_and_parents_newest_first(demo: str, cli: Any) -> None:
+    records = parsed(lgfs("history", demo, "order-1", "--limit", "100", "--json"))
+    with FencedSqliteSaver(demo) as saver:
+        ids = [t.config["configurable"]["checkpoint_id"] for t in saver.history("order-1")]
+    assert [r["checkpoint_id"] for r in records] == ids
+    positions = [r["position"] for r in records]
+    assert positions == sorted(positions, reverse=True)
+    assert {r["run_id"] for r in records} == {"run-a", "run-b"}
+    assert len({r["token"] for r in records}) == 1 and records[0]["token"] is not None
+    for newer, older in zip(records, records[1:], strict=False):
+        assert newer["parent_checkpoint_id"] == older["checkpoint_id"]
+    assert records[-1]["parent_checkpoint_id"] is None and records[-1]["source"] == "input"
+    # Paging with --before visits every checkpoint once.
+    page1 = parsed(cli("history", demo, "order-1", "--limit", "3", "--json"))
+    page2 = parsed(cli("history", demo, "order-1", "--limit", "100", "--before", ids[2], "--json"))
+    assert [r["checkpoint_id"] for r in page1 + page2] == ids
+    text = cli("history", demo, "order-1", "--limit", "3")
+    assert text.stdout.split()[:3] == ["POS", "CHECKPOINT", "STEP"]
+    assert f"(older: --before {ids[2]})" in text.stdout
+
+
+def test_show_gives_values_metadata_and_pending_writes(demo: str, cli: Any) -> None:
+    text = lgfs("show", demo, "order-2")
+    shown = parsed(cli("show", demo, "order-2", "--json"))
+    state = state_of(demo, "order-2")
+    assert shown["checkpoint_id"] == state.config["configurable"]["checkpoint_id"]
+    assert shown["values"]["items"] == state.values["items"]
+    assert shown["values"]["items"][0] == "step5" and shown["values"]["count"] == 1
+    assert shown["metadata"]["source"] == "loop" and shown["error"] is None
+    interrupts = [w for w in shown["writes"] if w["channel"] == "__interrupt__"]
+    assert interrupts[0]["value"][0]["value"] == "approve?"
+    assert text.returncode == 0
+    assert f"items: {json.dumps(state.values['items'])}" in text.stdout
+    assert "__interrupt__" in text.stdout and shown["checkpoint_id"] in text.stdout
+    parent_id = shown["parent_checkpoint_id"]
+    old = parsed(cli("show", demo, "order-2", "--checkpoint", parent_id, "--json"))
+    assert old["values"]["items"] == state_of(demo, "order-2", parent_id).values["items"]
+    ns = parsed(cli("threads", demo, "--json"))
+    sub_ns = next(t for t in ns if t["thread_id"] == "order-2")["namespaces"][1]
+    in_sub = parsed(cli("show", demo, "order-2", "--ns", sub_ns, "--json"))
+    assert in_sub["checkpoint_ns"] == sub_ns and in_sub["values"]["items"][-1] == "sub"
+
+
+def test_show_reports_an_undecodable_row_as_an_error_for_that_row(copy: str, cli: Any) -> None:
+    latest = parsed(cli("show", copy, "order-2", "--json"))
+    conn = sqlite3.connect(copy)
+    with conn:
+        conn.execute(
+            "UPDATE writes SET type = 'pickle' WHERE thread_id = 'order-2' AND channel = ?",
+            ("__interrupt__",),
+        )
+    conn.close()
+    done = lgfs("show", copy, "order-2", "--json")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    shown = json.loads(done.stdout)
+    assert shown["values"] == latest["values"] and shown["error"] is None
+    bad = [w for w in shown["writes"] if w["error"]]
+    assert [w["channel"] for w in bad] == ["__interrupt__"]
+    assert bad[0]["error"]["code"] == "undecodable_row"
+    assert bad[0]["error"]["thread_id"] == "order-2"
+    assert bad[0]["error"]["checkpoint_id"] == latest["checkpoint_id"]
+    conn = sqlite3.connect(copy)
+    with conn:
+        conn.execute("UPDATE checkpoints SET values_type = 'pickle' WHERE thread_id = 'order-2'")
+    conn.close()
+    text = cli("show", copy, "order-2")
+    assert text.returncode == 1
+    assert "values: ERROR (undecodable_row)" in text.stdout
+    assert latest["checkpoint_id"] in text.stdout and '"source": "loop"' in text.stdout
+
+
+def test_diff_compares_the_latest_with_its_parent_channel_by_channel(demo: str, cli: Any) -> None:
+    diff = parsed(lgfs("diff", demo, "order-1", "--json"))
+    latest = state_of(demo, "order-1")
+    parent_id = latest.parent_config["configurable"]["checkpoint_id"]
+    parent = state_of(demo, "order-1", parent_id)
+    assert diff["to"] == latest.config["configurable"]["checkpoint_id"]
+    assert diff["from"] == parent_id and diff["errors"] == []
+    items = next(c for c in diff["changes"] if c["channel"] == "items")
+    assert items["change"] == "changed"
+    assert (items["before"], items["after"]) == (parent.values["items"], latest.values["items"])
+    history = parsed(cli("history", demo, "order-1", "--limit", "100", "--json"))
+    first, last = history[-1]["checkpoint_id"], history[0]["checkpoint_id"]
+    wide = parsed(cli("diff", demo, "order-1", "--from", first, "--to", last, "--json"))
+    assert (wide["from"], wide["to"]) == (first, last)
+    count = next(c for c in wide["changes"] if c["channel"] == "count")
+    assert count == {"channel": "count", "change": "added", "after": 1}
+    text = cli("diff", demo, "order-1")
+    assert text.returncode == 0 and "~ items: " in text.stdout
+
+
+def test_claims_lists_live_and_expired_claims(demo: str, cli: Any) -> None:
+    text = lgfs("claims", demo)
+    claims = {c["thread_id"]: c for c in parsed(cli("claims", demo, "--json"))}
+    assert set(claims) == {"order-2", "order-3"}
+    assert claims["order-2"]["live"] is True and claims["order-2"]["holder"] == "worker-2"
+    assert claims["order-3"]["live"] is False and claims["order-3"]["expires_in"] < 0
+    assert claims["order-3"]["token"] > claims["order-2"]["token"]
+    assert text.returncode == 0
+    rows = {line.split()[0]: line.split() for line in text.stdout.splitlines()[1:]}
+    assert rows["order-2"][1:4] == ["worker-2", str(claims["order-2"]["token"]), "live"]
+    assert rows["order-3"][1:4] == ["worker-3", str(claims["order-3"]["token"]), "expired"]
+
+
+def test_events_prints_the_log_in_order(demo: str, cli: Any) -> None:
+    nl = lgfs("events", demo, "order-1", "--nl")
+    with FencedSqliteSaver(demo) as saver:
+        expected = [e.to_dict() for e in saver.events_after("order-1", 0, limit=1000)]
+    assert nl.returncode == 0
+    assert [json.loads(line) for line in nl.stdout.splitlines()] == expected
+    assert [e["seq"] for e in expected] == list(range(1, len(expected) + 1))
+    assert parsed(cli("events", demo, "order-1", "--json")) == expected
+    later = parsed(cli("events", demo, "order-1", "--after", "3", "--limit", "2", "--json"))
+    assert [e["seq"] for e in later] == [4, 5]
+    text = cli("events", demo, "order-1", "--limit", "1").stdout
+    assert text.split()[0] == "1" and "checkpoint" in text
+
+
+WRITER = """
+import json, sys
+sys.path.insert(0, sys.argv[2])
+from test_cli import build_graph
+from langgraph_fenced_sqlite import FencedSqliteSaver
+with FencedSqliteSaver(sys.argv[1]) as saver:
+    with saver.lease("order-1", "other-process", 60) as lease:
+        build_graph(saver).invoke({"count": 9}, lease.claim.config())
+    print(json.dumps([e.seq for e in saver.events_after("order-1", 0, limit=1000)]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_events_follow_prints_commits_made_by_another_process(copy: str, cli: Any) -> None:
+    last = parsed(cli("events", copy, "order-1", "--json"))[-1]["seq"]
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "langgraph_fenced_sqlite", "events", copy, "order-1"]
+        + ["--follow", "--nl", "--after", str(last)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(x) for x in follow.stdout], daemon=True)
+    reader.start()
+    try:
+        writer = subprocess.run(
+            [sys.executable, "-c", WRITER, copy, TESTS_DIR],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert writer.returncode == 0, writer.stderr
+        new = [seq for seq in json.loads(writer.stdout) if seq > last]
+        assert new, "the other process committed nothing"
+        got = [json.loads(lines.get(timeout=60)) for _ in new]
+        assert [e["seq"] for e in got] == new
+        assert {e["kind"] for e in got} >= {"checkpoint", "writes"}
+        follow.send_signal(signal.SIGINT)
+        assert follow.wait(timeout=60) == 0
+        assert follow.stderr.read() == ""
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()
+        follow.stdout.close()
+        follow.stderr.close()
+
+
+# --- changing -------------------------------------------------------------------------------
+
+
+def history_all(path: str, thread_id: str) -> list[dict[str, Any]]:
+    """Every checkpoint record of a thread, all namespaces."""
+    with FencedSqliteSaver(path) as saver:
+        namespaces = next(t for t in saver.threads() if t["thread_id"] == thread_id)["namespaces"]
+        return [
+            r
+            for ns in namespaces
+            for r in saver.history_records(thread_id, checkpoint_ns=ns, limit=1000)
+        ]
+
+
+def test_prune_dry_run_changes_nothing_and_predicts_the_prune(copy: str, cli: Any) -> None:
+    rows, raw = dump(copy), read_bytes(copy)
+    policy = ["--keep", "2", "--max-events", "5"]
+    dry = parsed(lgfs("prune", copy, "order-1", *policy, "--dry-run", "--json"))
+    assert dry[0]["dry_run"] is True and len(dry[0]["checkpoints"]) > 0
+    assert dry[0]["events_removed"] > 0
+    assert dump(copy) == rows and read_bytes(copy) == raw
+    refused = lgfs("prune", copy, "order-1", *policy)
+    assert refused.returncode == 6 and "--yes" in refused.stderr
+    assert dump(copy) == rows
+    done = parsed(lgfs("prune", copy, "order-1", *policy, "--yes", "--json"))
+    assert [{**r, "dry_run": True} for r in done] == dry
+    left = {(r["checkpoint_ns"], r["checkpoint_id"]) for r in history_all(copy, "order-1")}
+    assert left and not left & {tuple(k) for k in dry[0]["checkpoints"]}
+    events = parsed(cli("events", copy, "order-1", "--json"))
+    assert events[0]["seq"] == dry[0]["floor"] and len(events) <= 5
+
+
+def test_prune_max_age_keeps_recent_history(copy: str, cli: Any) -> None:
+    rows = dump(copy)
+    done = parsed(cli("prune", copy, "order-1", "order-2", "--max-age", "7d", "--json"))
+    assert [r["checkpoints"] for r in done] == [[], []]
+    assert dump(copy) == rows
+
+
+def test_compact_raises_the_floor(copy: str, cli: Any) -> None:
+    assert cli("compact", copy, "order-1", "--before", "5").returncode == 6
+    done = parsed(lgfs("compact", copy, "order-1", "--before", "5", "--yes", "--json"))
+    assert done == {"thread_id": "order-1", "floor": 5, "events_removed": 4}
+    assert parsed(cli("events", copy, "order-1", "--json"))[0]["seq"] == 5
+    gone = cli("events", copy, "order-1", "--after", "0", "--json")
+    assert gone.returncode == 3
+    assert json.loads(gone.stderr)["code"] == "replay_unavailable"
+
+
+def test_retract_removes_the_latest_run_and_refuses_a_live_run(copy: str, cli: Any) -> None:
+    rows = dump(copy)
+    busy = lgfs("retract", copy, "order-2", "--yes")
+    assert busy.returncode == 5 and "worker-2" in busy.stderr
+    assert cli("retract", copy, "order-1").returncode == 6
+    assert dump(copy) == rows
+    history = parsed(cli("history", copy, "order-1", "--limit", "100", "--json"))
+    run_a_latest = next(r for r in history if r["run_id"] == "run-a")
+    done = parsed(lgfs("retract", copy, "order-1", "--yes", "--json"))
+    assert done["run_id"] == "run-b" and done["checkpoints"] and done["seq"] is not None
+    shown = parsed(cli("show", copy, "order-1", "--json"))
+    assert shown["checkpoint_id"] == run_a_latest["checkpoint_id"]
+    claims = parsed(cli("claims", copy, "--json"))
+    assert "order-1" not in {c["thread_id"] for c in claims}  # its claim was released
+
+
+def test_delete_removes_a_thread_and_refuses_a_live_run(copy: str, cli: Any) -> None:
+    busy = cli("delete", copy, "order-2", "--yes")
+    assert busy.returncode == 5 and "worker-2" in busy.stderr
+    assert cli("delete", copy, "order-1").returncode == 6
+    done = parsed(lgfs("delete", copy, "order-1", "--yes", "--json"))
+    assert done["deleted"] is True
+    assert "order-1" not in {t["thread_id"] for t in parsed(cli("threads", copy, "--json"))}
+    assert cli("history", copy, "order-1").returncode == 3
+
+
+# --- doctor and errors --------------------------------------------------------------------------
+
+
+def test_doctor_reports_a_healthy_file(demo: str, cli: Any) -> None:
+    report = parsed(lgfs("doctor", demo, "--json"))
+    assert report["ok"] is True and report["problems"] == []
+    assert report["journal_mode"] == "wal" and report["synchronous"] == 2
+    assert report["integrity"] == ["ok"] and report["schema_version"] >= 1
+    assert report["threads"] == 3 and report["claims"] == 2 and report["live_claims"] == 1
+    assert isinstance(report["wal_bytes"], int)
+    assert "status          ok" in cli("doctor", demo).stdout
+
+
+def test_doctor_exits_non_zero_on_a_corrupt_index(copy: str) -> None:
+    conn = sqlite3.connect(copy, isolation_level=None)
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute(
+        "UPDATE sqlite_master SET sql = 'CREATE INDEX checkpoints_by_position ON "
+        "checkpoints (thread_id, checkpoint_id, position)' WHERE name = 'checkpoints_by_position'"
+    )
+    conn.close()
+    done = lgfs("doctor", copy, "--json")
+    assert done.returncode == 1
+    report = json.loads(done.stdout)
+    assert report["ok"] is False and "integrity_check" in report["problems"][0]
+
+
+def _missing(tmp_path: Any, demo: str) -> str:
+    return str(tmp_path / "missing.db")
+
+
+def _not_a_database(tmp_path: Any, demo: str) -> str:
+    path = tmp_path / "notes.db"
+    path.write_text("hello\n" * 100)
+    return str(path)
+
+
+def _sqlitesaver_file(tmp_path: Any, demo: str) -> str:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    path = str(tmp_path / "lg.db")
+    with SqliteSaver.from_conn_string(path) as saver:
+        saver.setup()
+    return path
+
+
+def _newer_schema(tmp_path: Any, demo: str) -> str:
+    path = str(tmp_path / "newer.db")
+    FencedSqliteSaver(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 999")
+    conn.close()
+    return path
+
+
+def _demo(tmp_path: Any, demo: str) -> str:
+    return demo
+
+
+@pytest.mark.parametrize(
+    ("make", "args", "code", "exit_code", "words", "subprocess"),
+    [
+        (_missing, ["history", "{}", "t"], "file_not_found", 3, "no such file", True),
+        (_not_a_database, ["threads", "{}"], "unsupported_format", 4, "not an SQLite", False),
+        (_sqlitesaver_file, ["doctor", "{}"], "unsupported_format", 4, "not a langgraph", True),
+        (_newer_schema, ["claims", "{}"], "unsupported_format", 4, "is newer than", True),
+        (_demo, ["show", "{}", "nobody"], "thread_not_found", 3, "nobody", False),
+        (
+            _demo,
+            ["show", "{}", "order-1", "--checkpoint", "x"],
+            "checkpoint_not_found",
+            3,
+            "'x'",
+            0,
+        ),
+        (_demo, ["prune", "{}", "order-1"], "usage", 2, "--keep", False),
+        (_demo, ["prune", "{}", "order-1", "--max-age", "soon"], "usage", 2, "duration", True),
+        (_demo, ["history"], "usage", 2, "required", False),
+    ],
+)
+def test_errors_are_one_line_with_a_documented_exit_code(
+    tmp_path: Any,
+    demo: str,
+    cli: Any,
+    make: Any,
+    args: list[str],
+    code: str,
+    exit_code: int,
+    words: str,
+    subprocess: bool,
+) -> None:
+    path = make(tmp_path, demo)
+    argv = [a.format(path) for a in args]
+    before = read_bytes(path) if os.path.exists(path) else None
+    done = lgfs(*argv) if subprocess else cli(*argv)
+    assert done.returncode == exit_code
+    assert done.stdout == "" and len(done.stderr.splitlines()) == 1
+    assert done.stderr.startswith("lgfs: error: ") and words in done.stderr
+    as_json = cli(*argv, "--json")
+    assert as_json.returncode == exit_code and as_json.stdout == ""
+    error = json.loads(as_json.stderr)
+    assert error["code"] == code and words in error["message"]
+    assert os.path.exists(path) == (make is not _missing)  # a missing file is not created
+    assert before is None or read_bytes(path) == before  # a refused file is left unchanged

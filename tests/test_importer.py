@@ -1,0 +1,318 @@
+"""`import_sqlitesaver` and `lgfs import-sqlitesaver`, on files made by LangGraph's `SqliteSaver`.
+
+The source file holds real graphs: a `Send` fan-out, a subgraph with an
+`interrupt` (resumed on one thread, left pending on another), chat messages,
+and a fork made by `update_state` on an old checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import os
+import pickle
+import shutil
+import sqlite3
+import subprocess
+import sys
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.types import Command, Send, interrupt
+
+from langgraph_fenced_sqlite import (
+    FencedSqliteSaver,
+    UndecodableRow,
+    UnsupportedFormat,
+    import_sqlitesaver,
+)
+
+THREADS = ("done", "waiting", "forked")
+
+
+class State(TypedDict, total=False):
+    """The parent graph's state."""
+
+    items: Annotated[list[str], operator.add]
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+class Review(TypedDict, total=False):
+    """The subgraph's state."""
+
+    items: Annotated[list[str], operator.add]
+    verdict: str
+
+
+def _review(state: Review) -> Review:
+    return {"verdict": interrupt({"question": "ship it?", "items": len(state["items"])})}
+
+
+def build_graph(checkpointer: Any) -> Any:
+    """Compile plan -> fan-out to workers -> review (a subgraph that interrupts) -> reply."""
+    review = StateGraph(Review)
+    review.add_node("ask", _review)
+    review.add_edge(START, "ask")
+    graph = StateGraph(State)
+    graph.add_node("plan", lambda s: {"items": ["plan"]})
+    graph.add_node("worker", lambda arg: {"items": [f"work:{arg['topic']}"]})
+    graph.add_node("review", review.compile())
+    graph.add_node("reply", lambda s: {"messages": [AIMessage(content=f"{len(s['items'])} items")]})
+    graph.add_edge(START, "plan")
+    graph.add_conditional_edges(
+        "plan", lambda s: [Send("worker", {"topic": t}) for t in ("x", "y")], ["worker"]
+    )
+    graph.add_edge("worker", "review")
+    graph.add_edge("review", "reply")
+    return graph.compile(checkpointer=checkpointer)
+
+
+def cfg(thread_id: str) -> Any:
+    """The config of a thread."""
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def run_threads(saver: Any) -> None:
+    """Write the three threads through `saver`."""
+    graph = build_graph(saver)
+    start = {"messages": [HumanMessage(content="hi")]}
+    graph.invoke(start, cfg("done"))
+    graph.invoke(Command(resume="yes"), cfg("done"))
+    graph.invoke(start, cfg("waiting"))
+    graph.invoke(start, cfg("forked"))
+    graph.invoke(Command(resume="no"), cfg("forked"))
+    old = list(graph.get_state_history(cfg("forked")))[3]
+    forked = graph.update_state(old.config, {"items": ["edited"]})
+    graph.invoke(None, forked)
+    graph.invoke(Command(resume="again"), cfg("forked"))
+
+
+@pytest.fixture(scope="module")
+def source_file(tmp_path_factory: Any) -> str:
+    """A `SqliteSaver` file written by real graphs (copy it to change it)."""
+    path = str(tmp_path_factory.mktemp("src") / "langgraph.db")
+    with SqliteSaver.from_conn_string(path) as saver:
+        run_threads(saver)
+    return path
+
+
+@pytest.fixture
+def source(source_file: str, tmp_path: Any) -> str:
+    """A private copy of the source file."""
+    path = str(tmp_path / "source.db")
+    shutil.copyfile(source_file, path)
+    return path
+
+
+def dump(path: str) -> dict[str, list[Any]]:
+    """Read every row of every table, read-only."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in tables}
+    finally:
+        conn.close()
+
+
+def read_bytes(path: str) -> bytes:
+    """The file's bytes."""
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def tuples(saver: Any) -> list[Any]:
+    """Every checkpoint tuple a saver lists, all threads and namespaces."""
+    return [
+        (t.config, t.checkpoint, t.metadata, t.parent_config, t.pending_writes)
+        for t in saver.list(None)
+    ]
+
+
+def test_import_gives_the_same_history_for_every_thread(source: str, tmp_path: Any) -> None:
+    dest = str(tmp_path / "fenced.db")
+    with FencedSqliteSaver(dest) as fenced, SqliteSaver.from_conn_string(source) as original:
+        report = import_sqlitesaver(source, fenced)
+        assert (report.threads, report.source, report.dest) == (3, source, dest)
+        theirs, ours = build_graph(original), build_graph(fenced)
+        for thread_id in THREADS:
+            expected = list(theirs.get_state_history(cfg(thread_id)))
+            assert len(expected) >= 4
+            assert list(ours.get_state_history(cfg(thread_id))) == expected
+            assert ours.get_state(cfg(thread_id), subgraphs=True) == theirs.get_state(
+                cfg(thread_id), subgraphs=True
+            )
+        expected_tuples = tuples(original)
+        assert tuples(fenced) == expected_tuples
+        assert report.checkpoints == len(expected_tuples)
+        assert report.writes == sum(len(t[4]) for t in expected_tuples)
+        forked = list(ours.get_state_history(cfg("forked")))
+        assert "update" in {s.metadata["source"] for s in forked}
+        waiting = ours.get_state(cfg("waiting"))
+        assert waiting.interrupts and waiting.interrupts[0].value["question"] == "ship it?"
+
+
+def test_import_reads_the_source_only(source: str, tmp_path: Any) -> None:
+    rows, raw = dump(source), read_bytes(source)
+    with FencedSqliteSaver(str(tmp_path / "fenced.db")) as fenced:
+        import_sqlitesaver(source, fenced)
+    assert read_bytes(source) == raw and dump(source) == rows
+
+
+def test_positions_follow_commit_order_parent_first(source: str, tmp_path: Any) -> None:
+    with FencedSqliteSaver(str(tmp_path / "fenced.db")) as fenced:
+        import_sqlitesaver(source, fenced)
+        for summary in fenced.threads():
+            for ns in summary["namespaces"]:
+                records = fenced.history_records(summary["thread_id"], checkpoint_ns=ns, limit=1000)
+                by_position = [r["checkpoint_id"] for r in reversed(records)]
+                assert by_position == sorted(by_position)  # id order == commit order
+                position = {r["checkpoint_id"]: r["position"] for r in records}
+                for r in records:
+                    if r["parent_checkpoint_id"]:
+                        assert position[r["parent_checkpoint_id"]] < r["position"]
+                assert all(r["token"] is None for r in records)  # unfenced puts
+
+
+def test_rerunning_the_import_changes_nothing(source: str, tmp_path: Any) -> None:
+    dest = str(tmp_path / "fenced.db")
+    with FencedSqliteSaver(dest) as fenced:
+        first = import_sqlitesaver(source, fenced)
+        rows = dump(dest)
+        again = import_sqlitesaver(source, fenced)
+        assert again == first
+        assert dump(dest) == rows  # events and counters included
+
+
+def test_an_imported_thread_resumes_like_the_original(source: str, tmp_path: Any) -> None:
+    with FencedSqliteSaver(str(tmp_path / "fenced.db")) as fenced:
+        import_sqlitesaver(source, fenced)
+        ours = build_graph(fenced).invoke(Command(resume="ok"), cfg("waiting"))
+    with SqliteSaver.from_conn_string(source) as original:
+        theirs = build_graph(original).invoke(Command(resume="ok"), cfg("waiting"))
+    assert ours["items"] == theirs["items"]  # the new message gets a fresh random id
+    assert [m.content for m in ours["messages"]] == [m.content for m in theirs["messages"]]
+    assert ours["messages"][-1].content == f"{len(ours['items'])} items"
+
+
+class _Boom:
+    """Unpickling this would create a file: proof that code ran."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> Any:
+        return (open, (self.marker, "w"))
+
+
+@pytest.mark.parametrize("table", ["checkpoints", "writes"])
+def test_a_row_that_does_not_decode_is_an_error_naming_it(
+    source: str, tmp_path: Any, table: str
+) -> None:
+    marker = str(tmp_path / "code-ran")
+    payload = pickle.dumps(_Boom(marker))
+    conn = sqlite3.connect(source)
+    with conn:
+        column = "checkpoint" if table == "checkpoints" else "value"
+        thread_id, cid = conn.execute(
+            f"SELECT thread_id, checkpoint_id FROM {table} WHERE thread_id = 'waiting' "
+            "ORDER BY checkpoint_id LIMIT 1"
+        ).fetchone()
+        conn.execute(
+            f"UPDATE {table} SET type = 'pickle', {column} = ? "
+            "WHERE thread_id = ? AND checkpoint_id = ?",
+            (payload, thread_id, cid),
+        )
+    conn.close()
+    with FencedSqliteSaver(str(tmp_path / "fenced.db")) as fenced:
+        with pytest.raises(UndecodableRow) as info:
+            import_sqlitesaver(source, fenced)
+    assert (info.value.thread_id, info.value.checkpoint_id) == ("waiting", cid)
+    assert "pickle" in str(info.value) and "waiting" in str(info.value) and cid in str(info.value)
+    assert not os.path.exists(marker)
+
+
+def test_refuses_what_is_not_a_sqlitesaver_file(tmp_path: Any) -> None:
+    with FencedSqliteSaver(str(tmp_path / "fenced.db")) as fenced:
+        with pytest.raises(FileNotFoundError):
+            import_sqlitesaver(str(tmp_path / "missing.db"), fenced)
+        text = tmp_path / "notes.txt"
+        text.write_text("not a database\n" * 100)
+        with pytest.raises(UnsupportedFormat, match="not an SQLite database"):
+            import_sqlitesaver(str(text), fenced)
+        with pytest.raises(UnsupportedFormat, match="not a LangGraph SqliteSaver file"):
+            import_sqlitesaver(fenced.path, fenced)
+        assert fenced.threads() == []
+
+
+def test_imports_old_files_without_task_path_and_with_text_metadata(
+    source: str, tmp_path: Any
+) -> None:
+    conn = sqlite3.connect(source)
+    with conn:
+        conn.execute("UPDATE checkpoints SET metadata = CAST(metadata AS TEXT)")
+        conn.execute("ALTER TABLE writes DROP COLUMN task_path")
+    conn.close()
+    dest = str(tmp_path / "fenced.db")
+    with FencedSqliteSaver(dest) as fenced, SqliteSaver.from_conn_string(source) as original:
+        import_sqlitesaver(source, fenced)
+        for thread_id in THREADS:
+            theirs = list(build_graph(original).get_state_history(cfg(thread_id)))
+            assert list(build_graph(fenced).get_state_history(cfg(thread_id))) == theirs
+
+
+def test_progress_counts_every_row_up_to_the_total(source: str, tmp_path: Any) -> None:
+    calls: list[tuple[int, int]] = []
+    with FencedSqliteSaver(str(tmp_path / "fenced.db")) as fenced:
+        report = import_sqlitesaver(source, fenced, progress=lambda *a: calls.append(a))
+    total = report.checkpoints + report.writes
+    assert calls[0] == (0, total) and calls[-1] == (total, total)
+    done = [d for d, _ in calls]
+    assert done == sorted(done) and {t for _, t in calls} == {total}
+
+
+def lgfs(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the real command in a subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "langgraph_fenced_sqlite", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.subprocess
+def test_the_command_imports_with_a_progress_bar_and_reruns_safely(
+    source: str, tmp_path: Any
+) -> None:
+    dest = str(tmp_path / "new" / "fenced.db")
+    os.mkdir(os.path.dirname(dest))
+    done = lgfs("import-sqlitesaver", source, dest, "--progress", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["threads"] == 3 and report["checkpoints"] > 0 and report["writes"] > 0
+    assert "importing [" in done.stderr and "100%" in done.stderr
+    rows = dump(dest)
+    again = lgfs("import-sqlitesaver", source, dest)
+    assert again.returncode == 0 and again.stderr == ""  # no bar off a terminal
+    assert again.stdout.startswith(f"imported 3 threads, {report['checkpoints']} checkpoints")
+    assert dump(dest) == rows
+    with SqliteSaver.from_conn_string(source) as original, FencedSqliteSaver(dest) as fenced:
+        assert tuples(fenced) == tuples(original)
+
+
+@pytest.mark.subprocess
+def test_the_command_refuses_a_bad_source_without_creating_dest(tmp_path: Any) -> None:
+    dest = str(tmp_path / "fenced.db")
+    missing = lgfs("import-sqlitesaver", str(tmp_path / "nope.db"), dest)
+    assert missing.returncode == 3 and "no such file" in missing.stderr
+    ours = str(tmp_path / "ours.db")
+    FencedSqliteSaver(ours).close()
+    refused = lgfs("import-sqlitesaver", ours, dest, "--json")
+    assert refused.returncode == 4
+    assert json.loads(refused.stderr)["code"] == "unsupported_format"
+    assert not os.path.exists(dest)
