@@ -16,7 +16,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 
 from . import schema
-from .errors import StaleClaim, ThreadBusy
+from .errors import StaleClaim, ThreadBusy, bad_argument
 
 __all__ = ["TOKEN_KEY", "Claim", "ThreadRow", "check_fence", "token_from_config"]
 
@@ -88,7 +88,7 @@ def token_from_config(config: RunnableConfig | None) -> int | None:
     if token is None:
         return None
     if isinstance(token, bool) or not isinstance(token, int):
-        raise TypeError(f"config['configurable'][{TOKEN_KEY!r}]: expected an int token")
+        raise bad_argument(f"config['configurable'][{TOKEN_KEY!r}]", "expected an int token")
     return token
 
 
@@ -114,7 +114,6 @@ def check_fence(
     *,
     now: float,
     require_claim: bool,
-    latest_id: Any = None,
 ) -> ThreadRow:
     """Check that a write may land on `thread_id`; return the thread's row.
 

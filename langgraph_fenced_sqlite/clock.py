@@ -12,6 +12,8 @@ import time
 from datetime import timedelta
 from typing import Protocol, runtime_checkable
 
+from .errors import bad_argument
+
 __all__ = ["Clock", "ManualClock", "SystemClock", "to_seconds"]
 
 
@@ -68,7 +70,7 @@ class ManualClock:
         """Jump to `when`, which must not be in the past."""
         with self._lock:
             if when < self._now:
-                raise ValueError("when: a ManualClock never goes back")
+                raise bad_argument("when", "a ManualClock never goes back")
             self._now = float(when)
 
 
@@ -84,9 +86,9 @@ def to_seconds(value: object, name: str, *, allow_zero: bool = False) -> float:
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         seconds = float(value)
     else:
-        raise TypeError(f"{name}: expected seconds or a timedelta, got {type(value).__name__}")
+        raise bad_argument(name, f"expected seconds or a timedelta, got {type(value).__name__}")
     if seconds != seconds or seconds in (float("inf"), float("-inf")):
-        raise ValueError(f"{name}: must be finite, got {value!r}")
+        raise bad_argument(name, f"must be finite, got {value!r}")
     if seconds < 0 or (seconds == 0 and not allow_zero):
-        raise ValueError(f"{name}: must be positive, got {value!r}")
+        raise bad_argument(name, f"must be positive, got {value!r}")
     return seconds

@@ -106,8 +106,11 @@ class Engine:
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._owner: int | None = None
-        self._closed = False
+        # Closed until the connection exists: an open that fails has nothing to
+        # close, and must not warn "not closed" from __del__ later.
+        self._closed = True
         self._conn = connect(path, busy_timeout)
+        self._closed = False
         try:
             self._validate()
             self._apply_pragmas()
@@ -272,7 +275,10 @@ class Engine:
             )
         if version > 0:
             self._check_ours(conn)
-        elif conn.execute(schema.COUNT_SCHEMA_OBJECTS).fetchone()[0]:
+        elif conn.execute(schema.COUNT_SCHEMA_OBJECTS).fetchone()[0] or conn.execute(
+            schema.GET_APPLICATION_ID
+        ).fetchone()[0] not in (0, schema.APPLICATION_ID):
+            # Tables, or another application's id on an empty file: not ours.
             raise UnsupportedFormat(
                 "open",
                 self.path,

@@ -14,6 +14,7 @@ __all__ = [
     "CheckpointNotFound",
     "ClaimError",
     "FencedSqliteError",
+    "InvalidArgument",
     "ReplayUnavailable",
     "SerializationError",
     "StaleClaim",
@@ -61,6 +62,31 @@ class FencedSqliteError(Exception):
 
 def _rebuild(cls: type[FencedSqliteError], args: tuple[Any, ...], message: str) -> Any:
     return cls(*args, message=message)
+
+
+class InvalidArgument(FencedSqliteError, ValueError, TypeError):
+    """Raise when an argument is malformed; nothing was touched.
+
+    Both a `ValueError` and a `TypeError`, so callers catching either (and
+    LangGraph code expecting the builtin kinds) keep working.
+
+    Attributes:
+        argument: The name of the offending argument.
+    """
+
+    code = "invalid_argument"
+    _fields = ("argument",)
+
+    def __init__(self, argument: str, *, message: str | None = None) -> None:
+        super().__init__(argument, message=message)
+
+    def _default_message(self) -> str:
+        return f"{self.argument}: invalid"
+
+
+def bad_argument(argument: str, problem: str) -> InvalidArgument:
+    """Return the error for `argument`, its message starting with the name."""
+    return InvalidArgument(argument, message=f"{argument}: {problem}")
 
 
 class ClaimError(FencedSqliteError):

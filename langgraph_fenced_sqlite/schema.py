@@ -178,11 +178,12 @@ HISTORY_PAGE = (
     "WHERE thread_id = ? AND checkpoint_ns = ? AND position < ? "
     "ORDER BY position DESC LIMIT ?"
 )
-# Rows that retention and retraction reason about (no blobs).
+# Rows that retention and retraction reason about (no blobs; the last column
+# is the envelope's channel_versions object, as JSON text).
 CHECKPOINT_SKELETON = (
     "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, position, source, "
-    "run_id, created_at, metadata FROM checkpoints WHERE thread_id = ? "
-    "ORDER BY position"
+    "run_id, created_at, metadata, json_extract(envelope, '$.channel_versions') "
+    "FROM checkpoints WHERE thread_id = ? ORDER BY position"
 )
 DELETE_CHECKPOINT = (
     "DELETE FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
@@ -217,7 +218,10 @@ UPSERT_WRITE_LAST_WINS = (
     _WRITE_INSERT + _WRITE_VALUES + " ON CONFLICT DO UPDATE SET task_path = excluded.task_path, "
     "channel = excluded.channel, type = excluded.type, blob = excluded.blob, "
     "position = excluded.position, run_id = excluded.run_id, token = excluded.token "
-    "WHERE coalesce(excluded.token, 0) >= coalesce(writes.token, 0)"
+    "WHERE coalesce(excluded.token, 0) >= coalesce(writes.token, 0) "
+    # An identical retry changes nothing (and so appends no event).
+    "AND (writes.channel IS NOT excluded.channel OR writes.type IS NOT excluded.type "
+    "OR writes.blob IS NOT excluded.blob OR writes.task_path IS NOT excluded.task_path)"
 )
 WRITES_OF_CHECKPOINT = (
     "SELECT task_id, channel, type, blob, task_path, idx FROM writes "
@@ -229,6 +233,7 @@ DELETE_WRITES_OF_CHECKPOINT = (
 )
 DELETE_THREAD_WRITES = "DELETE FROM writes WHERE thread_id = ?"
 DELETE_WRITES_OF_RUN = "DELETE FROM writes WHERE thread_id = ? AND run_id = ?"
+DELETE_WRITES_OF_RUN_ANY_THREAD = "DELETE FROM writes WHERE run_id = ?"
 DELETE_WRITES_FROM_POSITION = "DELETE FROM writes WHERE thread_id = ? AND position >= ?"
 COPY_WRITES = (
     "INSERT INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
@@ -333,7 +338,9 @@ def _json_literal(value: Any) -> str:
     # json_extract(x, '$') turns the literal back into the SQL value that
     # json_extract(metadata, path) gives for an equal stored value (objects and
     # arrays come back as minified JSON text, so key order must match too).
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    # Escaping must match as well: stored metadata keeps non-ASCII as is
+    # (`dumps_json`), and an object's text comes back verbatim, "\u00fc" and all.
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 
 
 # --- events --------------------------------------------------------------------------
@@ -374,3 +381,41 @@ TABLE_COUNTS = (
     "(SELECT count(*) FROM writes), (SELECT count(*) FROM events)"
 )
 INTEGRITY_CHECK = "PRAGMA integrity_check"
+
+# --- SqliteSaver import (read-only source) ---------------------------------------------
+# Run by `importer.py` on a LangGraph `SqliteSaver` file opened read-only
+# (`mode=ro`); they only read. That file's layout: checkpoints(thread_id,
+# checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata)
+# and writes(thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx,
+# channel, type, value); files made before `task_path` existed lack that column.
+
+SQLITESAVER_TABLE_COLUMNS = "SELECT name FROM pragma_table_info(?)"
+SQLITESAVER_COUNTS = "SELECT (SELECT count(*) FROM checkpoints), (SELECT count(*) FROM writes)"
+SQLITESAVER_THREADS = (
+    "SELECT thread_id FROM checkpoints UNION SELECT thread_id FROM writes ORDER BY 1"
+)
+SQLITESAVER_CHECKPOINT_KEYS = (
+    "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id FROM checkpoints "
+    "WHERE thread_id = ? ORDER BY checkpoint_id, checkpoint_ns"
+)
+SQLITESAVER_GET_CHECKPOINT = (
+    "SELECT type, checkpoint, metadata FROM checkpoints "
+    "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
+)
+SQLITESAVER_WRITES_OF_CHECKPOINT = (
+    "SELECT task_id, task_path, idx, channel, type, value FROM writes "
+    "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? "
+    "ORDER BY task_path, task_id, idx"
+)
+SQLITESAVER_WRITES_OF_CHECKPOINT_NO_TASK_PATH = (
+    "SELECT task_id, '' AS task_path, idx, channel, type, value FROM writes "
+    "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? "
+    "ORDER BY task_id, idx"
+)
+# Writes whose checkpoint the source never stored (LangGraph writes first).
+SQLITESAVER_ORPHAN_WRITE_KEYS = (
+    "SELECT DISTINCT w.checkpoint_ns, w.checkpoint_id FROM writes w WHERE w.thread_id = ? "
+    "AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = w.thread_id "
+    "AND c.checkpoint_ns = w.checkpoint_ns AND c.checkpoint_id = w.checkpoint_id) "
+    "ORDER BY w.checkpoint_id, w.checkpoint_ns"
+)

@@ -20,7 +20,7 @@ from langgraph.checkpoint.serde import jsonplus
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
-from .errors import SerializationError
+from .errors import SerializationError, bad_argument
 
 __all__ = ["DataOnlySerializer", "TypeKey", "dumps_json", "loads_json"]
 
@@ -50,8 +50,9 @@ def _normalize(types: Iterable[TypeKey | type]) -> frozenset[TypeKey]:
         ):
             out.add(tuple(item))
         else:
-            raise TypeError(
-                f"allowed_types: each entry must be a class or a (module, name) tuple, got {item!r}"
+            raise bad_argument(
+                "allowed_types",
+                f"each entry must be a class or a (module, name) tuple, got {item!r}",
             )
     return frozenset(out)
 

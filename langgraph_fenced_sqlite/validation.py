@@ -10,6 +10,8 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
+from .errors import bad_argument
+
 MAX_ID_LENGTH = 1024
 
 
@@ -21,22 +23,22 @@ def check_name(value: Any, name: str, *, allow_empty: bool = False) -> str:
         ValueError: empty, too long, or containing NUL.
     """
     if not isinstance(value, str):
-        raise TypeError(f"{name}: expected a string, got {type(value).__name__}")
+        raise bad_argument(name, f"expected a string, got {type(value).__name__}")
     if not value and not allow_empty:
-        raise ValueError(f"{name}: must not be empty")
+        raise bad_argument(name, "must not be empty")
     if len(value) > MAX_ID_LENGTH:
-        raise ValueError(f"{name}: longer than {MAX_ID_LENGTH} characters")
+        raise bad_argument(name, f"longer than {MAX_ID_LENGTH} characters")
     if "\x00" in value:
-        raise ValueError(f"{name}: must not contain NUL")
+        raise bad_argument(name, "must not contain NUL")
     return value
 
 
 def check_int(value: Any, name: str, *, minimum: int = 0) -> int:
     """Return `value` if it is an int (not bool) of at least `minimum`."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+        raise bad_argument(name, f"expected an int, got {type(value).__name__}")
     if value < minimum:
-        raise ValueError(f"{name}: must be at least {minimum}, got {value}")
+        raise bad_argument(name, f"must be at least {minimum}, got {value}")
     return value
 
 
@@ -56,10 +58,10 @@ def config_target(
         ValueError: the config names no thread, or (with `need_id`) no checkpoint.
     """
     if not isinstance(config, dict):
-        raise TypeError(f"config: expected a RunnableConfig dict, got {type(config).__name__}")
+        raise bad_argument("config", f"expected a RunnableConfig dict, got {type(config).__name__}")
     conf = config.get("configurable")
     if not isinstance(conf, dict) or conf.get("thread_id") is None:
-        raise ValueError('config["configurable"]["thread_id"]: required')
+        raise bad_argument('config["configurable"]["thread_id"]', "required")
     thread_id = conf["thread_id"]
     if isinstance(thread_id, int) and not isinstance(thread_id, bool):
         thread_id = str(thread_id)  # LangGraph itself turns non-str ids into str
@@ -70,5 +72,5 @@ def config_target(
     if cid is not None:
         check_name(cid, 'config["configurable"]["checkpoint_id"]')
     elif need_id:
-        raise ValueError('config["configurable"]["checkpoint_id"]: required')
+        raise bad_argument('config["configurable"]["checkpoint_id"]', "required")
     return thread_id, ns, cid

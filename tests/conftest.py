@@ -42,3 +42,32 @@ def open_store(db_path: str, clock: ManualClock) -> Iterator[Any]:
 def store(open_store: Any) -> FencedSqliteSaver:
     """One store on a fresh file."""
     return open_store()
+
+
+# --- conformance counts in the terminal summary (tests/test_conformance.py) -----------
+
+_CONFORMANCE_REPORTS: dict[str, dict[str, Any]] = {}
+
+
+@pytest.fixture
+def conformance_reports() -> dict[str, dict[str, Any]]:
+    """Collect LangGraph conformance reports (by API) for the terminal summary."""
+    return _CONFORMANCE_REPORTS
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Print LangGraph conformance counts: tests passed/failed and capabilities, per API."""
+    if not _CONFORMANCE_REPORTS:
+        return
+    terminalreporter.section("LangGraph checkpoint conformance")
+    for api, report in sorted(_CONFORMANCE_REPORTS.items()):
+        results = report["results"].values()
+        passed = sum(r["tests_passed"] for r in results)
+        failed = sum(r["tests_failed"] for r in results)
+        detected = sum(1 for r in results if r["detected"])
+        caps_ok = sum(1 for r in results if r["detected"] and r["passed"] is True)
+        terminalreporter.write_line(
+            f"{api} API: {passed} of {passed + failed} passed, {failed} failed; "
+            f"capabilities {caps_ok} of {len(report['results'])} passed "
+            f"({detected} detected); level {report['conformance_level']}"
+        )

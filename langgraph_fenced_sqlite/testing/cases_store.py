@@ -2,8 +2,420 @@
 
 from __future__ import annotations
 
-from ..errors import StoreClosed
+import math
+import os
+import pickle
+import sqlite3
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Any
+
+import ormsgpack
+from langgraph.checkpoint.base import (
+    ERROR,
+    INTERRUPT,
+    RESUME,
+    SCHEDULED,
+    WRITES_IDX_MAP,
+    empty_checkpoint,
+)
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde import jsonplus
+from langgraph.types import Interrupt, Send
+
+from .. import schema
+from ..errors import (
+    CheckpointNotFound,
+    ReplayUnavailable,
+    SerializationError,
+    StoreBusy,
+    StoreClosed,
+    StoreError,
+    ThreadBusy,
+    UndecodableRow,
+    UnsupportedFormat,
+)
 from .harness import ContractEnv, contract_case, raw
+
+# --- helpers -----------------------------------------------------------------------
+
+
+def _config(thread_id: str, ns: str = "", checkpoint_id: str | None = None) -> dict[str, Any]:
+    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
+    if checkpoint_id is not None:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}
+
+
+def _checkpoint(values: dict[str, Any] | None = None) -> dict[str, Any]:
+    cp = empty_checkpoint()
+    cp["channel_values"] = dict(values or {})
+    cp["channel_versions"] = {k: f"{1:032}.0" for k in cp["channel_values"]}
+    return cp
+
+
+def _put_chain(
+    store: Any, thread_id: str, n: int, *, ns: str = "", config: dict[str, Any] | None = None
+) -> list[str]:
+    """Put `n` checkpoints as one chain (each the parent of the next); return their ids."""
+    config = config or _config(thread_id, ns)
+    ids = []
+    for step in range(n):
+        cp = _checkpoint({"step": step})
+        stored = store.put(config, cp, {"source": "loop", "step": step, "parents": {}}, {})
+        config = {**config, "configurable": {**config["configurable"], **stored["configurable"]}}
+        ids.append(cp["id"])
+    return ids
+
+
+def _expect(
+    fn: Callable[[], Any], errors: type[BaseException] | tuple[type[BaseException], ...]
+) -> BaseException:
+    """Call `fn`; return the error it raised, failing if it raised none of `errors`."""
+    try:
+        fn()
+    except errors as exc:
+        return exc
+    raise AssertionError(f"expected {errors}, got no error")
+
+
+def _read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _dump(path: str) -> list[tuple[Any, ...]]:
+    """Read every row of every table of `path` with plain sqlite3 (a fingerprint)."""
+    conn = sqlite3.connect(path)
+    try:
+        out: list[tuple[Any, ...]] = []
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        for table in sorted(tables):
+            out.extend((table, *r) for r in conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2"))
+        return out
+    finally:
+        conn.close()
+
+
+def _seqs(store: Any, thread_id: str) -> list[int]:
+    return [e.seq for e in store.events_after(thread_id, 0, 10_000)]
+
+
+# --- 1. opening ---------------------------------------------------------------------
+
+
+@contract_case(1)
+def case_new_file_is_wal_full_and_versioned(env: ContractEnv) -> None:
+    """A new file opens in WAL mode with synchronous=FULL and records its schema version."""
+    assert not os.path.exists(env.path)
+    store = env.open()
+    stats = store.stats()
+    assert stats["journal_mode"] == "wal", stats
+    assert stats["synchronous"] == 2, stats  # FULL
+    assert stats["schema_version"] == schema.SCHEMA_VERSION, stats
+    conn = sqlite3.connect(env.path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
+        assert conn.execute("PRAGMA application_id").fetchone()[0] == schema.APPLICATION_ID
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        conn.close()
+
+
+@contract_case(1)
+def case_second_open_takes_no_write_lock(env: ContractEnv) -> None:
+    """A second open of a set-up file migrates nothing: it succeeds while the write lock is held."""
+    first = env.open()
+    _put_chain(first, "t", 2)
+    before = _dump(env.path)
+    blocker = sqlite3.connect(env.path, isolation_level=None, timeout=0)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")  # hold the file's write lock
+        # Any write during open (a migration, a pragma that writes) would
+        # wait for that lock and fail with StoreBusy after 0.2 s.
+        second = env.open(busy_timeout=0.2)
+        assert second.stats()["schema_version"] == schema.SCHEMA_VERSION
+        assert second.get_tuple(_config("t")) is not None
+        blocker.execute("ROLLBACK")
+    finally:
+        blocker.close()
+    assert _dump(env.path) == before
+
+
+# --- 2. refusing files --------------------------------------------------------------
+
+
+@contract_case(2)
+def case_newer_schema_is_refused_unchanged(env: ContractEnv) -> None:
+    """A file of a newer schema is refused with UnsupportedFormat, byte for byte unchanged."""
+    raw(env.open()).close()
+    conn = sqlite3.connect(env.path)
+    conn.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION + 7}")
+    conn.commit()
+    conn.close()
+    before = _read_bytes(env.path)
+    exc = _expect(env.open, UnsupportedFormat)
+    assert "newer" in str(exc) and env.path in str(exc), str(exc)
+    assert str(schema.SCHEMA_VERSION + 7) in str(exc), str(exc)
+    assert _read_bytes(env.path) == before
+    assert not os.path.exists(env.path + "-wal") or _read_bytes(env.path + "-wal") == b""
+
+
+@contract_case(2)
+def case_non_database_is_refused_unchanged(env: ContractEnv) -> None:
+    """A file that is not a database is refused with UnsupportedFormat and left unchanged."""
+    content = b"this is a text file, not a database\n" * 200
+    with open(env.path, "wb") as f:
+        f.write(content)
+    exc = _expect(env.open, UnsupportedFormat)
+    assert env.path in str(exc), str(exc)
+    assert _read_bytes(env.path) == content
+    assert not os.path.exists(env.path + "-wal")
+
+
+@contract_case(2)
+def case_other_applications_database_is_refused_unchanged(env: ContractEnv) -> None:
+    """An SQLite file of another application (tables, user_version or application_id) is refused."""
+    variants = [
+        ["CREATE TABLE notes (body TEXT)", "INSERT INTO notes VALUES ('keep me')"],
+        ["CREATE TABLE notes (body TEXT)", "PRAGMA user_version = 1"],
+        ["PRAGMA journal_mode = wal", "CREATE TABLE t (x)", "PRAGMA user_version = 1"],
+        # No tables at all, but the file says whose it is.
+        ["PRAGMA application_id = 1234"],
+    ]
+    for statements in variants:
+        conn = sqlite3.connect(env.path, isolation_level=None)
+        for statement in statements:
+            conn.execute(statement)
+        conn.close()
+        before = _read_bytes(env.path)
+        exc = _expect(env.open, UnsupportedFormat)
+        assert env.path in str(exc), str(exc)
+        assert _read_bytes(env.path) == before, statements
+        os.remove(env.path)
+
+
+def _open_at(env: ContractEnv, path: str) -> None:
+    """Open (and close) a store on a path other than the env's file."""
+    from ..saver import FencedSqliteSaver
+
+    FencedSqliteSaver(path, clock=env.clock).close()
+
+
+@contract_case(2)
+def case_missing_directory_is_refused(env: ContractEnv) -> None:
+    """A path in a missing directory is a StoreError naming the path; nothing is created."""
+    missing_dir = os.path.join(os.path.dirname(env.path), "no", "such", "dir")
+    path = os.path.join(missing_dir, "x.db")
+    exc = _expect(lambda: _open_at(env, path), StoreError)
+    assert not isinstance(exc, StoreClosed)
+    assert path in str(exc) and "open" in str(exc), str(exc)
+    assert not os.path.exists(os.path.join(os.path.dirname(env.path), "no"))
+
+
+# --- 3. round trips -----------------------------------------------------------------
+
+
+_UNICODE = "héllo wörld — 你好, мир 🙂 \u200b\U0001f680 'quotes' \"double\" \\ back"
+
+
+def _rich_values() -> dict[str, Any]:
+    return {
+        "text": _UNICODE,
+        "ключ-🙂": {"nested": [1, -2, 3.5, None, True, False, "二", {"deeper": [[], {}]}]},
+        "ints": [0, 2**63 - 1, -(2**63)],
+        "float": 1e-300,
+        "bytes": b"\x00\x01\xff" * 10,
+        "when": datetime(2024, 2, 29, 12, 30, tzinfo=timezone.utc),
+        "uuid": uuid.UUID("12345678-1234-5678-1234-567812345678"),
+        "decimal": Decimal("3.14159265358979323846"),
+        "set": {1, 2, 3},
+        "send": Send("node", {"arg": _UNICODE}),
+        "big_text": "é漢🙂x" * 500_000,  # ~2 MB of UTF-8
+        "big_bytes": os.urandom(3 * 1024 * 1024),
+    }
+
+
+@contract_case(3)
+def case_values_metadata_and_writes_round_trip(env: ContractEnv) -> None:
+    """Checkpoints, metadata and pending writes read back exactly as written (unicode, MBs)."""
+    store = env.open()
+    thread_id, ns = "线程-ü-🙂", "子图:ü|x"
+    cp = _checkpoint(_rich_values())
+    cp["versions_seen"] = {"node-ü": {"text": cp["channel_versions"]["text"]}}
+    metadata = {
+        "source": "loop",
+        "step": 7,
+        "parents": {"": "parent-id"},
+        "ünïcode": {"list": [1, "二", None, True, 1.5], "empty": {}},
+        "run_id": "run-🙂",
+    }
+    stored = store.put(_config(thread_id, ns), cp, metadata, cp["channel_versions"])
+    assert stored["configurable"] == {
+        "thread_id": thread_id,
+        "checkpoint_ns": ns,
+        "checkpoint_id": cp["id"],
+    }
+    got = store.get_tuple(stored)
+    assert got is not None
+    assert got.checkpoint == cp, "checkpoint differs after a round trip"
+    assert got.metadata == metadata
+    assert got.config["configurable"] == stored["configurable"]
+    assert got.parent_config is None
+    listed = list(store.list(_config(thread_id, ns)))
+    assert [t.checkpoint for t in listed] == [cp]
+
+
+@contract_case(3)
+def case_pending_writes_round_trip_in_langgraph_order(env: ContractEnv) -> None:
+    """Pending writes, every WRITES_IDX_MAP channel included, read back as InMemorySaver's."""
+    assert set(WRITES_IDX_MAP) == {ERROR, SCHEDULED, INTERRUPT, RESUME}
+    store = env.open()
+    reference = InMemorySaver()
+    cp = _checkpoint({"x": 1})
+    batches: list[tuple[list[tuple[str, Any]], str, str]] = [
+        (
+            [
+                ("messages", [{"role": "user", "content": _UNICODE}]),
+                ("频道", {"nested": {"a": [1, 2, {"b": None}]}}),
+                ("large", "x" * (1024 * 1024)),
+            ],
+            "task-b",
+            "~__pregel_pull, node-b",
+        ),
+        (
+            [
+                (INTERRUPT, [Interrupt(value={"question": _UNICODE}, id="interrupt-1")]),
+                (RESUME, ["yes", {"why": "ü"}]),
+                (SCHEDULED, None),
+                (ERROR, "ValueError('boom')"),
+            ],
+            "task-a",
+            "~__pregel_pull, node-a",
+        ),
+        ([("regular", 1), ("regular", 2)], "task-c", ""),
+    ]
+    results = []
+    for saver in (store, reference):
+        config = saver.put(_config("t"), cp, {"source": "loop", "step": 0, "parents": {}}, {})
+        for writes, task_id, task_path in batches:
+            saver.put_writes(config, writes, task_id, task_path)
+        got = saver.get_tuple(config)
+        assert got is not None
+        results.append(got.pending_writes)
+    ours, theirs = results
+    assert ours == theirs, f"pending writes differ from InMemorySaver's:\n{ours}\n{theirs}"
+    assert {w[1] for w in ours} >= set(WRITES_IDX_MAP)
+
+
+@contract_case(3)
+def case_special_channels_are_last_writer_wins(env: ContractEnv) -> None:
+    """Special channels are replaced by a later write; regular writes keep the first value."""
+    store = env.open()
+    config = store.put(_config("t"), _checkpoint(), {"source": "loop", "step": 0}, {})
+    store.put_writes(config, [(RESUME, "first"), ("regular", "first")], "task")
+    store.put_writes(config, [(RESUME, "second"), ("regular", "second")], "task")
+    got = store.get_tuple(config)
+    assert got is not None
+    assert sorted((w[1], w[2]) for w in got.pending_writes) == [
+        (RESUME, "second"),
+        ("regular", "first"),
+    ]
+
+
+# --- 4. history ---------------------------------------------------------------------
+
+
+@contract_case(4)
+def case_history_pages_newest_first(env: ContractEnv) -> None:
+    """`history` pages newest first by the last id of each page; an unknown `before` raises."""
+    store = env.open()
+    c1, c2, c3, c4, c5 = _put_chain(store, "t", 5)
+    _put_chain(store, "other", 2)
+
+    def ids(**kwargs: Any) -> list[str]:
+        return [t.checkpoint["id"] for t in store.history("t", limit=2, **kwargs)]
+
+    assert ids() == [c5, c4]
+    assert ids(before=c4) == [c3, c2]
+    assert ids(before=c2) == [c1]
+    assert ids(before=c1) == []
+    page = store.history("t", limit=2)
+    assert [t.checkpoint["channel_values"] for t in page] == [{"step": 4}, {"step": 3}]
+    assert page[0].parent_config is not None
+    assert page[0].parent_config["configurable"]["checkpoint_id"] == c4
+    for missing in ("not-a-checkpoint", _put_chain(store, "elsewhere", 1)[0]):
+        exc = _expect(lambda m=missing: store.history("t", before=m, limit=2), CheckpointNotFound)
+        assert exc.thread_id == "t" and exc.checkpoint_id == missing, exc.to_dict()
+    assert store.history("never-written", limit=3) == []
+
+
+@contract_case(4)
+def case_history_paging_visits_every_checkpoint_once(env: ContractEnv) -> None:
+    """Paging by the last id of each page visits every checkpoint exactly once, any page size."""
+    store = env.open()
+    written = _put_chain(store, "t", 11)
+    _put_chain(store, "t", 3, ns="sub:1")
+    for size in (1, 2, 3, 4, 10, 11, 50):
+        seen: list[str] = []
+        before = None
+        while True:
+            page = store.history("t", before=before, limit=size)
+            assert len(page) <= size
+            if not page:
+                break
+            seen.extend(t.checkpoint["id"] for t in page)
+            before = page[-1].checkpoint["id"]
+        assert seen == written[::-1], size
+
+
+# --- 5. reopen ----------------------------------------------------------------------
+
+
+@contract_case(5, needs={"reopen"})
+def case_reopen_keeps_everything(env: ContractEnv) -> None:
+    """After close and reopen, checkpoints, writes, claims, tokens, seqs and floors remain."""
+    store = env.open()
+    granted = store.claim("t", "alice", 100)
+    fenced = granted.config()
+    ids = _put_chain(store, "t", 3, config=fenced)
+    latest = store.get_tuple(_config("t"))
+    assert latest is not None
+    writes_config = {"configurable": {**fenced["configurable"], **latest.config["configurable"]}}
+    store.put_writes(writes_config, [("w", {"ü": 1})], "task")
+    store.append_events("t", granted.token, [("note", {"n": 1}), ("note", {"n": 2})])
+    floor = store.compact_events("t", 3)
+    other = store.claim("t2", "bob", 5)
+    store.release("t2", other.token)
+    before_events = store.events_after("t", floor - 1, 100)
+    before_latest = store.get_tuple(_config("t"))
+    before_list = [t.checkpoint["id"] for t in store.list(_config("t"))]
+    counter = store.stats()["token_counter"]
+
+    store = env.reopen(store)
+    assert store.current_claim("t") == granted
+    assert store.current_claim("t2") is None
+    assert store.get_tuple(_config("t")) == before_latest
+    assert [t.checkpoint["id"] for t in store.list(_config("t"))] == before_list == ids[::-1]
+    assert store.events_after("t", floor - 1, 100) == before_events
+    exc = _expect(lambda: store.events_after("t", 0, 100), ReplayUnavailable)
+    assert exc.floor == floor == 3
+    assert store.stats()["token_counter"] == counter
+    # The claim is still live and still fences: the same token writes on.
+    busy = _expect(lambda: store.claim("t", "carol", 10), ThreadBusy)
+    assert busy.holder == "alice"
+    seqs = store.append_events("t", granted.token, [("after-reopen", {})])
+    assert seqs == [before_events[-1].seq + 1]
+    taken = store.take_over("t", "carol", 10)
+    assert taken.token > max(granted.token, other.token)
+
+
+# --- 6. closing ---------------------------------------------------------------------
 
 
 @contract_case(6)
@@ -18,3 +430,433 @@ def case_close_twice_then_calls_raise_store_closed(env: ContractEnv) -> None:
         pass
     else:
         raise AssertionError("get_tuple after close() did not raise StoreClosed")
+
+
+@contract_case(6)
+def case_every_call_after_close_raises_store_closed(env: ContractEnv) -> None:
+    """Reads, writes, claims and events after `close()` (sync or async) all raise StoreClosed."""
+    store = env.open()
+    granted = store.claim("t", "alice", 10)
+    ids = _put_chain(store, "t", 1, config=granted.config())
+    store.close()
+    store.close()
+    cp_config = _config("t", checkpoint_id=ids[0])
+    calls: dict[str, Callable[[], Any]] = {
+        "get_tuple": lambda: store.get_tuple(cp_config),
+        "list": lambda: list(store.list(None)),
+        "put": lambda: store.put(cp_config, _checkpoint(), {"source": "loop", "step": 1}, {}),
+        "put_writes": lambda: store.put_writes(cp_config, [("c", 1)], "task"),
+        "history": lambda: store.history("t"),
+        "claim": lambda: store.claim("u", "bob", 5),
+        "renew": lambda: store.renew("t", granted.token, 5),
+        "release": lambda: store.release("t", granted.token),
+        "append_events": lambda: store.append_events("t", granted.token, [("k", {})]),
+        "events_after": lambda: store.events_after("t", 0, 10),
+        "wait_events": lambda: store.wait_events("t", 0, limit=10, timeout=0.01),
+        "compact_events": lambda: store.compact_events("t", 2),
+        "delete_thread": lambda: store.delete_thread("t"),
+        "setup": lambda: store.setup(),
+        "stats": lambda: store.stats(),
+    }
+    for op, call in calls.items():
+        exc = _expect(call, StoreClosed)
+        assert env.path in str(exc), (op, str(exc))
+    # What was committed before close is still there for the next store.
+    again = env.open()
+    assert again.current_claim("t") == granted
+
+
+# --- 7. busy ------------------------------------------------------------------------
+
+
+@contract_case(7)
+def case_blocked_write_raises_store_busy_and_reads_go_on(env: ContractEnv) -> None:
+    """A write behind another connection's write transaction waits busy_timeout, then StoreBusy."""
+    store = env.open(busy_timeout=0.2)
+    ids = _put_chain(store, "t", 2)
+    before = _dump(env.path)
+    seqs_before = _seqs(store, "t")
+    blocker = sqlite3.connect(env.path, isolation_level=None, timeout=0)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")
+        blocker.execute("UPDATE meta SET value = value WHERE key = 'token_counter'")
+        parent = _config("t", checkpoint_id=ids[-1])
+        writes: dict[str, Callable[[], Any]] = {
+            "put": lambda: store.put(parent, _checkpoint(), {"source": "loop", "step": 9}, {}),
+            "put_writes": lambda: store.put_writes(parent, [("c", 1)], "task"),
+            "claim": lambda: store.claim("t", "alice", 10),
+        }
+        for op, call in writes.items():
+            started = time.monotonic()
+            exc = _expect(call, StoreBusy)
+            elapsed = time.monotonic() - started
+            assert exc.op == op and exc.path == env.path, exc.to_dict()
+            assert op in str(exc) and env.path in str(exc), str(exc)
+            # It waited (about) busy_timeout, not zero; the bound only avoids a hang.
+            assert exc.waited_s >= 0.19 and elapsed >= 0.19, (exc.waited_s, elapsed)
+            assert elapsed < 30
+            # Reads on the same file go on meanwhile, through the same store.
+            assert store.get_tuple(_config("t")).checkpoint["id"] == ids[-1]
+            assert [t.checkpoint["id"] for t in store.list(_config("t"))] == ids[::-1]
+            assert _seqs(store, "t") == seqs_before
+        blocker.execute("ROLLBACK")
+    finally:
+        blocker.close()
+    assert _dump(env.path) == before, "a refused write changed the file"
+    # Once the lock is free, the next write lands with the next seq: none was spent.
+    _put_chain(store, "t", 1, config=_config("t", checkpoint_id=ids[-1]))
+    assert _seqs(store, "t") == list(range(1, len(seqs_before) + 2))
+
+
+# --- 29. bad input ------------------------------------------------------------------
+
+_BAD_NAMES: list[tuple[Any, type[BaseException]]] = [
+    ("", ValueError),
+    ("x" * 100_000, ValueError),
+    ("a\x00b", ValueError),
+    (5, TypeError),
+    (None, TypeError),
+    (b"bytes", TypeError),
+]
+_BAD_SECONDS: list[tuple[Any, type[BaseException]]] = [
+    (0, ValueError),
+    (-1, ValueError),
+    (-0.5, ValueError),
+    (math.nan, ValueError),
+    (math.inf, ValueError),
+    ("10", TypeError),
+    (True, TypeError),
+    (None, TypeError),
+]
+
+
+def _bad_calls(store: Any, token: int, cp_id: str) -> list[tuple[str, Callable[[], Any], type]]:
+    """Every (argument name, call, error class) of case 29."""
+    calls: list[tuple[str, Callable[[], Any], type]] = []
+    cp = _config("t", checkpoint_id=cp_id)
+    md = {"source": "loop", "step": 5}
+    for bad, err in _BAD_NAMES:
+        calls += [
+            ("thread_id", lambda b=bad: store.claim(b, "alice", 10), err),
+            ("holder", lambda b=bad: store.claim("fresh", b, 10), err),
+            ("thread_id", lambda b=bad: store.take_over(b, "alice", 10), err),
+            ("holder", lambda b=bad: store.take_over("t", b, 10), err),
+            ("thread_id", lambda b=bad: store.renew(b, token, 10), err),
+            ("thread_id", lambda b=bad: store.release(b, token), err),
+            ("thread_id", lambda b=bad: store.append_events(b, token, [("k", {})]), err),
+            ("thread_id", lambda b=bad: store.events_after(b, 0, 10), err),
+            ("thread_id", lambda b=bad: store.compact_events(b, 5), err),
+            ("thread_id", lambda b=bad: store.delete_thread(b), err),
+            ("thread_id", lambda b=bad: store.history(b), err),
+            ("thread_id", lambda b=bad: store.wait_events(b, 0, timeout=0.01), err),
+        ]
+        if bad != "":  # "" is the root namespace
+            calls.append(("checkpoint_ns", lambda b=bad: store.history("t", checkpoint_ns=b), err))
+        if bad not in ("", None):  # before=None means "from the newest"
+            calls.append(("before", lambda b=bad: store.history("t", before=b), err))
+        if not (isinstance(bad, int) or bad is None):
+            # LangGraph turns an int thread id into a str; None means "no thread".
+            calls += [
+                ("thread_id", lambda b=bad: store.get_tuple(_config(b)), err),
+                ("thread_id", lambda b=bad: store.put(_config(b), _checkpoint(), md, {}), err),
+            ]
+        if bad not in ("", None):
+            calls += [
+                (
+                    "checkpoint_ns",
+                    lambda b=bad: store.put(_config("t", b), _checkpoint(), md, {}),
+                    err,
+                ),
+                (
+                    "checkpoint_ns",
+                    lambda b=bad: store.put_writes(
+                        {"configurable": {**cp["configurable"], "checkpoint_ns": b}},
+                        [("c", 1)],
+                        "task",
+                    ),
+                    err,
+                ),
+                (
+                    "checkpoint_id",
+                    lambda b=bad: store.get_tuple(_config("t", checkpoint_id=b)),
+                    err,
+                ),
+            ]
+        if bad is not None:
+            calls += [
+                ("task_id", lambda b=bad: store.put_writes(cp, [("c", 1)], b), err),
+                (
+                    "checkpoint",
+                    lambda b=bad: store.put(cp, {**_checkpoint(), "id": b}, md, {}),
+                    err,
+                ),
+            ]
+    for bad, err in _BAD_SECONDS:
+        calls += [
+            ("ttl", lambda b=bad: store.claim("fresh", "alice", b), err),
+            ("ttl", lambda b=bad: store.take_over("t", "alice", b), err),
+            ("ttl", lambda b=bad: store.renew("t", token, b), err),
+            ("timeout", lambda b=bad: store.wait_events("t", 0, timeout=b), err),
+        ]
+    for bad, err in [("1", TypeError), (1.0, TypeError), (None, TypeError), (True, TypeError)]:
+        calls += [
+            ("token", lambda b=bad: store.renew("t", b, 10), err),
+            ("token", lambda b=bad: store.release("t", b), err),
+            ("token", lambda b=bad: store.append_events("t", b, [("k", {})]), err),
+        ]
+    calls += [
+        ("limit", lambda: store.events_after("t", 0, 0), ValueError),
+        ("limit", lambda: store.history("t", limit=0), ValueError),
+        ("limit", lambda: list(store.list(None, limit=0)), ValueError),
+        ("limit", lambda: store.wait_events("t", 0, limit=0, timeout=1), ValueError),
+        ("after_seq", lambda: store.events_after("t", -1, 10), ValueError),
+        ("before_seq", lambda: store.compact_events("t", 0), ValueError),
+        ("thread_id", lambda: store.get_tuple({"configurable": {}}), ValueError),
+        ("config", lambda: store.get_tuple("t"), TypeError),
+        ("checkpoint_id", lambda: store.put_writes(_config("t"), [("c", 1)], "task"), ValueError),
+        ("filter", lambda: list(store.list(None, filter=[("a", 1)])), TypeError),
+        ("events", lambda: store.append_events("t", token, "kind"), TypeError),
+    ]
+    return calls
+
+
+@contract_case(29)
+def case_bad_input_is_rejected_before_the_file_is_touched(env: ContractEnv) -> None:
+    """Bad ids, ttls, timeouts and types raise a ValueError/TypeError naming the argument."""
+    for kwargs, name in [
+        ({"busy_timeout": 0}, "busy_timeout"),
+        ({"busy_timeout": -1}, "busy_timeout"),
+        ({"poll_interval": 0}, "poll_interval"),
+        ({"require_claim": "yes"}, "require_claim"),
+        ({"allowed_types": ["not-a-type"]}, "allowed_types"),
+    ]:
+        exc = _expect(lambda k=kwargs: env.open(**k), (ValueError, TypeError))
+        assert name in str(exc), (kwargs, str(exc))
+    assert not os.path.exists(env.path), "a refused open created the file"
+
+    store = env.open()
+    granted = store.claim("t", "alice", 10)
+    cp_id = _put_chain(store, "t", 1, config=granted.config())[0]
+    before = _dump(env.path)
+    watcher = sqlite3.connect(env.path)
+    version = watcher.execute("PRAGMA data_version").fetchone()[0]
+    try:
+        calls = _bad_calls(store, granted.token, cp_id)
+        for name, call, err in calls:
+            exc = _expect(call, (ValueError, TypeError))
+            assert isinstance(exc, err), (name, type(exc), str(exc))
+            assert name in str(exc), (name, str(exc))
+        # No other connection committed anything meanwhile (data_version would move).
+        assert watcher.execute("PRAGMA data_version").fetchone()[0] == version
+    finally:
+        watcher.close()
+    assert _dump(env.path) == before
+    # The checks run before the store is consulted at all: a closed store still
+    # names the bad argument instead of raising StoreClosed.
+    store.close()
+    for name, call, err in calls:
+        exc = _expect(call, (ValueError, TypeError, StoreClosed))
+        assert isinstance(exc, err), (name, type(exc), str(exc))
+
+
+# --- 30. hostile rows ---------------------------------------------------------------
+
+
+@dataclass
+class Parcel:
+    """A user type outside the default allow-list (for case 30)."""
+
+    label: str
+    weight: float
+
+
+class _Mkdir:
+    """Pickles to `os.mkdir(path)`: unpickling it creates a directory."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.mkdir, (self.path,))
+
+
+def hostile_payloads(marker: str) -> dict[str, tuple[str, bytes]]:
+    """Return `(type tag, blob)` rows that would create `marker` if they were decoded naively.
+
+    Args:
+        marker: A path that must not exist afterwards.
+    """
+
+    def ext(code: int, parts: list[Any]) -> bytes:
+        return ormsgpack.packb(
+            {"v": ormsgpack.Ext(code, ormsgpack.packb(parts))}, option=ormsgpack.OPT_NON_STR_KEYS
+        )
+
+    return {
+        "pickle": ("pickle", pickle.dumps(_Mkdir(marker))),
+        "unknown tag": ("definitely-not-a-tag", b"\x00\x01"),
+        "legacy json tag": ("json", b'{"lc": 1, "type": "constructor"}'),
+        "os.mkdir": ("msgpack", ext(jsonplus.EXT_CONSTRUCTOR_POS_ARGS, ["os", "mkdir", [marker]])),
+        "builtins.eval": (
+            "msgpack",
+            ext(
+                jsonplus.EXT_CONSTRUCTOR_SINGLE_ARG,
+                ["builtins", "eval", f"__import__('os').mkdir({marker!r})"],
+            ),
+        ),
+        "method": (
+            "msgpack",
+            ext(jsonplus.EXT_METHOD_SINGLE_ARG, ["os", "mkdir", marker, "__call__"]),
+        ),
+        "kw ctor": (
+            "msgpack",
+            ext(jsonplus.EXT_CONSTRUCTOR_KW_ARGS, ["subprocess", "Popen", {"args": ["true"]}]),
+        ),
+        "pydantic": (
+            "msgpack",
+            ext(jsonplus.EXT_PYDANTIC_V2, ["os", "mkdir", {"path": marker}, None]),
+        ),
+        # A module nobody imported: decoding must not even import it.
+        "unimported module": (
+            "msgpack",
+            ext(jsonplus.EXT_CONSTRUCTOR_SINGLE_ARG, [_UNIMPORTED, "check", marker]),
+        ),
+    }
+
+
+_UNIMPORTED = "tabnanny"
+
+
+@contract_case(30)
+def case_hostile_rows_raise_undecodable_and_run_nothing(env: ContractEnv) -> None:
+    """Rows tagged pickle/unknown, or naming a type outside the allow-list, raise UndecodableRow."""
+    store = env.open()
+    marker = os.path.join(os.path.dirname(env.path), "code-ran")
+    imported_before = _UNIMPORTED in sys.modules
+    for label, (tag, blob) in hostile_payloads(marker).items():
+        thread_id = f"t-{label}"
+        cp_id = _put_chain(store, thread_id, 1)[0]
+        cp = _config(thread_id, checkpoint_id=cp_id)
+        store.put_writes(cp, [("chan", "fine")], "task")
+        for table, sql in [
+            (
+                "checkpoints",
+                "UPDATE checkpoints SET values_type = ?, values_blob = ? WHERE thread_id = ?",
+            ),
+            ("writes", "UPDATE writes SET type = ?, blob = ? WHERE thread_id = ?"),
+        ]:
+            _plant(env.path, sql, (tag, blob, thread_id))
+            reads: dict[str, Callable[[], Any]] = {
+                "get_tuple latest": lambda t=thread_id: store.get_tuple(_config(t)),
+                "get_tuple by id": lambda c=cp: store.get_tuple(c),
+                "list": lambda t=thread_id: list(store.list(_config(t))),
+                "history": lambda t=thread_id: store.history(t),
+            }
+            for what, read in reads.items():
+                exc = _expect(read, UndecodableRow)
+                assert exc.thread_id == thread_id and exc.checkpoint_id == cp_id, (
+                    label,
+                    table,
+                    what,
+                    exc.to_dict(),
+                )
+                assert thread_id in str(exc) and cp_id in str(exc), str(exc)
+                assert not os.path.exists(marker), f"{label} in {table} ran code"
+            if table == "checkpoints":  # restore, so the writes row is what fails next
+                _plant(env.path, sql, (*_encoded({"step": 0}), thread_id))
+    assert imported_before or _UNIMPORTED not in sys.modules, "decoding imported a module"
+    # The store stays usable.
+    assert store.get_tuple(_config("clean")) is None
+    _put_chain(store, "clean", 1)
+
+
+def _encoded(value: Any) -> tuple[str, bytes]:
+    from ..serde import DataOnlySerializer
+
+    return DataOnlySerializer().dumps_typed(value)
+
+
+def _plant(path: str, sql: str, params: tuple[Any, ...]) -> None:
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute(sql, params).rowcount >= 1
+        conn.commit()
+    finally:
+        conn.close()
+
+
+@contract_case(30)
+def case_bad_envelope_or_allowed_type_with_bad_args_is_undecodable(env: ContractEnv) -> None:
+    """An unknown envelope format, or an allowed type that fails to build, is UndecodableRow."""
+    store = env.open()
+    cp_id = _put_chain(store, "t", 1)[0]
+    bad_uuid = ormsgpack.packb(
+        ormsgpack.Ext(jsonplus.EXT_CONSTRUCTOR_SINGLE_ARG, ormsgpack.packb(["uuid", "UUID", "no"]))
+    )
+    _plant(env.path, "UPDATE checkpoints SET values_blob = ? WHERE thread_id = 't'", (bad_uuid,))
+    exc = _expect(lambda: store.get_tuple(_config("t")), UndecodableRow)
+    assert exc.checkpoint_id == cp_id and "uuid.UUID" in str(exc), str(exc)
+    _plant(
+        env.path,
+        "UPDATE checkpoints SET values_blob = ?, envelope = json_set(envelope, '$.format', 99) "
+        "WHERE thread_id = 't'",
+        (_encoded({"step": 0})[1],),
+    )
+    exc = _expect(lambda: store.get_tuple(_config("t")), UndecodableRow)
+    assert exc.checkpoint_id == cp_id and "99" in str(exc), str(exc)
+
+
+@contract_case(30)
+def case_non_allowed_type_is_refused_at_put_naming_it(env: ContractEnv) -> None:
+    """A value of a type outside the allow-list is refused at put, naming it; nothing lands."""
+    store = env.open()
+    ids = _put_chain(store, "t", 1)
+    parent = _config("t", checkpoint_id=ids[0])
+    before = _dump(env.path)
+    qualname = f"{Parcel.__module__}.{Parcel.__qualname__}"
+    for call in (
+        lambda: store.put(parent, _checkpoint({"p": Parcel("box", 1.5)}), {"source": "loop"}, {}),
+        lambda: store.put(parent, _checkpoint({"p": [{"deep": Parcel("b", 2)}]}), {}, {}),
+        lambda: store.put_writes(parent, [("c", Parcel("box", 1.5))], "task"),
+    ):
+        exc = _expect(call, SerializationError)
+        assert exc.type_name == qualname and qualname in str(exc), exc.to_dict()
+    exc = _expect(
+        lambda: store.put(parent, _checkpoint(), {"source": "loop", "x": Parcel("m", 0)}, {}),
+        SerializationError,
+    )
+    assert "metadata" in str(exc), str(exc)
+    assert _dump(env.path) == before
+
+
+@contract_case(30)
+def case_allowed_types_make_a_user_type_round_trip(env: ContractEnv) -> None:
+    """`allowed_types=[...]` and `with_allowlist([...])` let a user type be stored and rebuilt."""
+    key = (Parcel.__module__, Parcel.__name__)
+    for allowed in ([Parcel], [key]):
+        store = env.open(allowed_types=allowed)
+        cp = _checkpoint({"p": Parcel("box", 1.5), "many": [Parcel("a", 1.0)]})
+        config = store.put(_config("t"), cp, {"source": "input", "step": -1}, {})
+        store.put_writes(config, [("c", Parcel("w", 2.0))], "task")
+        got = store.get_tuple(config)
+        assert got is not None
+        assert got.checkpoint["channel_values"] == cp["channel_values"]
+        assert got.pending_writes == [("task", "c", Parcel("w", 2.0))]
+        raw(store).delete_thread("t")
+    # A plain store cannot read it back...
+    plain = env.open()
+    config = raw(env.open(allowed_types=[Parcel])).put(
+        _config("u"), _checkpoint({"p": Parcel("x", 0.0)}), {"source": "input"}, {}
+    )
+    _expect(lambda: plain.get_tuple(config), UndecodableRow)
+    # ...but its allow-listed clone can, and can write it too, on the same connection.
+    clone = raw(plain).with_allowlist([key])
+    assert clone is not raw(plain)
+    got = clone.get_tuple(config)
+    assert got is not None and got.checkpoint["channel_values"] == {"p": Parcel("x", 0.0)}
+    clone.put(config, _checkpoint({"p": Parcel("y", 1.0)}), {"source": "loop", "step": 0}, {})
+    assert raw(plain).with_allowlist([key]).get_tuple(_config("u")).checkpoint[
+        "channel_values"
+    ] == {"p": Parcel("y", 1.0)}
+    # Already-allowed types give back the same saver.
+    assert raw(plain).with_allowlist([("uuid", "UUID")]) is raw(plain)
