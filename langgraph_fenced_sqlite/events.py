@@ -19,7 +19,7 @@ from typing import Any
 
 from . import schema
 from .claims import ThreadRow
-from .errors import ReplayUnavailable
+from .errors import ReplayUnavailable, bad_argument
 from .serde import dumps_json, loads_json
 
 __all__ = ["Event", "EventPoller"]
@@ -81,7 +81,7 @@ def normalize_caller_events(events: Iterable[Any]) -> list[NewEvent]:
         ValueError: a kind is empty or data is not a JSON object.
     """
     if isinstance(events, (str, bytes, Mapping)):
-        raise TypeError("events: expected a list of (kind, data) pairs or dicts")
+        raise bad_argument("events", "expected a list of (kind, data) pairs or dicts")
     out: list[NewEvent] = []
     for item in events:
         if isinstance(item, Mapping):
@@ -89,11 +89,11 @@ def normalize_caller_events(events: Iterable[Any]) -> list[NewEvent]:
         elif isinstance(item, tuple) and len(item) == 2:
             kind, data = item
         else:
-            raise TypeError(f"events: each event must be (kind, data) or a dict, got {item!r}")
+            raise bad_argument("events", f"each event must be (kind, data) or a dict, got {item!r}")
         if not isinstance(kind, str) or not kind or len(kind) > 200:
-            raise ValueError(f"events: kind must be a non-empty string, got {kind!r}")
+            raise bad_argument("events", f"kind must be a non-empty string, got {kind!r}")
         if not isinstance(data, Mapping):
-            raise ValueError(f"events: data must be a JSON object, got {type(data).__name__}")
+            raise bad_argument("events", f"data must be a JSON object, got {type(data).__name__}")
         dumps_json(dict(data), "events data")
         out.append(NewEvent(kind, dict(data)))
     return out
@@ -245,12 +245,24 @@ class EventPoller:
                 return []
 
     async def await_(
-        self, thread_id: str, after_seq: int, *, limit: int, timeout: float
+        self,
+        thread_id: str,
+        after_seq: int,
+        *,
+        limit: int,
+        timeout: float,
+        stop: asyncio.Event | None = None,
     ) -> list[Event]:
-        """Async twin of `wait`; cancelling the awaiting task ends it at once."""
+        """Async twin of `wait`; cancelling the awaiting task ends it at once.
+
+        Returns [] without polling again once `stop` is set: another task may
+        close this poller's connection while this one sleeps.
+        """
         deadline = time.monotonic() + timeout
         self._version = None
         while True:
+            if stop is not None and stop.is_set():
+                return []
             # A data_version probe and an indexed read take microseconds and
             # do not wait for writers (WAL readers never block), so they run
             # on the loop rather than paying a thread hop per poll.

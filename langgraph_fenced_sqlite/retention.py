@@ -17,6 +17,7 @@ from typing import Any
 
 from . import claims, events, schema
 from .clock import to_seconds
+from .errors import bad_argument
 from .serde import loads_json
 
 __all__ = ["PruneResult", "RetentionPolicy", "Retraction"]
@@ -46,7 +47,7 @@ class RetentionPolicy:
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int) or value < 0
             ):
-                raise ValueError(f"{name}: expected a non-negative int or None, got {value!r}")
+                raise bad_argument(name, f"expected a non-negative int or None, got {value!r}")
         if self.max_age is not None:
             to_seconds(self.max_age, "max_age")
 
@@ -102,22 +103,39 @@ class _Node:
     run_id: str | None
     created_at: float
     metadata: dict[str, Any]
+    versioned: frozenset[str] = frozenset()
 
 
 def _skeleton(conn: sqlite3.Connection, thread_id: str) -> list[_Node]:
     return [
-        _Node(ns, cid, parent, pos, source, run_id, created, loads_json(md))
-        for ns, cid, parent, pos, source, run_id, created, md in conn.execute(
+        _Node(
+            ns,
+            cid,
+            parent,
+            pos,
+            source,
+            run_id,
+            created,
+            loads_json(md),
+            frozenset(loads_json(versions) or ()) if versions else frozenset(),
+        )
+        for ns, cid, parent, pos, source, run_id, created, md, versions in conn.execute(
             schema.CHECKPOINT_SKELETON, (thread_id,)
         )
     ]
 
 
 def _needs_parent(node: _Node) -> bool:
-    # DeltaChannel (beta) stores deltas between snapshots; a checkpoint whose
-    # counters are not all zero is rebuilt by walking its ancestors' writes.
+    # DeltaChannel (beta) stores deltas between snapshots. LangGraph rebuilds
+    # a delta channel that has a version here but no stored value by walking
+    # the ancestors' writes back to a snapshot (`_delta_channels_to_replay`).
+    # Nonzero counters name the delta channels not snapshotted here; one with
+    # no version was never written and needs no walk, yet its superstep
+    # counter grows every step, so counting it would keep all history.
     counters = node.metadata.get("counters_since_delta_snapshot") or {}
-    return any(any(part for part in value) for value in counters.values())
+    return any(
+        name in node.versioned and any(part for part in value) for name, value in counters.items()
+    )
 
 
 def _close_over_ancestors(nodes: Sequence[_Node], keep: set[tuple[str, str]]) -> None:
@@ -171,18 +189,65 @@ def prune_txn(
     floor_row = conn.execute(schema.GET_FLOOR, (thread_id,)).fetchone()
     floor, next_seq = floor_row if floor_row else (1, 1)
     if dry_run:
-        return PruneResult(thread_id, removed, floor, 0)
+        # Report the floor the real prune would reach, without changing anything.
+        target = floor
+        if removed:
+            kept = {(n.ns, n.cid) for n in nodes} - set(removed)
+            first_kept = _first_event_of(conn, thread_id, kept, floor)
+            if first_kept is None:
+                first_kept = _past_last_event_of(conn, thread_id, set(removed), floor)
+            target = max(target, first_kept)
+        if policy.max_events is not None:
+            target = max(target, next_seq - policy.max_events)
+        new_floor = min(target, next_seq) if target > floor else floor
+        return PruneResult(thread_id, removed, new_floor, new_floor - floor)
     _remove(conn, thread_id, removed)
     target = floor
     if removed:
         # Events go with their checkpoints: the floor moves up to the first
-        # event that concerns a checkpoint still stored (or past every event).
+        # event that concerns a checkpoint still stored. If none is left (its
+        # events were compacted, or it was copied in), only past the last
+        # event of a removed one: later events (caller's, `retracted`,
+        # `copied`) concern nothing removed and stay.
         first_kept = conn.execute(schema.EVENT_SEQS_OF_CHECKPOINTS, (thread_id,)).fetchone()[0]
-        target = max(target, first_kept if first_kept is not None else next_seq)
+        if first_kept is None:
+            first_kept = _past_last_event_of(conn, thread_id, set(removed), floor)
+        target = max(target, first_kept)
     if policy.max_events is not None:
         target = max(target, next_seq - policy.max_events)
     new_floor = events.raise_floor(conn, thread_id, target) if target > floor else floor
     return PruneResult(thread_id, removed, new_floor, max(0, new_floor - floor))
+
+
+def _first_event_of(
+    conn: sqlite3.Connection, thread_id: str, keys: set[tuple[str, str]], floor: int
+) -> int | None:
+    # What EVENT_SEQS_OF_CHECKPOINTS would answer once the others are removed.
+    after = floor - 1
+    while True:
+        rows = conn.execute(schema.EVENTS_AFTER, (thread_id, after, 500)).fetchall()
+        for seq, _kind, ns, cid, *_ in rows:
+            if cid is not None and (ns, cid) in keys:
+                return seq
+        if len(rows) < 500:
+            return None
+        after = rows[-1][0]
+
+
+def _past_last_event_of(
+    conn: sqlite3.Connection, thread_id: str, keys: set[tuple[str, str]], floor: int
+) -> int:
+    # One past the last event (at or above the floor) about one of `keys`;
+    # the floor itself if there is none.
+    after, past = floor - 1, floor
+    while True:
+        rows = conn.execute(schema.EVENTS_AFTER, (thread_id, after, 500)).fetchall()
+        for seq, _kind, ns, cid, *_ in rows:
+            if cid is not None and (ns, cid) in keys:
+                past = seq + 1
+        if len(rows) < 500:
+            return past
+        after = rows[-1][0]
 
 
 def delete_all_checkpoints_txn(conn: sqlite3.Connection, thread_id: str) -> None:
@@ -205,7 +270,7 @@ def delete_for_runs_txn(conn: sqlite3.Connection, run_ids: Sequence[str]) -> Non
     for run_id in run_ids:
         for thread_id, ns, cid in conn.execute(schema.CHECKPOINTS_OF_RUN, (run_id,)).fetchall():
             _remove(conn, thread_id, [(ns, cid)])
-        conn.execute("DELETE FROM writes WHERE run_id = ?", (run_id,))
+        conn.execute(schema.DELETE_WRITES_OF_RUN_ANY_THREAD, (run_id,))
 
 
 def copy_thread_txn(

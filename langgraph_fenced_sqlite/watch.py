@@ -6,6 +6,7 @@ subscriber sees every event once with no gap, or gets `ReplayUnavailable`.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import AsyncIterator, Iterator
 
@@ -29,29 +30,48 @@ class EventWatch(Iterator[Event]):
         self._buffer: list[Event] = []
         self._stop = threading.Event()
         self._closed = False
+        # The poller's connection is closed by whoever finishes last: close()
+        # when no iteration is running, else the iteration on its way out (a
+        # connection must not be closed under a read in another thread).
+        self._lock = threading.Lock()
+        self._iterating = False
 
     def __iter__(self) -> EventWatch:
         return self
 
     def __next__(self) -> Event:
-        while not self._buffer:
-            if self._stop.is_set():
-                self._finish()
-                raise StopIteration
-            self._buffer = self._poller.wait(
-                self.thread_id,
-                self.last_seq,
-                limit=self._batch,
-                timeout=_WAIT_SLICE,
-                stop=self._stop,
-            )
+        with self._lock:
+            self._iterating = True
+        try:
+            while not self._buffer:
+                if self._stop.is_set():
+                    raise StopIteration
+                self._buffer = self._poller.wait(
+                    self.thread_id,
+                    self.last_seq,
+                    limit=self._batch,
+                    timeout=_WAIT_SLICE,
+                    stop=self._stop,
+                )
+        finally:
+            with self._lock:
+                self._iterating = False
+                if self._stop.is_set():
+                    self._finish()
         event = self._buffer.pop(0)
         self.last_seq = event.seq
         return event
 
     def close(self) -> None:
-        """End the watch; an iteration blocked in another thread returns promptly."""
+        """End the watch and release its connection.
+
+        An iteration blocked in another thread returns promptly (and releases
+        the connection itself on its way out).
+        """
         self._stop.set()
+        with self._lock:
+            if not self._iterating:
+                self._finish()
 
     def _finish(self) -> None:
         if not self._closed:
@@ -63,7 +83,6 @@ class EventWatch(Iterator[Event]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-        self._finish()
 
 
 class AsyncEventWatch(AsyncIterator[Event]):
@@ -77,25 +96,47 @@ class AsyncEventWatch(AsyncIterator[Event]):
         self._batch = batch
         self._buffer: list[Event] = []
         self._closed = False
+        # aclose() from another task while one awaits a poll: the awaiting
+        # one sees `_stop`, never touches the connection again, and closes it
+        # on its way out (one event loop, so no lock is needed).
+        self._stop = asyncio.Event()
+        self._iterating = False
+        self._finished = False
 
     def __aiter__(self) -> AsyncEventWatch:
         return self
 
     async def __anext__(self) -> Event:
-        while not self._buffer:
+        self._iterating = True
+        try:
+            while not self._buffer:
+                if self._closed:
+                    raise StopAsyncIteration
+                self._buffer = await self._poller.await_(
+                    self.thread_id,
+                    self.last_seq,
+                    limit=self._batch,
+                    timeout=_WAIT_SLICE,
+                    stop=self._stop,
+                )
+        finally:
+            self._iterating = False
             if self._closed:
-                raise StopAsyncIteration
-            self._buffer = await self._poller.await_(
-                self.thread_id, self.last_seq, limit=self._batch, timeout=_WAIT_SLICE
-            )
+                self._finish()
         event = self._buffer.pop(0)
         self.last_seq = event.seq
         return event
 
     async def aclose(self) -> None:
-        """End the watch and close its connection."""
-        if not self._closed:
-            self._closed = True
+        """End the watch and close its connection (a waiting consumer ends promptly)."""
+        self._closed = True
+        self._stop.set()
+        if not self._iterating:
+            self._finish()
+
+    def _finish(self) -> None:
+        if not self._finished:
+            self._finished = True
             self._poller.close()
 
     async def __aenter__(self) -> AsyncEventWatch:

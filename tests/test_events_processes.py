@@ -1,0 +1,158 @@
+"""Events across real processes: writers and watchers in children, crashes included.
+
+Children are `python -m langgraph_fenced_sqlite.testing.child_events ...`;
+each prints JSON lines, flushed, so the parent knows exactly what a child
+delivered before it stopped or was killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+from typing import Any
+
+import pytest
+
+from langgraph_fenced_sqlite import FencedSqliteSaver
+from langgraph_fenced_sqlite.testing.child_events import LineReader, run_child, spawn
+
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
+
+BOUND = 60.0
+N = 200
+
+
+def start_writer(path: str, token: int, *, seed: int) -> LineReader:
+    """A child committing N events, one per commit, 0-5 ms apart."""
+    return LineReader(
+        spawn("append", path=path, thread_id="t", token=token, count=N, max_pause_ms=5, seed=seed)
+    )
+
+
+def finish_writer(writer: LineReader) -> None:
+    done = writer.next_line(BOUND)
+    assert done == {"done": True, "seqs": list(range(1, N + 1))}
+    assert writer.finish(BOUND) == 0
+
+
+@pytest.fixture
+def watched(open_store: Any) -> tuple[FencedSqliteSaver, int]:
+    """A store polling every 5 ms and a claim on thread "t" for the children."""
+    saver = open_store(poll_interval=0.005)
+    return saver, saver.claim("t", "parent", 600).token
+
+
+def test_parent_watch_sees_every_child_commit_in_order(watched: Any) -> None:
+    """watch() sees exactly seqs 1..200 a child commits at random intervals."""
+    saver, token = watched
+    writer = start_writer(saver.path, token, seed=1)
+    got: list[Any] = []
+    watch = saver.watch("t", 0)
+
+    def consume() -> None:
+        for event in watch:
+            got.append(event)
+            if len(got) == N:
+                return
+
+    th = threading.Thread(target=consume)
+    th.start()
+    th.join(BOUND)
+    stalled = th.is_alive()
+    watch.close()
+    th.join(BOUND)
+    finish_writer(writer)
+    assert not stalled, f"watch stalled at {watch.last_seq}"
+    assert [e.seq for e in got] == list(range(1, N + 1))
+    assert [e.data["i"] for e in got] == list(range(1, N + 1))
+
+
+async def test_parent_awatch_sees_every_child_commit_in_order(watched: Any) -> None:
+    """awatch() sees exactly seqs 1..200 a child commits at random intervals."""
+    saver, token = watched
+    writer = await asyncio.to_thread(start_writer, saver.path, token, seed=2)
+    got: list[Any] = []
+
+    async def consume() -> None:
+        async with saver.awatch("t", 0, batch=16) as watch:
+            async for event in watch:
+                got.append(event)
+                if len(got) == N:
+                    return
+
+    await asyncio.wait_for(consume(), BOUND)
+    await asyncio.to_thread(finish_writer, writer)
+    assert [e.seq for e in got] == list(range(1, N + 1))
+
+
+def test_watcher_resumes_in_a_new_process(watched: Any) -> None:
+    """A watcher process that stops at n, resumed by a new process from n, sees the rest."""
+    # Watcher A (its own process) stops after 80 events; watcher B, a new
+    # process, resumes from A's last seq while the writer is still writing.
+    saver, token = watched
+    watcher_a = LineReader(spawn("watch", path=saver.path, thread_id="t", after_seq=0, count=80))
+    assert watcher_a.next_line(BOUND) == {"ready": True}
+    writer = start_writer(saver.path, token, seed=3)
+    lines_a = list(watcher_a.lines_until(lambda line: "stopped" in line, BOUND))
+    assert watcher_a.finish(BOUND) == 0
+    n = lines_a[-1]["last_seq"]
+    seen_a = [line["seq"] for line in lines_a[:-1]]
+    assert seen_a == list(range(1, 81)) and n == 80
+
+    watcher_b = LineReader(spawn("watch", path=saver.path, thread_id="t", after_seq=n, count=N - n))
+    lines_b = list(watcher_b.lines_until(lambda line: "stopped" in line, BOUND))
+    assert watcher_b.finish(BOUND) == 0
+    finish_writer(writer)
+    seen_b = [line["seq"] for line in lines_b if "seq" in line]
+    assert seen_b == list(range(n + 1, N + 1))
+    assert [line["data"]["i"] for line in lines_b if "seq" in line] == seen_b
+
+
+def test_watcher_killed_mid_stream_resumes_from_its_last_line(watched: Any) -> None:
+    """A SIGKILLed watcher resumed from its last printed seq sees exactly the rest."""
+    # SIGKILL: the watcher gets no chance to clean up. Everything it printed
+    # was delivered; a new process resuming from the last printed seq sees
+    # exactly the rest, once each.
+    saver, token = watched
+    writer = start_writer(saver.path, token, seed=4)
+    victim = LineReader(spawn("watch", path=saver.path, thread_id="t", after_seq=0))
+    assert victim.next_line(BOUND) == {"ready": True}
+    seen: list[int] = []
+    while len(seen) < 50:
+        seen.append(victim.next_line(BOUND)["seq"])
+    os.kill(victim.proc.pid, signal.SIGKILL)
+    assert victim.finish(BOUND) == -signal.SIGKILL
+    last = seen[-1]
+    assert seen == list(range(1, last + 1))
+
+    finish_writer(writer)
+    rest = run_child("watch", path=saver.path, thread_id="t", after_seq=last, count=N - last)
+    assert [line["seq"] for line in rest if "seq" in line] == list(range(last + 1, N + 1))
+    assert rest[-1] == {"stopped": True, "last_seq": N}
+
+
+def test_wait_events_returns_a_commit_from_another_process(watched: Any) -> None:
+    """wait_events returns a commit another process makes meanwhile."""
+    saver, token = watched
+    result: list[Any] = []
+    th = threading.Thread(target=lambda: result.extend(saver.wait_events("t", 0, timeout=BOUND)))
+    th.start()
+    lines = run_child("append", path=saver.path, thread_id="t", token=token, count=1, kind="remote")
+    th.join(BOUND)
+    assert lines == [{"done": True, "seqs": [1]}]
+    assert [(e.seq, e.kind, e.data) for e in result] == [(1, "remote", {"i": 1})]
+
+
+def test_a_stale_child_writer_spends_no_seq(watched: Any) -> None:
+    """A child with a taken-over token appends nothing and spends no seq."""
+    # The child's token is taken over mid-stream: its refused commit must
+    # neither appear nor leave a gap for the new holder.
+    saver, token = watched
+    saver.take_over("t", "new", 600)
+    proc = spawn("append", path=saver.path, thread_id="t", token=token, count=1)
+    _, err = proc.communicate(timeout=BOUND)
+    assert proc.returncode != 0 and "StaleClaim" in err
+    fresh = saver.take_over("t", "newer", 600)
+    assert saver.append_events("t", fresh.token, [("e", {})]) == [1]

@@ -1,0 +1,575 @@
+"""Retention: policies, dry runs, LangGraph's prune/delete_for_runs/copy_thread, DeltaChannel.
+
+The contract cases (26-28) cover the core promises through both APIs; these
+add validation, LangGraph's extended methods on real graphs, and the rule
+that pruning never removes a checkpoint a kept one still needs.
+"""
+
+from __future__ import annotations
+
+import operator
+import sqlite3
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langgraph.channels import DeltaChannel
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.graph import END, START, StateGraph
+
+from langgraph_fenced_sqlite import (
+    FencedSqliteSaver,
+    ManualClock,
+    PruneResult,
+    ReplayUnavailable,
+    RetentionPolicy,
+    StoreError,
+    ThreadBusy,
+)
+
+# --- helpers ---------------------------------------------------------------------------
+
+
+class LogState(TypedDict):
+    """The log graph's state."""
+
+    log: Annotated[list[str], operator.add]
+
+
+def log_graph(saver: FencedSqliteSaver) -> Any:
+    """first -> sub(inner) -> END, so every run writes a subgraph namespace too."""
+
+    def inner(state: LogState) -> dict[str, Any]:
+        return {"log": ["inner"]}
+
+    sub = StateGraph(LogState)
+    sub.add_node("inner", inner)
+    sub.add_edge(START, "inner")
+    sub.add_edge("inner", END)
+
+    def first(state: LogState) -> dict[str, Any]:
+        return {"log": ["first"]}
+
+    g = StateGraph(LogState)
+    g.add_node("first", first)
+    g.add_node("sub", sub.compile())
+    g.add_edge(START, "first")
+    g.add_edge("first", "sub")
+    g.add_edge("sub", END)
+    return g.compile(checkpointer=saver)
+
+
+def run(graph: Any, thread_id: str, text: str, run_id: str | None = None, **kw: Any) -> Any:
+    config: dict[str, Any] = {"configurable": {"thread_id": thread_id}}
+    if run_id:
+        config["metadata"] = {"run_id": run_id}
+    return graph.invoke({"log": [text]}, config, **kw)
+
+
+def snapshot(saver: FencedSqliteSaver, thread_id: str) -> dict[tuple[str, str], Any]:
+    """Every checkpoint of a thread (all namespaces) with what a reader sees of it."""
+    out = {}
+    for tup in saver.list({"configurable": {"thread_id": thread_id}}):
+        conf = tup.config["configurable"]
+        parent = tup.parent_config["configurable"]["checkpoint_id"] if tup.parent_config else None
+        out[(conf["checkpoint_ns"], conf["checkpoint_id"])] = (
+            parent,
+            tup.checkpoint,
+            tup.metadata,
+            tup.pending_writes,
+        )
+    return out
+
+
+def put_chain(saver: FencedSqliteSaver, thread_id: str, n: int) -> list[str]:
+    ids: list[str] = []
+    for step in range(n):
+        cp = empty_checkpoint()
+        cp["id"] = str(uuid.uuid4())
+        conf = {"thread_id": thread_id, "checkpoint_ns": ""}
+        if ids:
+            conf["checkpoint_id"] = ids[-1]
+        saver.put({"configurable": conf}, cp, {"source": "loop", "step": step}, {})
+        ids.append(cp["id"])
+    return ids
+
+
+def floor_of(saver: FencedSqliteSaver, thread_id: str) -> int:
+    for summary in saver.threads():
+        if summary["thread_id"] == thread_id:
+            return summary["floor"]
+    return 1
+
+
+# --- RetentionPolicy and prune arguments ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "name"),
+    [
+        ({"max_checkpoints": -1}, ValueError, "max_checkpoints"),
+        ({"max_checkpoints": 1.5}, ValueError, "max_checkpoints"),
+        ({"max_checkpoints": "3"}, ValueError, "max_checkpoints"),
+        ({"max_checkpoints": True}, ValueError, "max_checkpoints"),
+        ({"max_events": -5}, ValueError, "max_events"),
+        ({"max_events": False}, ValueError, "max_events"),
+        ({"max_age": 0}, ValueError, "max_age"),
+        ({"max_age": -1.0}, ValueError, "max_age"),
+        ({"max_age": float("nan")}, ValueError, "max_age"),
+        ({"max_age": timedelta(seconds=-1)}, ValueError, "max_age"),
+        ({"max_age": "1h"}, TypeError, "max_age"),
+    ],
+)
+def test_retention_policy_names_a_bad_value(
+    kwargs: dict[str, Any], error: type[Exception], name: str
+) -> None:
+    """RetentionPolicy refuses a bad value, naming the field."""
+    with pytest.raises(error, match=name):
+        RetentionPolicy(**kwargs)
+
+
+def test_retention_policy_accepts_good_values() -> None:
+    """RetentionPolicy accepts zero counts, seconds and timedeltas."""
+    policy = RetentionPolicy(max_checkpoints=0, max_age=timedelta(hours=1), max_events=0)
+    assert policy.max_age_seconds == 3600.0
+    assert RetentionPolicy().max_age_seconds is None
+    assert RetentionPolicy(max_age=2).max_age_seconds == 2.0
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "name"),
+    [
+        (lambda s: s.prune("t"), TypeError, "thread_ids"),
+        (lambda s: s.prune([""]), ValueError, "thread_ids"),
+        (lambda s: s.prune(["t"], strategy="newest"), ValueError, "strategy"),
+        (lambda s: s.prune(["t"], strategy="delete", dry_run=True), ValueError, "dry_run"),
+        (lambda s: s.delete_for_runs("r1"), TypeError, "run_ids"),
+        (lambda s: s.copy_thread("", "u"), ValueError, "source_thread_id"),
+        (lambda s: s.copy_thread("t", "u\x00"), ValueError, "target_thread_id"),
+    ],
+)
+def test_retention_arguments_are_checked(
+    store: FencedSqliteSaver, call: Any, error: type[Exception], name: str
+) -> None:
+    """prune, delete_for_runs and copy_thread name a bad argument."""
+    with pytest.raises(error, match=name):
+        call(store)
+
+
+# --- prune ---------------------------------------------------------------------------------
+
+
+def test_dry_run_changes_nothing_and_predicts_the_prune(store: FencedSqliteSaver) -> None:
+    """A dry run changes nothing and reports exactly what the prune then does."""
+    graph = log_graph(store)
+    for i in range(3):
+        run(graph, "t", f"turn{i}")
+    claim = store.claim("t", "w", 60)
+    store.append_events("t", claim.token, [("note", {})])
+    policy = RetentionPolicy(max_checkpoints=4, max_events=10)
+    before = snapshot(store, "t")
+    events = store.events_after("t", 0, 1000)
+    (dry,) = store.prune(["t"], strategy=policy, dry_run=True)
+    assert dry.checkpoints, "the dry run found nothing to remove"
+    assert snapshot(store, "t") == before
+    assert store.events_after("t", 0, 1000) == events
+    (done,) = store.prune(["t"], strategy=policy)
+    assert done == dry
+    assert set(snapshot(store, "t")) == set(before) - set(dry.checkpoints)
+
+
+def test_keep_latest_keeps_each_namespace_latest_on_a_real_graph(store: FencedSqliteSaver) -> None:
+    """keep_latest keeps each namespace's latest; state and other threads are unchanged."""
+    graph = log_graph(store)
+    for i in range(3):
+        run(graph, "t", f"turn{i}")
+    run(graph, "other", "x")
+    other = snapshot(store, "other")
+    before = snapshot(store, "t")
+    state = graph.get_state({"configurable": {"thread_id": "t"}})
+    latest: dict[str, tuple[str, str]] = {}
+    for tup in reversed(list(store.list({"configurable": {"thread_id": "t"}}))):
+        latest[tup.config["configurable"]["checkpoint_ns"]] = (
+            tup.config["configurable"]["checkpoint_ns"],
+            tup.config["configurable"]["checkpoint_id"],
+        )
+    (result,) = store.prune(["t"])
+    after = snapshot(store, "t")
+    assert set(after) == set(latest.values())
+    assert set(result.checkpoints) == set(before) - set(after)
+    for key in after:
+        assert after[key] == before[key]
+    assert graph.get_state({"configurable": {"thread_id": "t"}}).values == state.values
+    assert snapshot(store, "other") == other
+    out = run(graph, "t", "again")
+    assert out["log"][: len(state.values["log"]) + 2] == [*state.values["log"], "again", "first"]
+
+
+async def test_aprune_delete_strategy_removes_history_but_not_the_thread(
+    store: FencedSqliteSaver,
+) -> None:
+    """strategy='delete' removes checkpoints, writes and events but keeps claim and seqs."""
+    # LangGraph's "delete" strategy: every checkpoint, write and event goes,
+    # but unlike delete_thread the claim and the seq counter stay, so a
+    # subscriber is told (ReplayUnavailable) rather than silently rewound.
+    graph = log_graph(store)
+    run(graph, "t", "one")
+    claim = store.claim("t", "w", 60)
+    next_seq = store.events_after("t", 0, 1000)[-1].seq + 1
+    (result,) = await store.aprune(["t"], strategy="delete")
+    assert isinstance(result, PruneResult)
+    assert snapshot(store, "t") == {}
+    with pytest.raises(ReplayUnavailable) as info:
+        store.events_after("t", 0, 10)
+    assert info.value.floor == next_seq
+    assert store.current_claim("t") == claim
+    assert store.append_events("t", claim.token, [("e", {})]) == [next_seq]
+
+
+def test_prune_several_threads_leaves_others_alone(store: FencedSqliteSaver) -> None:
+    """Pruning some threads leaves the others alone."""
+    for t in ("a", "b", "c"):
+        put_chain(store, t, 4)
+    untouched = snapshot(store, "c")
+    results = store.prune(["a", "b"], strategy=RetentionPolicy(max_checkpoints=2))
+    assert [r.thread_id for r in results] == ["a", "b"]
+    assert all(len(r.checkpoints) == 2 for r in results)
+    assert snapshot(store, "c") == untouched
+
+
+def test_max_checkpoints_zero_is_keep_latest(open_store: Any, clock: ManualClock) -> None:
+    """max_checkpoints=0 keeps only the latest."""
+    store = open_store()
+    ids = put_chain(store, "t", 4)
+    (result,) = store.prune(["t"], strategy=RetentionPolicy(max_checkpoints=0))
+    assert sorted(result.checkpoints) == sorted(("", c) for c in ids[:-1])
+    assert set(snapshot(store, "t")) == {("", ids[-1])}
+
+
+def test_prune_keeps_events_newer_than_everything_it_removed(store: FencedSqliteSaver) -> None:
+    """Prune never drops events newer than every event of what it removed."""
+    # The kept checkpoint's own events were compacted away, so no event
+    # "concerns a kept checkpoint". Caller events appended since then are
+    # newer than anything removed and must stay: events go with *their*
+    # checkpoints, not with every checkpoint.
+    ids = put_chain(store, "t", 3)
+    claim = store.claim("t", "w", 60)
+    store.compact_events("t", 4)
+    seqs = store.append_events("t", claim.token, [("note", {"i": 1}), ("note", {"i": 2})])
+    (dry,) = store.prune(["t"], dry_run=True)
+    (result,) = store.prune(["t"])
+    assert result == dry
+    assert result.checkpoints == [("", ids[0]), ("", ids[1])]
+    assert (result.floor, result.events_removed) == (4, 0)
+    assert [e.seq for e in store.events_after("t", 3, 10)] == seqs == [4, 5]
+
+
+def test_prune_moves_the_floor_past_removed_events_only(store: FencedSqliteSaver) -> None:
+    """The floor stops at the kept checkpoint's first event; later events stay."""
+    # The usual case: the floor stops at the kept checkpoint's first event,
+    # and a caller event after it stays.
+    ids = put_chain(store, "t", 3)  # events 1..3
+    claim = store.claim("t", "w", 60)
+    store.append_events("t", claim.token, [("note", {})])  # 4
+    store.compact_events("t", 3)  # the latest checkpoint's event (3) stays
+    (result,) = store.prune(["t"])
+    assert result.checkpoints == [("", ids[0]), ("", ids[1])]
+    assert result.floor == 3  # the first event of the kept checkpoint
+    assert [e.seq for e in store.events_after("t", 2, 10)] == [3, 4]
+
+
+# --- delete_for_runs and copy_thread ----------------------------------------------------------
+
+
+def test_delete_for_runs_removes_those_runs_everywhere(store: FencedSqliteSaver) -> None:
+    """delete_for_runs removes the runs' checkpoints and writes in every thread, only those."""
+    graph = log_graph(store)
+    r1, r2 = str(uuid.uuid4()), str(uuid.uuid4())
+    run(graph, "t", "one", r1)
+    run(graph, "u", "one", r1)
+    run(graph, "t", "two", r2)
+    by_run = {
+        t: {k: v for k, v in snapshot(store, t).items() if v[2].get("run_id") == r2}
+        for t in ("t", "u")
+    }
+    store.delete_for_runs([r1])
+    for t in ("t", "u"):
+        after = snapshot(store, t)
+        assert all(meta.get("run_id") != r1 for _, _, meta, _ in after.values())
+        assert after == by_run[t]
+    con = sqlite3.connect(store.path)
+    try:
+        assert con.execute("SELECT count(*) FROM writes WHERE run_id = ?", (r1,)).fetchone() == (0,)
+        assert con.execute("SELECT count(*) FROM writes WHERE run_id = ?", (r2,)).fetchone()[0] > 0
+    finally:
+        con.close()
+    store.delete_for_runs([])
+    store.delete_for_runs(["no-such-run"])
+    assert snapshot(store, "t") == by_run["t"]
+
+
+async def test_adelete_for_runs(store: FencedSqliteSaver) -> None:
+    """adelete_for_runs removes a run's checkpoints."""
+    graph = log_graph(store)
+    r1 = str(uuid.uuid4())
+    await graph.ainvoke(
+        {"log": ["x"]}, {"configurable": {"thread_id": "t"}, "metadata": {"run_id": r1}}
+    )
+    await store.adelete_for_runs([r1])
+    assert snapshot(store, "t") == {}
+
+
+def test_copy_thread_copies_history_in_order_with_one_event(store: FencedSqliteSaver) -> None:
+    """copy_thread copies every checkpoint and write after the target's own, with one event."""
+    graph = log_graph(store)
+    run(graph, "src", "one")
+    run(graph, "src", "two")
+    source = snapshot(store, "src")
+    source_events = store.events_after("src", 0, 1000)
+    run(graph, "dst", "mine")
+    own = snapshot(store, "dst")
+    own_events = store.events_after("dst", 0, 1000)
+
+    store.copy_thread("src", "dst")
+    assert snapshot(store, "src") == source and store.events_after("src", 0, 1000) == source_events
+    target = snapshot(store, "dst")
+    assert set(target) == set(source) | set(own)
+    for key, value in source.items():
+        assert target[key] == value
+    # Positions: the copies come after the target's own history, in the
+    # source's commit order, so the target's latest is the source's latest.
+    history = [t.config["configurable"]["checkpoint_id"] for t in store.history("dst", limit=100)]
+    src_history = [
+        t.config["configurable"]["checkpoint_id"] for t in store.history("src", limit=100)
+    ]
+    own_root = [cid for ns, cid in own if ns == ""]
+    assert history[: len(src_history)] == src_history
+    assert sorted(history[len(src_history) :]) == sorted(own_root)
+    values = graph.get_state({"configurable": {"thread_id": "src"}}).values
+    assert graph.get_state({"configurable": {"thread_id": "dst"}}).values == values
+    # Events: the target's own, then exactly one naming the source.
+    events = store.events_after("dst", 0, 1000)
+    assert events[: len(own_events)] == own_events
+    (copied,) = events[len(own_events) :]
+    assert (copied.kind, copied.data) == ("copied", {"source_thread_id": "src"})
+    # The target goes on by itself.
+    out = run(graph, "dst", "three")
+    assert out["log"][: len(values["log"]) + 2] == [*values["log"], "three", "first"]
+    assert snapshot(store, "src") == source
+
+
+def test_copy_thread_into_a_claimed_or_overlapping_target_changes_nothing(
+    store: FencedSqliteSaver,
+) -> None:
+    """copy_thread into a claimed target, or of ids already there, changes nothing."""
+    put_chain(store, "src", 2)
+    claim = store.claim("dst", "w", 60)
+    with pytest.raises(ThreadBusy):  # an unfenced write meets a live claim
+        store.copy_thread("src", "dst")
+    assert snapshot(store, "dst") == {}
+    store.release("dst", claim.token)
+    store.copy_thread("src", "dst")
+    before, events = snapshot(store, "dst"), store.events_after("dst", 0, 100)
+    # Pinned: copying the same ids again is refused by the primary key (a
+    # StoreError), in one transaction, so nothing is half-copied.
+    with pytest.raises(StoreError, match="copy_thread"):
+        store.copy_thread("src", "dst")
+    assert snapshot(store, "dst") == before
+    assert store.events_after("dst", 0, 100) == events
+
+
+async def test_acopy_thread(store: FencedSqliteSaver) -> None:
+    """acopy_thread copies every checkpoint."""
+    put_chain(store, "src", 2)
+    await store.acopy_thread("src", "dst")
+    assert set(snapshot(store, "dst")) == set(snapshot(store, "src"))
+
+
+# --- DeltaChannel: pruning never removes what a kept checkpoint needs ----------------------------
+
+
+def append_all(state: Sequence[str], writes: Sequence[Sequence[str]]) -> list[str]:
+    """DeltaChannel reducer: batching-invariant list concatenation."""
+    out = list(state)
+    for w in writes:
+        out.extend(w)
+    return out
+
+
+def delta_graph(saver: FencedSqliteSaver, snapshot_every: int, *, unused: bool = False) -> Any:
+    """a -> b -> END over a DeltaChannel list, snapshotting every `snapshot_every` updates.
+
+    With `unused`, the state also has a DeltaChannel no node ever writes.
+    """
+    fields: dict[str, Any] = {
+        "log": Annotated[list[str], DeltaChannel(append_all, snapshot_frequency=snapshot_every)],
+        "n": int,
+    }
+    if unused:
+        fields["unused"] = Annotated[list[str], DeltaChannel(append_all, snapshot_frequency=3)]
+    # Functional form: the class form's annotations are strings here (future
+    # import) and could not see `snapshot_every`.
+    delta_state = TypedDict("DeltaState", fields)  # type: ignore[misc]
+
+    def a(state: Any) -> dict[str, Any]:
+        return {"log": ["a"], "n": state.get("n", 0) + 1}
+
+    def b(state: Any) -> dict[str, Any]:
+        return {"log": ["b"]}
+
+    g = StateGraph(delta_state)
+    g.add_node("a", a)
+    g.add_node("b", b)
+    g.add_edge(START, "a")
+    g.add_edge("a", "b")
+    g.add_edge("b", END)
+    return g.compile(checkpointer=saver)
+
+
+def needed_chain(saver: FencedSqliteSaver, thread_id: str, cid: str) -> set[str]:
+    """What LangGraph's ancestor walk reads to rebuild `log` at checkpoint `cid`.
+
+    Mirrors `BaseCheckpointSaver.get_delta_channel_history`: from the parent
+    up to and including the first ancestor whose `channel_values` holds the
+    channel (its snapshot); nothing if `cid` holds a snapshot itself.
+    """
+    conf = {"configurable": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": cid}}
+    tup = saver.get_tuple(conf)
+    assert tup is not None
+    if "log" in tup.checkpoint["channel_values"]:
+        return set()
+    out: set[str] = set()
+    parent = tup.parent_config
+    while parent is not None:
+        tup = saver.get_tuple(parent)
+        assert tup is not None, "the walk hit a missing ancestor"
+        out.add(tup.config["configurable"]["checkpoint_id"])
+        if "log" in tup.checkpoint["channel_values"]:
+            break
+        parent = tup.parent_config
+    return out
+
+
+def states(graph: Any, thread_id: str) -> dict[str, Any]:
+    """checkpoint id -> reconstructed values, for every checkpoint of the thread."""
+    return {
+        s.config["configurable"]["checkpoint_id"]: s.values
+        for s in graph.get_state_history({"configurable": {"thread_id": thread_id}})
+    }
+
+
+def test_delta_channel_is_what_langgraph_offers() -> None:
+    """LangGraph offers DeltaChannel and the counters metadata retention reads."""
+    # Pinned: langgraph 1.x ships DeltaChannel (beta) and records
+    # `counters_since_delta_snapshot` in checkpoint metadata; retention.py's
+    # keep-the-parent rule reads that field. If either goes, revisit it.
+    from langgraph.checkpoint.base import CheckpointMetadata
+
+    assert "counters_since_delta_snapshot" in CheckpointMetadata.__annotations__
+    assert DeltaChannel(append_all, snapshot_frequency=3).snapshot_frequency == 3
+
+
+@pytest.mark.parametrize("durability", ["sync", "async", "exit"])
+@pytest.mark.parametrize("policy", ["keep_latest", "max_checkpoints"])
+@pytest.mark.parametrize("unused", [False, True], ids=["", "unused-channel"])
+def test_prune_keeps_the_delta_chain_a_kept_checkpoint_needs(
+    store: FencedSqliteSaver, durability: str, policy: str, unused: bool
+) -> None:
+    """Prune keeps exactly what LangGraph's delta walk needs; every state rebuilds the same."""
+    # `unused`: a DeltaChannel never written has no version, so LangGraph
+    # never walks ancestors for it, yet its counters grow every superstep
+    # (`(0, steps)`). Counting those counters kept the whole history forever.
+    graph = delta_graph(store, snapshot_every=5, unused=unused)
+    for i in range(3):
+        run(graph, "t", f"u{i}", durability=durability)
+    cfg = {"configurable": {"thread_id": "t"}}
+    latest = store.get_tuple(cfg)
+    assert latest is not None and "log" not in latest.checkpoint["channel_values"], (
+        "the setup must leave the latest between snapshots"
+    )
+    assert latest.metadata.get("counters_since_delta_snapshot")
+    before = states(graph, "t")
+    values = graph.get_state(cfg).values
+    assert values["log"][:3] == ["u0", "a", "b"] and len(values["log"]) == 9
+
+    strategy = "keep_latest" if policy == "keep_latest" else RetentionPolicy(max_checkpoints=2)
+    (result,) = store.prune(["t"], strategy=strategy)
+    assert result.checkpoints, "nothing was pruned: the test proves nothing"
+    kept = {cid for _, cid in snapshot(store, "t")}
+    # Exactly the kept checkpoints plus what LangGraph's walk reads for them.
+    expected: set[str] = set()
+    newest = [t.config["configurable"]["checkpoint_id"] for t in store.history("t", limit=100)]
+    roots = newest[:1] if policy == "keep_latest" else [c for c in before if c in kept][:2]
+    for cid in roots:
+        expected |= {cid} | needed_chain(store, "t", cid)
+    assert kept == expected
+    # Every kept checkpoint rebuilds the values it had before the prune.
+    assert graph.get_state(cfg).values == values
+    after = states(graph, "t")
+    for cid, state in after.items():
+        assert state == before[cid], f"checkpoint {cid} rebuilds differently after prune"
+    out = run(graph, "t", "next", durability=durability)
+    assert out["log"] == [*values["log"], "next", "a", "b"]
+
+
+def test_dropping_the_delta_chain_would_lose_state(store: FencedSqliteSaver, tmp_path: Any) -> None:
+    """Without the kept delta chain the latest state rebuilds wrong."""
+    # The counter-proof that the rule above matters: delete the ancestors the
+    # prune kept (as a naive keep_latest would) and the latest rebuilds wrong,
+    # silently, exactly as LangGraph's prune docs warn.
+    graph = delta_graph(store, snapshot_every=5)
+    for i in range(3):
+        run(graph, "t", f"u{i}")
+    cfg = {"configurable": {"thread_id": "t"}}
+    values = graph.get_state(cfg).values
+    store.prune(["t"])
+    latest = store.get_tuple(cfg)
+    assert latest is not None
+    chain = needed_chain(store, "t", latest.config["configurable"]["checkpoint_id"])
+    assert chain, "the latest needs no ancestor: the test proves nothing"
+    con = sqlite3.connect(store.path)
+    try:
+        with con:
+            for cid in chain:
+                con.execute("DELETE FROM checkpoints WHERE checkpoint_id = ?", (cid,))
+                con.execute("DELETE FROM writes WHERE checkpoint_id = ?", (cid,))
+    finally:
+        con.close()
+    assert graph.get_state(cfg).values != values
+
+
+def test_a_snapshot_checkpoint_needs_no_ancestor(store: FencedSqliteSaver) -> None:
+    """A latest checkpoint holding a snapshot keeps no ancestor."""
+    # When the latest holds a snapshot (counters reset), keep_latest keeps
+    # only it: the rule is not "keep everything once DeltaChannel is used".
+    graph = delta_graph(store, snapshot_every=3)
+    for i in range(3):
+        run(graph, "t", f"u{i}")
+    cfg = {"configurable": {"thread_id": "t"}}
+    latest = store.get_tuple(cfg)
+    assert latest is not None and "log" in latest.checkpoint["channel_values"]
+    assert not latest.metadata.get("counters_since_delta_snapshot")
+    values = graph.get_state(cfg).values
+    store.prune(["t"])
+    assert len(snapshot(store, "t")) == 1
+    assert graph.get_state(cfg).values == values
+
+
+def test_copy_thread_carries_the_delta_chain(store: FencedSqliteSaver) -> None:
+    """A copied thread rebuilds its delta channel state."""
+    graph = delta_graph(store, snapshot_every=5)
+    for i in range(3):
+        run(graph, "src", f"u{i}")
+    values = graph.get_state({"configurable": {"thread_id": "src"}}).values
+    store.copy_thread("src", "dst")
+    assert graph.get_state({"configurable": {"thread_id": "dst"}}).values == values
+
+
+def test_floor_after_prune_never_goes_down(store: FencedSqliteSaver) -> None:
+    """Prune never lowers a floor raised by compaction."""
+    put_chain(store, "t", 5)
+    store.compact_events("t", 5)
+    (result,) = store.prune(["t"], strategy=RetentionPolicy(max_checkpoints=4, max_events=50))
+    assert result.floor == 5 == floor_of(store, "t")

@@ -1,0 +1,352 @@
+"""watch()/awatch(): every event once, in order, with no gap; closing; cancelling.
+
+Waits are bounded (joins and `asyncio.wait_for`), never timed: a broken
+promise fails within the bound instead of hanging the suite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+
+from langgraph_fenced_sqlite import (
+    AsyncEventWatch,
+    EventWatch,
+    FencedSqliteSaver,
+    ReplayUnavailable,
+    StoreClosed,
+)
+
+BOUND = 20.0
+
+
+def open_fds(path: str) -> int:
+    """Count this process's open descriptors on the database's WAL file.
+
+    Each connection opens the WAL on its own descriptor and closes it when
+    closed. (The main file is no measure: SQLite's unix VFS keeps a closed
+    connection's descriptor for reuse while another connection of the
+    process holds a lock on that file.)
+    """
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target == path + "-wal":
+            count += 1
+    return count
+
+
+def commit_in_background(
+    saver: FencedSqliteSaver, token: int, n: int, batch: int
+) -> threading.Thread:
+    """Append n events on thread "t" in commits of `batch`, from another thread."""
+
+    def run() -> None:
+        i = 0
+        while i < n:
+            size = min(batch, n - i)
+            saver.append_events("t", token, [("e", {"i": i + k + 1}) for k in range(size)])
+            i += size
+            time.sleep(0.001)
+
+    th = threading.Thread(target=run)
+    th.start()
+    return th
+
+
+def take(watch: EventWatch, n: int) -> list[Any]:
+    """Take n events from a sync watch on a thread; fail (closing it) past the bound."""
+    got: list[Any] = []
+
+    def run() -> None:
+        for event in watch:
+            got.append(event)
+            if len(got) == n:
+                return
+
+    th = threading.Thread(target=run)
+    th.start()
+    th.join(BOUND)
+    if th.is_alive():
+        watch.close()
+        th.join(BOUND)
+        raise AssertionError(f"watch stalled after {[e.seq for e in got]}")
+    return got
+
+
+@pytest.fixture
+def claimed(open_store: Any) -> tuple[FencedSqliteSaver, int]:
+    """A store (fast polling) and a claim on thread "t"."""
+    saver = open_store(poll_interval=0.01)
+    return saver, saver.claim("t", "w", 600).token
+
+
+def test_watch_delivers_every_event_once_in_order(claimed: Any, open_store: Any) -> None:
+    """watch() delivers 150 events committed in batches once each, in order."""
+    saver, token = claimed
+    writer = open_store()  # commits through another connection, as a worker would
+    th = commit_in_background(writer, token, 150, batch=3)
+    with saver.watch("t", 0, batch=7) as watch:
+        got = take(watch, 150)
+        assert watch.last_seq == 150
+    th.join(BOUND)
+    assert [e.seq for e in got] == list(range(1, 151))
+    assert [e.data["i"] for e in got] == list(range(1, 151))
+
+
+async def test_awatch_delivers_every_event_once_in_order(claimed: Any, open_store: Any) -> None:
+    """awatch() delivers 150 events committed in batches once each, in order."""
+    saver, token = claimed
+    writer = open_store()
+    th = commit_in_background(writer, token, 150, batch=4)
+    got: list[Any] = []
+
+    async def consume() -> None:
+        async with saver.awatch("t", 0, batch=5) as watch:
+            async for event in watch:
+                got.append(event)
+                if len(got) == 150:
+                    break
+            assert watch.last_seq == 150
+
+    await asyncio.wait_for(consume(), BOUND)
+    await asyncio.to_thread(th.join, BOUND)
+    assert [e.seq for e in got] == list(range(1, 151))
+
+
+def test_watch_resumes_from_after_seq(claimed: Any) -> None:
+    """A watch starts after `after_seq`."""
+    saver, token = claimed
+    saver.append_events("t", token, [("e", {}) for _ in range(5)])
+    with saver.watch("t", 3) as watch:
+        assert [e.seq for e in take(watch, 2)] == [4, 5]
+
+
+def test_watch_below_floor_raises_replay_unavailable(claimed: Any) -> None:
+    """Resuming below the floor raises ReplayUnavailable with the floor."""
+    saver, token = claimed
+    saver.append_events("t", token, [("e", {}) for _ in range(6)])
+    saver.compact_events("t", 5)
+    with saver.watch("t", 2) as watch:
+        with pytest.raises(ReplayUnavailable) as info:
+            next(watch)
+    assert (info.value.thread_id, info.value.floor) == ("t", 5)
+    # From just below the floor is fine.
+    with saver.watch("t", 4) as watch:
+        assert [e.seq for e in take(watch, 2)] == [5, 6]
+
+
+async def test_awatch_below_floor_raises_replay_unavailable(claimed: Any) -> None:
+    """awatch resuming below the floor raises ReplayUnavailable."""
+    saver, token = claimed
+    saver.append_events("t", token, [("e", {}) for _ in range(6)])
+    saver.compact_events("t", 5)
+    async with saver.awatch("t", 0) as watch:
+        with pytest.raises(ReplayUnavailable) as info:
+            await asyncio.wait_for(watch.__anext__(), BOUND)
+    assert info.value.floor == 5
+
+
+def test_watch_that_falls_below_a_raised_floor_raises(claimed: Any) -> None:
+    """A watch overtaken by compaction raises instead of skipping events."""
+    # A subscriber that stalls while the log is compacted past it must learn
+    # it missed events, never silently skip them.
+    saver, token = claimed
+    saver.append_events("t", token, [("e", {}) for _ in range(3)])
+    with saver.watch("t", 0) as watch:
+        assert [e.seq for e in take(watch, 1)] == [1]
+        # The watch buffers what it read: drain it, then compact past it.
+        while watch.last_seq < 3:
+            next(watch)
+        saver.append_events("t", token, [("e", {}) for _ in range(3)])
+        saver.compact_events("t", 6)
+        with pytest.raises(ReplayUnavailable):
+            next(watch)
+
+
+def test_close_from_another_thread_ends_a_blocked_watch(claimed: Any) -> None:
+    """close() from another thread ends a blocked iteration; the store works on."""
+    saver, token = claimed
+    watch = saver.watch("t", 0)
+    ended = threading.Event()
+    seen: list[Any] = []
+
+    def consume() -> None:
+        seen.extend(watch)
+        ended.set()
+
+    th = threading.Thread(target=consume)
+    th.start()
+    time.sleep(0.1)  # let it block in its wait
+    watch.close()
+    th.join(BOUND)
+    assert ended.is_set() and seen == []
+    with pytest.raises(StopIteration):
+        next(watch)
+    # The store is unaffected.
+    assert saver.append_events("t", token, [("e", {})]) == [1]
+
+
+def test_close_releases_the_watch_connection(claimed: Any, db_path: str) -> None:
+    """close() releases the watch's connection even when nobody iterates again."""
+    # A watch reads on a connection of its own. close() must release it even
+    # when nobody iterates again (the common "for ... : break; close()").
+    saver, token = claimed
+    saver.append_events("t", token, [("e", {})])
+    base = open_fds(db_path)
+    watch = saver.watch("t", 0)
+    assert open_fds(db_path) > base
+    assert next(watch).seq == 1
+    watch.close()
+    assert open_fds(db_path) == base
+    with pytest.raises(StopIteration):
+        next(watch)
+    with saver.watch("t", 0) as watch:
+        next(watch)
+    assert open_fds(db_path) == base
+
+
+async def test_aclose_releases_the_awatch_connection(claimed: Any, db_path: str) -> None:
+    """aclose() releases the awatch connection and ends iteration."""
+    saver, token = claimed
+    saver.append_events("t", token, [("e", {})])
+    base = open_fds(db_path)
+    watch = saver.awatch("t", 0)
+    assert (await watch.__anext__()).seq == 1
+    await watch.aclose()
+    assert open_fds(db_path) == base
+    with pytest.raises(StopAsyncIteration):
+        await watch.__anext__()
+
+
+async def test_aclose_from_another_task_ends_the_consumer(claimed: Any) -> None:
+    """aclose() from another task ends a waiting consumer cleanly."""
+    # The consumer is suspended between polls when another task closes the
+    # watch: it must end cleanly, not poll a closed connection.
+    saver, token = claimed
+    watch = saver.awatch("t", 0)
+    seen: list[Any] = []
+
+    async def consume() -> None:
+        async for event in watch:
+            seen.append(event)
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0.1)
+    await watch.aclose()
+    await asyncio.wait_for(task, BOUND)
+    assert seen == []
+    assert saver.append_events("t", token, [("e", {})]) == [1]
+
+
+async def test_cancelling_the_consumer_ends_an_awatch(claimed: Any, db_path: str) -> None:
+    """Cancelling the consuming task ends an awatch and frees its connection."""
+    saver, token = claimed
+    base = open_fds(db_path)
+
+    async def consume() -> None:
+        async with saver.awatch("t", 0) as watch:
+            async for _ in watch:
+                pass
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0.1)
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=BOUND)
+    assert done and task.cancelled()
+    assert open_fds(db_path) == base  # `async with` closed it on the way out
+    assert saver.append_events("t", token, [("e", {})]) == [1]
+    assert [e.seq for e in await saver.await_events("t", 0, timeout=BOUND)] == [1]
+
+
+def test_a_waiting_watcher_never_blocks_writes(open_store: Any) -> None:
+    """Puts, writes, renewals and appends complete while a watcher waits."""
+    # busy_timeout=0.5: if the watcher held a lock the writes below would
+    # fail with StoreBusy instead of hanging.
+    saver = open_store(poll_interval=0.01, busy_timeout=0.5)
+    claim = saver.claim("t", "w", 600)
+    watch = saver.watch("t", 0)
+    got: list[Any] = []
+
+    def consume() -> None:
+        for event in watch:
+            got.append(event)
+            if len(got) == 3:
+                return
+
+    th = threading.Thread(target=consume)
+    th.start()
+    time.sleep(0.1)  # the watcher is now waiting
+    cp = empty_checkpoint()
+    saver.put(claim.config(), cp, {"source": "input", "step": -1, "parents": {}}, {})
+    saver.put_writes(claim.config(checkpoint_ns="", checkpoint_id=cp["id"]), [("x", 1)], "task")
+    saver.renew("t", claim.token, 600)
+    saver.append_events("t", claim.token, [("e", {})])
+    th.join(BOUND)
+    with watch:
+        pass
+    assert not th.is_alive()
+    assert [e.kind for e in got] == ["checkpoint", "writes", "e"]
+
+
+def test_a_blocked_sync_wait_does_not_block_the_same_store(claimed: Any) -> None:
+    """A thread blocked in wait_events does not block the same store's writes."""
+    # wait_events on one thread, writes through the same store on another.
+    saver, token = claimed
+    result: list[Any] = []
+    th = threading.Thread(target=lambda: result.extend(saver.wait_events("t", 0, timeout=BOUND)))
+    th.start()
+    time.sleep(0.1)
+    assert saver.append_events("t", token, [("e", {})]) == [1]
+    th.join(BOUND)
+    assert [e.seq for e in result] == [1]
+
+
+def test_watch_types_and_validation(claimed: Any) -> None:
+    """watch()/awatch() return their types and check their arguments."""
+    saver, _ = claimed
+    with saver.watch("t") as watch:
+        assert isinstance(watch, EventWatch) and watch.last_seq == 0
+    assert isinstance(saver.awatch("t"), AsyncEventWatch)
+    with pytest.raises(ValueError, match="after_seq"):
+        saver.watch("t", -1)
+    with pytest.raises(ValueError, match="limit"):
+        saver.watch("t", 0, batch=0)
+    with pytest.raises(ValueError, match="thread_id"):
+        saver.watch("")
+    with pytest.raises(ValueError, match="timeout"):
+        saver.wait_events("t", 0, timeout=0)
+    with pytest.raises(ValueError, match="timeout"):
+        saver.wait_events("t", 0, timeout=-1)
+
+
+def test_watch_on_a_closed_store_raises(open_store: Any) -> None:
+    """watch() and wait_events() on a closed store raise StoreClosed."""
+    saver = open_store()
+    saver.close()
+    with pytest.raises(StoreClosed):
+        saver.watch("t")
+    with pytest.raises(StoreClosed):
+        saver.wait_events("t", 0, timeout=1)
+
+
+def test_watch_outlives_its_store(claimed: Any, open_store: Any) -> None:
+    """A watch keeps working after the store that made it closes (pinned)."""
+    # A watch has its own connection: closing the store that made it does not
+    # end it (pinned: users must close watches themselves).
+    saver, token = claimed
+    writer = open_store()
+    watch = saver.watch("t", 0)
+    saver.close()
+    writer.append_events("t", token, [("e", {})])
+    with watch:
+        assert [e.seq for e in take(watch, 1)] == [1]
