@@ -205,25 +205,26 @@ def put_writes_txn(
     row = claims.check_fence(conn, thread_id, token, now=now, require_claim=require_claim)
     position = row.next_position
     changed = 0
+    unowned = row.token is None
     for w in writes:
-        sql = schema.UPSERT_WRITE_LAST_WINS if w.special else schema.INSERT_WRITE_FIRST_WINS
-        changed += conn.execute(
-            sql,
-            (
-                thread_id,
-                checkpoint_ns,
-                checkpoint_id,
-                w.task_id,
-                w.idx,
-                w.task_path,
-                w.channel,
-                w.type,
-                w.blob,
-                position,
-                run_id,
-                token,
-            ),
-        ).rowcount
+        params = (
+            thread_id,
+            checkpoint_ns,
+            checkpoint_id,
+            w.task_id,
+            w.idx,
+            w.task_path,
+            w.channel,
+            w.type,
+            w.blob,
+            position,
+            run_id,
+            token,
+        )
+        if w.special:
+            changed += conn.execute(schema.UPSERT_WRITE_LAST_WINS, (*params, unowned)).rowcount
+        else:
+            changed += conn.execute(schema.INSERT_WRITE_FIRST_WINS, params).rowcount
     if changed:
         data = {
             "task_id": writes[0].task_id,

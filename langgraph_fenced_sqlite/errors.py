@@ -75,7 +75,8 @@ class InvalidArgument(FencedSqliteError, ValueError, TypeError):
     """
 
     code = "invalid_argument"
-    _fields = ("argument",)
+    _fields: ClassVar[tuple[str, ...]] = ("argument",)
+    argument: str
 
     def __init__(self, argument: str, *, message: str | None = None) -> None:
         super().__init__(argument, message=message)
@@ -105,7 +106,10 @@ class ThreadBusy(ClaimError):
     """
 
     code = "thread_busy"
-    _fields = ("thread_id", "holder", "latest_checkpoint_id")
+    _fields: ClassVar[tuple[str, ...]] = ("thread_id", "holder", "latest_checkpoint_id")
+    thread_id: str
+    holder: str | None
+    latest_checkpoint_id: str | None
 
     def __init__(
         self,
@@ -131,7 +135,10 @@ class StaleClaim(ClaimError):
     """
 
     code = "stale_claim"
-    _fields = ("thread_id", "token", "current_token")
+    _fields: ClassVar[tuple[str, ...]] = ("thread_id", "token", "current_token")
+    thread_id: str
+    token: int | None
+    current_token: int | None
     # The marker LangGraph's proposed write-ownership convention looks for.
     is_stale_write_owner_error: ClassVar[bool] = True
 
@@ -165,7 +172,11 @@ class CheckpointConflict(FencedSqliteError):
     """
 
     code = "checkpoint_conflict"
-    _fields = ("thread_id", "checkpoint_ns", "expected", "actual")
+    _fields: ClassVar[tuple[str, ...]] = ("thread_id", "checkpoint_ns", "expected", "actual")
+    thread_id: str
+    checkpoint_ns: str
+    expected: str | None
+    actual: str | None
 
     def __init__(
         self,
@@ -194,7 +205,9 @@ class CheckpointNotFound(FencedSqliteError, LookupError):
     """
 
     code = "checkpoint_not_found"
-    _fields = ("thread_id", "checkpoint_id")
+    _fields: ClassVar[tuple[str, ...]] = ("thread_id", "checkpoint_id")
+    thread_id: str
+    checkpoint_id: str
 
     def __init__(self, thread_id: str, checkpoint_id: str, *, message: str | None = None) -> None:
         super().__init__(thread_id, checkpoint_id, message=message)
@@ -212,7 +225,9 @@ class ReplayUnavailable(FencedSqliteError):
     """
 
     code = "replay_unavailable"
-    _fields = ("thread_id", "floor")
+    _fields: ClassVar[tuple[str, ...]] = ("thread_id", "floor")
+    thread_id: str
+    floor: int
 
     def __init__(self, thread_id: str, floor: int, *, message: str | None = None) -> None:
         super().__init__(thread_id, floor, message=message)
@@ -229,7 +244,8 @@ class SerializationError(FencedSqliteError, ValueError):
     """
 
     code = "serialization_error"
-    _fields = ("type_name",)
+    _fields: ClassVar[tuple[str, ...]] = ("type_name",)
+    type_name: str
 
     def __init__(self, type_name: str, *, message: str | None = None) -> None:
         super().__init__(type_name, message=message)
@@ -251,7 +267,10 @@ class UndecodableRow(FencedSqliteError):
     """
 
     code = "undecodable_row"
-    _fields = ("thread_id", "checkpoint_id", "reason")
+    _fields: ClassVar[tuple[str, ...]] = ("thread_id", "checkpoint_id", "reason")
+    thread_id: str
+    checkpoint_id: str | None
+    reason: str
 
     def __init__(
         self,
@@ -279,7 +298,9 @@ class StoreError(FencedSqliteError):
     """
 
     code = "store_error"
-    _fields = ("op", "path")
+    _fields: ClassVar[tuple[str, ...]] = ("op", "path")
+    op: str
+    path: str
 
     def __init__(self, op: str, path: str, *, message: str | None = None) -> None:
         super().__init__(op, path, message=message)
@@ -298,7 +319,8 @@ class StoreBusy(StoreError):
     """
 
     code = "store_busy"
-    _fields = ("op", "path", "waited_s")
+    _fields: ClassVar[tuple[str, ...]] = ("op", "path", "waited_s")
+    waited_s: float
 
     def __init__(self, op: str, path: str, waited_s: float, *, message: str | None = None) -> None:
         FencedSqliteError.__init__(self, op, path, waited_s, message=message)

@@ -9,6 +9,7 @@ any other renewal failure is logged and retried until the claim would expire.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from datetime import timedelta
@@ -122,7 +123,17 @@ class AsyncLease(_LeaseBase):
 
     async def __aenter__(self) -> AsyncLease:
         grant = self.saver.atake_over if self._take_over else self.saver.aclaim
-        self._claim = await grant(self.thread_id, self.holder, self.ttl)
+        pending = asyncio.ensure_future(grant(self.thread_id, self.holder, self.ttl))
+        try:
+            self._claim = await asyncio.shield(pending)
+        except asyncio.CancelledError:
+            # The grant runs on a worker thread that cancellation cannot stop,
+            # so it may still be granted: wait for it and give it back, or the
+            # thread would stay claimed by nobody until the ttl runs out.
+            with contextlib.suppress(Exception):  # not granted: nothing to give back
+                granted = await pending
+                await self.saver.arelease(self.thread_id, granted.token)
+            raise
         self._task = asyncio.create_task(self._renew_loop())
         return self
 

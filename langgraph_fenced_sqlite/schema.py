@@ -214,11 +214,14 @@ _WRITE_INSERT = (
 INSERT_WRITE_FIRST_WINS = _WRITE_INSERT + _WRITE_VALUES + " ON CONFLICT DO NOTHING"
 # Special channels (WRITES_IDX_MAP): last writer wins, but never over a write
 # made under a greater token, so a stale owner cannot displace the current one.
+# The last parameter is true when the thread has no claim at all (released or
+# never taken): then nobody owns it, and an unfenced writer may replace a
+# former owner's write.
 UPSERT_WRITE_LAST_WINS = (
     _WRITE_INSERT + _WRITE_VALUES + " ON CONFLICT DO UPDATE SET task_path = excluded.task_path, "
     "channel = excluded.channel, type = excluded.type, blob = excluded.blob, "
     "position = excluded.position, run_id = excluded.run_id, token = excluded.token "
-    "WHERE coalesce(excluded.token, 0) >= coalesce(writes.token, 0) "
+    "WHERE (coalesce(excluded.token, 0) >= coalesce(writes.token, 0) OR ?) "
     # An identical retry changes nothing (and so appends no event).
     "AND (writes.channel IS NOT excluded.channel OR writes.type IS NOT excluded.type "
     "OR writes.blob IS NOT excluded.blob OR writes.task_path IS NOT excluded.task_path)"

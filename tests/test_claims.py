@@ -1,0 +1,283 @@
+"""Claims and fencing tokens beyond the contract cases (see testing/cases_claims.py)."""
+
+from __future__ import annotations
+
+import math
+import pickle
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+
+from langgraph_fenced_sqlite import (
+    TOKEN_KEY,
+    Claim,
+    FencedSqliteSaver,
+    ManualClock,
+    StaleClaim,
+    ThreadBusy,
+)
+from langgraph_fenced_sqlite.testing.cases_claims import uuid6_at
+
+
+def _put(
+    store: FencedSqliteSaver,
+    checkpoint_id: str,
+    *,
+    claim: Claim | None = None,
+    parent: str | None = None,
+    ns: str = "",
+    source: str = "loop",
+) -> None:
+    conf: dict[str, Any] = {"thread_id": "t", "checkpoint_ns": ns}
+    if parent is not None:
+        conf["checkpoint_id"] = parent
+    config = claim.config(**conf) if claim else {"configurable": conf}
+    cp = empty_checkpoint()
+    cp["id"] = checkpoint_id
+    store.put(config, cp, {"source": source, "step": 0, "parents": {}}, {})
+
+
+# --- Claim.config ---------------------------------------------------------------------
+
+
+def test_claim_config_carries_thread_and_token() -> None:
+    """`Claim.config()` names the thread and the token, keeping what it extends."""
+    claim = Claim("t", "me", 42, 100.0)
+    assert claim.config() == {"configurable": {"thread_id": "t", TOKEN_KEY: 42}}
+    base = {"recursion_limit": 7, "configurable": {"thread_id": "other", "user": "u"}}
+    extended = claim.config(base, checkpoint_ns="", user="v")
+    assert extended == {
+        "recursion_limit": 7,
+        "configurable": {"thread_id": "t", "user": "v", "checkpoint_ns": "", TOKEN_KEY: 42},
+    }
+    assert base == {"recursion_limit": 7, "configurable": {"thread_id": "other", "user": "u"}}
+
+
+@pytest.mark.parametrize("bad", ["5", 5.0, True, [5]])
+def test_a_token_that_is_not_an_int_is_a_type_error(store: FencedSqliteSaver, bad: Any) -> None:
+    """A non-int token in a config is refused naming the key, before the file is touched."""
+    store.claim("t", "me", 10)
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", TOKEN_KEY: bad}}
+    with pytest.raises(TypeError, match=TOKEN_KEY):
+        store.put(config, empty_checkpoint(), {"source": "input", "step": -1}, {})
+    on_c = {"configurable": {**config["configurable"], "checkpoint_id": "c"}}
+    with pytest.raises(TypeError, match=TOKEN_KEY):
+        store.put_writes(on_c, [("x", 1)], "task")
+    assert store.events_after("t", 0) == []
+
+
+# --- ttl ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ttl", [30, 30.0, timedelta(seconds=30)])
+def test_ttl_is_seconds_or_a_timedelta(
+    store: FencedSqliteSaver, clock: ManualClock, ttl: Any
+) -> None:
+    """claim, take_over and renew take ttl as seconds (int or float) or a timedelta."""
+    assert store.claim("t", "a", ttl).expires_at == clock.now() + 30
+    taken = store.take_over("t", "b", ttl)
+    assert taken.expires_at == clock.now() + 30
+    clock.advance(timedelta(seconds=2.5))
+    assert store.renew("t", taken.token, ttl).expires_at == clock.now() + 30
+
+
+@pytest.mark.parametrize(
+    ("ttl", "error"),
+    [
+        (0, ValueError),
+        (-1, ValueError),
+        (timedelta(0), ValueError),
+        (timedelta(seconds=-1), ValueError),
+        (math.nan, ValueError),
+        (math.inf, ValueError),
+        (True, TypeError),
+        ("30", TypeError),
+        (None, TypeError),
+    ],
+)
+def test_a_bad_ttl_is_refused_before_the_file_is_touched(
+    store: FencedSqliteSaver, ttl: Any, error: type
+) -> None:
+    """A ttl that is not a positive finite duration names `ttl` and changes nothing."""
+    held = store.claim("held", "me", 10)
+    counter = store.stats()["token_counter"]
+    calls = [
+        lambda: store.claim("t", "me", ttl),
+        lambda: store.take_over("held", "me", ttl),
+        lambda: store.renew("held", held.token, ttl),
+        lambda: store.lease("t", "me", ttl=ttl),
+        lambda: store.alease("t", "me", ttl=ttl),
+    ]
+    for call in calls:
+        with pytest.raises(error, match="ttl"):
+            call()
+    assert store.stats()["token_counter"] == counter
+    assert store.current_claim("t") is None
+    assert store.current_claim("held") == held
+
+
+# --- errors -------------------------------------------------------------------------------
+
+
+def test_stale_claim_is_a_stale_write_owner_error() -> None:
+    """`StaleClaim` carries LangGraph's write-ownership marker; other errors do not."""
+    assert StaleClaim.is_stale_write_owner_error is True
+    exc = StaleClaim("t", 3, 5)
+    assert exc.is_stale_write_owner_error is True
+    assert getattr(ThreadBusy("t", "me"), "is_stale_write_owner_error", False) is False
+    again = pickle.loads(pickle.dumps(exc))  # crosses processes with its fields
+    assert type(again) is StaleClaim
+    assert (again.thread_id, again.token, again.current_token, again.code) == (
+        "t",
+        3,
+        5,
+        "stale_claim",
+    )
+    assert again.is_stale_write_owner_error is True
+
+
+def test_thread_busy_names_the_latest_root_checkpoint(
+    store: FencedSqliteSaver, clock: ManualClock
+) -> None:
+    """ThreadBusy carries the latest root checkpoint by commit order, ignoring subgraphs."""
+    me = store.claim("t", "me", 10)
+    ahead = uuid6_at(1_700_000_000 * 10**9)
+    behind = uuid6_at(1_690_000_000 * 10**9)
+    _put(store, ahead, claim=me, source="input")
+    _put(store, behind, claim=me, parent=ahead)  # smaller id, committed last
+    _put(store, "sub-1", claim=me, ns="sub:1", source="input")
+    for call in (
+        lambda: store.claim("t", "you", 10),
+        lambda: _put(store, "x", parent=behind),
+    ):
+        with pytest.raises(ThreadBusy) as info:
+            call()
+        assert (info.value.holder, info.value.latest_checkpoint_id) == ("me", behind)
+
+
+# --- the token of each checkpoint ----------------------------------------------------------------
+
+
+def test_each_checkpoint_records_the_token_that_wrote_it(open_store: Any) -> None:
+    """The token that wrote a checkpoint is stored with it, readable, and never rewritten."""
+    store, other = open_store(), open_store()
+    _put(store, "c0", source="input")  # unfenced
+    first = store.claim("t", "a", 10)
+    _put(store, "c1", claim=first, parent="c0")
+    second = other.take_over("t", "b", 10)
+    _put(other, "c2", claim=second, parent="c1")
+    records = other.history_records("t")
+    assert [(r["checkpoint_id"], r["token"]) for r in records] == [
+        ("c2", second.token),
+        ("c1", first.token),
+        ("c0", None),
+    ]
+    for cid, token in (("c0", None), ("c1", first.token), ("c2", second.token)):
+        assert store.inspect_checkpoint("t", checkpoint_id=cid)["token"] == token
+
+
+def test_list_is_ordered_by_id_while_latest_is_by_commit(store: FencedSqliteSaver) -> None:
+    """Pin a surprise: after a clock-behind commit, `list` does not start with the latest.
+
+    LangGraph's `list` orders by checkpoint id (its savers' ids are uuid6,
+    made from each process's clock), so we keep that order for `list`; but the
+    latest checkpoint, which `get_tuple` returns and fenced puts must extend,
+    is the last committed (CONTRACT §3). With clock skew the two differ, and
+    `history` is the call that pages in commit order.
+    """
+    me = store.claim("t", "me", 10)
+    ahead = uuid6_at(1_700_000_000 * 10**9)
+    behind = uuid6_at(1_690_000_000 * 10**9)
+    _put(store, ahead, claim=me, source="input")
+    _put(store, behind, claim=me, parent=ahead)
+    listed = [t.config["configurable"]["checkpoint_id"] for t in store.list(me.config())]
+    assert listed == [ahead, behind]
+    assert store.get_tuple(me.config()).config["configurable"]["checkpoint_id"] == behind
+    assert [t.config["configurable"]["checkpoint_id"] for t in store.history("t")] == [
+        behind,
+        ahead,
+    ]
+
+
+# --- claims seen from outside ------------------------------------------------------------
+
+
+def test_current_claim_reports_an_expired_claim_until_replaced(
+    store: FencedSqliteSaver, clock: ManualClock
+) -> None:
+    """`current_claim` shows the claim live or expired; `claims()` lists every current one."""
+    assert store.current_claim("t") is None
+    mine = store.claim("t", "me", 10)
+    store.release("u", store.claim("u", "gone", 10).token)
+    clock.advance(60)
+    assert store.current_claim("t") == mine  # expired, still its holder's until replaced
+    assert store.claims() == [mine]
+    yours = store.claim("t", "you", 10)
+    assert store.current_claim("t") == yours
+    assert store.claims() == [yours]
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["one-store", "own-stores"])
+def test_takeover_cuts_off_concurrent_writers(open_store: Any, shared: bool) -> None:
+    """Writers racing a takeover all end with StaleClaim; none lands after the new owner."""
+    owner = open_store()
+    old = owner.claim("t", "old", 60)
+    stores = [owner if shared else open_store() for _ in range(8)]
+    started = threading.Barrier(len(stores) + 1)
+    landed = [0] * len(stores)
+    outcomes: list[BaseException | None] = [None] * len(stores)
+
+    def write(i: int) -> None:
+        started.wait(timeout=60)
+        try:
+            for n in range(100_000):
+                stores[i].append_events("t", old.token, [("w", {"writer": i, "n": n})])
+                landed[i] += 1
+        except BaseException as exc:  # noqa: BLE001 - asserted below
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(len(stores))]
+    for t in threads:
+        t.start()
+    started.wait(timeout=60)
+    deadline = time.monotonic() + 60
+    while len(owner.events_after("t", 0, 50)) < 50:  # let the writers get going
+        assert time.monotonic() < deadline and not any(outcomes), outcomes
+    new = owner.take_over("t", "new", 60)
+    marker = owner.append_events("t", new.token, [("marker", {})])[0]
+    for t in threads:
+        t.join(timeout=60)
+        assert not t.is_alive()
+    for exc in outcomes:
+        assert isinstance(exc, StaleClaim), repr(exc)
+        assert (exc.token, exc.current_token) == (old.token, new.token)
+    events = owner.events_after("t", 0, 1_000_000)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))  # no gap, no spent seq
+    assert events[-1].seq == marker  # nothing stale landed after the new owner's write
+    assert {e.token for e in events[:-1]} == {old.token}
+    # Every append a writer saw succeed is there, once, in its order; no other.
+    for i in range(len(stores)):
+        mine = [e.data["n"] for e in events[:-1] if e.data["writer"] == i]
+        assert mine == list(range(landed[i]))
+
+
+def test_unfenced_special_write_replaces_a_released_owners_write(store: Any) -> None:
+    """Once the claim is released nobody owns the thread: special writes are last-writer-wins."""
+    cfg = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": "c1"}}
+    granted = store.claim("t", "owner", 30)
+    store.put_writes(granted.config(cfg), [("__resume__", "owner's answer")], "task")
+    store.release("t", granted.token)
+    store.put_writes(cfg, [("__resume__", "new answer")], "task")
+    checkpoint = empty_checkpoint()
+    checkpoint["id"] = "c1"
+    store.put(
+        {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
+        checkpoint,
+        {"source": "update", "step": 0},
+        {},
+    )
+    assert store.get_tuple(cfg).pending_writes == [("task", "__resume__", "new answer")]
