@@ -1,0 +1,579 @@
+"""FencedRunner in one process: strategies, lifecycle events, release, streaming."""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.config import get_stream_writer
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, interrupt
+
+from langgraph_fenced_sqlite import FencedRunner, FencedSqliteSaver, StaleClaim, ThreadBusy
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN_KINDS = ("run_started", "run_completed", "run_interrupted", "run_failed", "run_superseded")
+
+
+class State(TypedDict, total=False):
+    """The test graph's state: a log of node visits and the turn's flags."""
+
+    log: Annotated[list[str], operator.add]
+    turn: str
+    block: bool
+    fail: str
+
+
+class Gate:
+    """Hold a node until the test opens the gate; tell the test it is held."""
+
+    def __init__(self) -> None:
+        """Start closed, with no node entered and no call counted."""
+        self.entered = threading.Event()
+        self.opened = threading.Event()
+        self.calls = 0
+
+    def hold(self) -> None:
+        """Tell the test the node is held, then wait for the gate to open."""
+        self.entered.set()
+        assert self.opened.wait(30), "the test never opened the gate"
+
+
+def build(gate: Gate | None = None) -> StateGraph:
+    """Return three nodes in a row; `slow` waits at the gate when the input says `block`."""
+    gate = gate or Gate()
+
+    def first(state: State) -> State:
+        gate.calls += 1
+        return {"log": [f"{state['turn']}:first"]}
+
+    def slow(state: State) -> State:
+        if state.get("block"):
+            gate.hold()
+        if state.get("fail") == "value":
+            raise ValueError("node failed")
+        if state.get("fail") == "keyboard":
+            raise KeyboardInterrupt
+        get_stream_writer()({"custom": state["turn"]})
+        return {"log": [f"{state['turn']}:slow"]}
+
+    def last(state: State) -> State:
+        return {"log": [f"{state['turn']}:last"]}
+
+    g = StateGraph(State)
+    g.add_node("first", first)
+    g.add_node("slow", slow)
+    g.add_node("last", last)
+    g.add_edge(START, "first")
+    g.add_edge("first", "slow")
+    g.add_edge("slow", "last")
+    g.add_edge("last", END)
+    return g
+
+
+def inp(turn: str, *, block: bool = False, fail: str = "") -> State:
+    """A turn's input; every key is given, since channels keep their last value."""
+    return {"turn": turn, "block": block, "fail": fail}
+
+
+def cfg(thread_id: str = "t", run_id: str | None = None) -> dict[str, Any]:
+    """Return a config for the thread, with a run id if given."""
+    config: dict[str, Any] = {"configurable": {"thread_id": thread_id}}
+    if run_id:
+        config["metadata"] = {"run_id": run_id}
+    return config
+
+
+def run_events(store: FencedSqliteSaver, thread_id: str = "t") -> list[tuple[str, str | None]]:
+    """(kind, run_id) of every runner event of the thread, in order."""
+    return [
+        (e.kind, e.data.get("run_id")) for e in all_events(store, thread_id) if e.kind in RUN_KINDS
+    ]
+
+
+def all_events(store: FencedSqliteSaver, thread_id: str = "t") -> list[Any]:
+    """Return every event of the thread."""
+    return store.events_after(thread_id, 0, 10_000)
+
+
+def in_thread(fn: Any, *args: Any, **kwargs: Any) -> tuple[threading.Thread, dict[str, Any]]:
+    """Run fn in a thread; the dict gets "result" or "error"."""
+    out: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            out["result"] = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            out["error"] = exc
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread, out
+
+
+def wait_for(predicate: Any, what: str) -> None:
+    """Wait (generously) for a condition another thread brings about."""
+    deadline = time.monotonic() + 30
+    while not predicate():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.005)
+
+
+@pytest.fixture
+def gate() -> Any:
+    """A gate for the test graph's `slow` node, opened at teardown."""
+    g = Gate()
+    yield g
+    g.opened.set()
+
+
+@pytest.fixture
+def runner(store: FencedSqliteSaver, gate: Gate) -> FencedRunner:
+    """A runner over the test graph on the test's store."""
+    return FencedRunner(build(gate).compile(checkpointer=store), store, holder="me")
+
+
+# --- basics -----------------------------------------------------------------------------
+
+
+def test_invoke_logs_lifecycle_tags_checkpoints_and_releases(
+    runner: FencedRunner, store: FencedSqliteSaver
+) -> None:
+    """A run logs started/completed around its writes, tags every checkpoint, releases."""
+    out = runner.invoke(inp("a"), cfg(run_id="r1"), durability="sync")
+    assert out["log"] == ["a:first", "a:slow", "a:last"]
+    assert store.current_claim("t") is None
+    evs = all_events(store)
+    assert evs[0].kind == "run_started" and evs[-1].kind == "run_completed"
+    assert {e.token for e in evs} == {evs[0].token}
+    assert (
+        evs[-1].data["checkpoint_id"]
+        == store.get_tuple(cfg()).config["configurable"]["checkpoint_id"]
+    )
+    history = store.history("t")
+    assert history and all(c.metadata["run_id"] == "r1" for c in history)
+    runner.invoke(inp("b"), cfg(run_id="r2"))
+    store.delete_for_runs(["r2"])
+    assert [c.metadata["run_id"] for c in store.history("t")] == ["r1"] * len(history)
+    assert run_events(store) == [
+        ("run_started", "r1"),
+        ("run_completed", "r1"),
+        ("run_started", "r2"),
+        ("run_completed", "r2"),
+    ]
+
+
+async def test_ainvoke_and_fresh_run_ids(runner: FencedRunner, store: FencedSqliteSaver) -> None:
+    """ainvoke behaves like invoke; each invocation without a run id gets a new one."""
+    out = await runner.ainvoke(inp("a"), cfg())
+    out = await runner.ainvoke(inp("b"), cfg())
+    assert out["log"][-1] == "b:last"
+    kinds = run_events(store)
+    assert [k for k, _ in kinds] == ["run_started", "run_completed"] * 2
+    assert kinds[0][1] == kinds[1][1] != kinds[2][1] == kinds[3][1]
+    assert store.current_claim("t") is None
+
+
+def test_graph_without_checkpointer_is_given_the_saver(store: FencedSqliteSaver) -> None:
+    """A graph compiled without a checkpointer runs on the runner's saver."""
+    runner = FencedRunner(build().compile(), store)
+    runner.invoke(inp("a"), cfg())
+    assert store.get_tuple(cfg()) is not None
+    other = InMemorySaver()
+    with pytest.raises(ValueError, match="checkpointer"):
+        FencedRunner(build().compile(checkpointer=other), store)
+
+
+def test_bad_arguments_are_refused_before_anything_runs(
+    runner: FencedRunner, store: FencedSqliteSaver, gate: Gate
+) -> None:
+    """Unknown strategy, no thread id, bad timeouts: errors naming the argument."""
+    with pytest.raises(ValueError, match="strategy"):
+        runner.invoke(inp("a"), cfg(), strategy="queue")
+    with pytest.raises(ValueError, match="thread_id"):
+        runner.invoke(inp("a"), {"configurable": {}})
+    with pytest.raises(ValueError, match="wait_timeout"):
+        runner.invoke(inp("a"), cfg(), strategy="enqueue", wait_timeout=-1)
+    with pytest.raises(ValueError, match="ttl"):
+        FencedRunner(runner.graph, store, ttl=0)
+    assert gate.calls == 0 and all_events(store) == []
+
+
+# --- graph interrupts -------------------------------------------------------------------
+
+
+def test_graph_interrupt_is_logged_and_resumed(store: FencedSqliteSaver) -> None:
+    """A dynamic interrupt ends as run_interrupted; the resume completes."""
+
+    def ask(state: State) -> State:
+        answer = interrupt("approve?")
+        return {"log": [f"answer:{answer}"]}
+
+    g = StateGraph(State)
+    g.add_node("ask", ask)
+    g.add_edge(START, "ask")
+    runner = FencedRunner(g.compile(checkpointer=store), store)
+    first = runner.invoke({"log": []}, cfg(run_id="ask"))
+    assert "__interrupt__" in first
+    done = runner.invoke(Command(resume="yes"), cfg(run_id="resume"))
+    assert done["log"] == ["answer:yes"]
+    assert run_events(store) == [
+        ("run_started", "ask"),
+        ("run_interrupted", "ask"),
+        ("run_started", "resume"),
+        ("run_completed", "resume"),
+    ]
+    assert all_events(store)[1].kind != "run_interrupted"  # graph writes come between
+
+
+def test_static_interrupt_is_logged(store: FencedSqliteSaver) -> None:
+    """interrupt_before (compiled or per call) ends as run_interrupted."""
+    runner = FencedRunner(build().compile(checkpointer=store, interrupt_before=["slow"]), store)
+    runner.invoke(inp("a"), cfg(run_id="1"))
+    runner.invoke(None, cfg(run_id="2"))
+    plain = FencedRunner(build().compile(checkpointer=store), store)
+    plain.invoke(inp("b"), cfg("u", run_id="3"), interrupt_after=["first"])
+    assert run_events(store)[1] == ("run_interrupted", "1")
+    assert run_events(store)[3] == ("run_completed", "2")
+    assert run_events(store, "u")[1] == ("run_interrupted", "3")
+
+
+async def test_static_interrupt_is_logged_async(store: FencedSqliteSaver) -> None:
+    """The async paths detect static interrupts too (ainvoke and astream)."""
+    runner = FencedRunner(build().compile(checkpointer=store, interrupt_after=["first"]), store)
+    await runner.ainvoke(inp("a"), cfg(run_id="1"))
+    chunks = [c async for c in runner.astream(None, cfg(run_id="2"), stream_mode="updates")]
+    assert chunks[0] == {"slow": {"log": ["a:slow"]}}
+    assert run_events(store) == [
+        ("run_started", "1"),
+        ("run_interrupted", "1"),
+        ("run_started", "2"),
+        ("run_completed", "2"),
+    ]
+
+
+# --- release however the run ends --------------------------------------------------------
+
+
+@pytest.mark.parametrize("fail,error", [("value", ValueError), ("keyboard", KeyboardInterrupt)])
+def test_release_on_exception(
+    runner: FencedRunner, store: FencedSqliteSaver, fail: str, error: type
+) -> None:
+    """An exception (KeyboardInterrupt too) propagates, is logged, and the claim goes."""
+    with pytest.raises(error):
+        runner.invoke(inp("a", fail=fail), cfg(run_id="r"))
+    assert store.current_claim("t") is None
+    assert run_events(store) == [("run_started", "r"), ("run_failed", "r")]
+    assert all_events(store)[-1].data["error"] == error.__name__
+    runner.invoke(inp("b"), cfg())  # the thread is free
+
+
+async def test_release_on_cancellation(
+    runner: FencedRunner, store: FencedSqliteSaver, gate: Gate
+) -> None:
+    """Cancelling the task running ainvoke releases the claim and logs run_failed."""
+    task = asyncio.ensure_future(runner.ainvoke(inp("a", block=True), cfg(run_id="r")))
+    await asyncio.to_thread(gate.entered.wait, 30)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert store.current_claim("t") is None
+    assert run_events(store) == [("run_started", "r"), ("run_failed", "r")]
+    assert all_events(store)[-1].data["error"] == "CancelledError"
+    gate.opened.set()
+
+
+async def test_cancelled_while_claiming_gives_the_claim_back(
+    runner: FencedRunner, store: FencedSqliteSaver
+) -> None:
+    """A task cancelled while its claim commits still releases that claim."""
+    for _ in range(20):
+        task = asyncio.ensure_future(runner.ainvoke(inp("a"), cfg(), strategy="interrupt"))
+        await asyncio.sleep(0)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+    await asyncio.to_thread(wait_for, lambda: store.current_claim("t") is None, "release")
+    kinds = [k for k, _ in run_events(store)]
+    # Each claim granted ends exactly once: released as failed, or taken over
+    # (logged by the next one) before its release landed.
+    ended = kinds.count("run_failed") + kinds.count("run_superseded")
+    assert kinds.count("run_started") == ended > 0
+
+
+def test_stream_closed_early_releases(runner: FencedRunner, store: FencedSqliteSaver) -> None:
+    """Closing a stream before its end releases the claim."""
+    stream = runner.stream(inp("a"), cfg(run_id="r"), stream_mode="updates")
+    assert next(stream) == {"first": {"log": ["a:first"]}}
+    assert store.current_claim("t") is not None
+    stream.close()
+    assert store.current_claim("t") is None
+    assert run_events(store) == [("run_started", "r"), ("run_failed", "r")]
+
+
+async def test_astream_closed_early_releases(
+    runner: FencedRunner, store: FencedSqliteSaver
+) -> None:
+    """Closing an async stream before its end releases the claim."""
+    stream = runner.astream(inp("a"), cfg(run_id="r"), stream_mode="updates")
+    assert await stream.__anext__() == {"first": {"log": ["a:first"]}}
+    await stream.aclose()
+    assert store.current_claim("t") is None
+    assert run_events(store) == [("run_started", "r"), ("run_failed", "r")]
+
+
+# --- stream yields what LangGraph yields ---------------------------------------------------
+
+MODES: list[Any] = ["values", "updates", "custom", ["updates", "custom", "values"]]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=str)
+def test_stream_yields_what_langgraph_yields(store: FencedSqliteSaver, mode: Any) -> None:
+    """runner.stream and graph.stream on the same input yield the same chunks."""
+    runner = FencedRunner(build().compile(checkpointer=store), store)
+    bare = build().compile(checkpointer=InMemorySaver())
+    for turn in ("a", "b"):
+        ours = list(runner.stream(inp(turn), cfg(), stream_mode=mode))
+        theirs = list(bare.stream(inp(turn), cfg(), stream_mode=mode))
+        assert ours == theirs and ours
+    assert [k for k, _ in run_events(store)] == ["run_started", "run_completed"] * 2
+
+
+@pytest.mark.parametrize("mode", MODES, ids=str)
+async def test_astream_yields_what_langgraph_yields(store: FencedSqliteSaver, mode: Any) -> None:
+    """runner.astream and graph.astream on the same input yield the same chunks."""
+    runner = FencedRunner(build().compile(checkpointer=store), store)
+    bare = build().compile(checkpointer=InMemorySaver())
+    ours = [c async for c in runner.astream(inp("a"), cfg(), stream_mode=mode)]
+    theirs = [c async for c in bare.astream(inp("a"), cfg(), stream_mode=mode)]
+    assert ours == theirs and ours
+    assert store.current_claim("t") is None
+
+
+# --- strategies ------------------------------------------------------------------------------
+
+
+def test_reject_raises_at_once_and_runs_nothing(
+    runner: FencedRunner, store: FencedSqliteSaver, gate: Gate
+) -> None:
+    """A busy thread refuses a "reject" invocation: no node runs, no event is logged."""
+    store.claim("t", "someone-else", 30)
+    with pytest.raises(ThreadBusy) as info:
+        runner.invoke(inp("a"), cfg())
+    assert info.value.holder == "someone-else"
+    assert gate.calls == 0 and all_events(store) == []
+
+
+def test_enqueue_runs_in_arrival_order(
+    runner: FencedRunner, store: FencedSqliteSaver, gate: Gate
+) -> None:
+    """Waiting invocations run one at a time, in the order they arrived."""
+    holder, held = in_thread(runner.invoke, inp("h", block=True), cfg(run_id="h"))
+    assert gate.entered.wait(30)
+    waiters = []
+    for i in range(4):
+        waiters.append(
+            in_thread(runner.invoke, inp(f"w{i}"), cfg(run_id=f"w{i}"), strategy="enqueue")
+        )
+        wait_for(lambda n=i + 1: runner.waiting("t") == n, "the waiter to queue")
+    gate.opened.set()
+    for thread, out in [(holder, held), *waiters]:
+        thread.join(30)
+        assert "error" not in out, out
+    started = [r for k, r in run_events(store) if k == "run_started"]
+    assert started == ["h", "w0", "w1", "w2", "w3"]
+    assert [k for k, _ in run_events(store)] == ["run_started", "run_completed"] * 5
+    assert runner.waiting("t") == 0
+
+
+async def test_aenqueue_runs_in_arrival_order(
+    runner: FencedRunner, store: FencedSqliteSaver
+) -> None:
+    """The async twin keeps arrival order too (one process, one event loop)."""
+    claim = store.claim("t", "other", 30)
+    tasks = []
+    for i in range(3):
+        tasks.append(
+            asyncio.ensure_future(
+                runner.ainvoke(inp(f"w{i}"), cfg(run_id=f"w{i}"), strategy="enqueue")
+            )
+        )
+        while runner.waiting("t") < i + 1:
+            await asyncio.sleep(0.001)
+    store.release("t", claim.token)
+    await asyncio.gather(*tasks)
+    assert [r for k, r in run_events(store) if k == "run_started"] == ["w0", "w1", "w2"]
+
+
+def test_enqueue_times_out_with_thread_busy(runner: FencedRunner, store: FencedSqliteSaver) -> None:
+    """Past wait_timeout, "enqueue" raises ThreadBusy and ran nothing."""
+    store.claim("t", "other", 30)
+    with pytest.raises(ThreadBusy) as info:
+        runner.invoke(inp("a"), cfg(), strategy="enqueue", wait_timeout=0.05)
+    assert info.value.holder == "other"
+    assert all_events(store) == [] and runner.waiting("t") == 0
+
+
+def test_interrupt_fences_off_the_running_invocation(
+    runner: FencedRunner, store: FencedSqliteSaver, gate: Gate
+) -> None:
+    """Strategy "interrupt" takes over mid-graph; the old run fails, writing nothing more."""
+    old, out = in_thread(
+        runner.invoke, inp("old", block=True), cfg(run_id="old"), durability="sync"
+    )
+    assert gate.entered.wait(30)
+    last_old = store.get_tuple(cfg()).config["configurable"]["checkpoint_id"]
+    result = runner.invoke(inp("new"), cfg(run_id="new"), strategy="interrupt")
+    assert result["log"][0] == "old:first"  # it ran from the last durable checkpoint
+    gate.opened.set()
+    old.join(30)
+    assert isinstance(out.get("error"), StaleClaim)
+    evs = all_events(store)
+    fence = next(e.seq for e in evs if e.kind == "run_superseded")
+    old_token = evs[0].token
+    assert max(e.seq for e in evs if e.token == old_token) < fence
+    assert run_events(store) == [
+        ("run_started", "old"),
+        ("run_superseded", "old"),
+        ("run_started", "new"),
+        ("run_completed", "new"),
+    ]
+    superseded = next(e for e in evs if e.kind == "run_superseded")
+    assert superseded.data["by_run_id"] == "new" and superseded.data["was_live"]
+    new_first = next(e for e in evs if e.kind == "checkpoint" and e.seq > fence)
+    assert new_first.data["parent_checkpoint_id"] == last_old
+    assert store.current_claim("t") is None
+
+
+@pytest.mark.parametrize("durability", ["sync", "exit"])
+def test_rollback_removes_exactly_the_superseded_run(
+    runner: FencedRunner, store: FencedSqliteSaver, gate: Gate, durability: str
+) -> None:
+    """Strategy "rollback" retracts the superseded run's rows, never an earlier turn's."""
+    runner.invoke(inp("t1"), cfg(run_id="t1"), durability=durability)
+    turn1 = [(c.config["configurable"]["checkpoint_id"], c.metadata) for c in store.history("t")]
+    old, out = in_thread(
+        runner.invoke, inp("t2", block=True), cfg(run_id="t2"), durability=durability
+    )
+    assert gate.entered.wait(30)
+    result = runner.invoke(inp("t3"), cfg(run_id="t3"), strategy="rollback", durability=durability)
+    gate.opened.set()
+    old.join(30)
+    assert isinstance(out.get("error"), StaleClaim)
+    assert result["log"] == ["t1:first", "t1:slow", "t1:last", "t3:first", "t3:slow", "t3:last"]
+    runs = [c.metadata["run_id"] for c in store.history("t", limit=100)]
+    assert "t2" not in runs and runs.count("t1") == len(turn1)
+    kept = {cid: md for cid, md in turn1}
+    assert all(
+        kept[c.config["configurable"]["checkpoint_id"]] == c.metadata
+        for c in store.history("t", limit=100)
+        if c.metadata["run_id"] == "t1"
+    )
+    superseded = next(e for e in all_events(store) if e.kind == "run_superseded")
+    assert superseded.data["run_id"] == "t2"
+    wrote = durability == "sync"
+    assert (superseded.data["retracted_checkpoints"] > 0) is wrote
+    assert any(e.kind == "retracted" for e in all_events(store)) is wrote
+
+
+def test_rollback_of_a_foreign_claim_retracts_nothing(
+    runner: FencedRunner, store: FencedSqliteSaver
+) -> None:
+    """A claim no runner logged has no run id to retract: earlier turns stay."""
+    runner.invoke(inp("t1"), cfg(run_id="t1"))
+    before = len(store.history("t", limit=100))
+    store.claim("t", "manual", 30)
+    runner.invoke(inp("t2"), cfg(run_id="t2"), strategy="rollback")
+    runs = [c.metadata["run_id"] for c in store.history("t", limit=100)]
+    assert runs.count("t1") == before
+    superseded = next(e for e in all_events(store) if e.kind == "run_superseded")
+    assert superseded.data["run_id"] is None and superseded.data["holder"] == "manual"
+
+
+@pytest.mark.parametrize("durability", ["sync", "exit"])
+def test_run_that_finished_after_losing_its_claim_raises(
+    runner: FencedRunner, store: FencedSqliteSaver, durability: str
+) -> None:
+    """A run taken over after its last write still learns it lost: StaleClaim, nothing logged."""
+    stream = runner.stream(inp("a"), cfg(run_id="r"), stream_mode="updates", durability=durability)
+    for chunk in stream:
+        if "last" in chunk:  # LangGraph yields the last update after the last write
+            break
+    thief = store.take_over("t", "thief", 30)
+    with pytest.raises(StaleClaim, match="finished, but token"):
+        next(stream)
+    assert run_events(store) == [("run_started", "r")]
+    assert store.current_claim("t") == thief  # its release changed nothing
+
+
+# --- renewal and deletion ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_claim_is_renewed_in_the_background(
+    open_store: Any, clock: Any, gate: Gate, api: str
+) -> None:
+    """A run longer than renew_every keeps its claim alive (store clock moved by hand)."""
+    store = open_store()
+    runner = FencedRunner(build(gate).compile(checkpointer=store), store, ttl=10, renew_every=0.01)
+    if api == "sync":
+        thread, out = in_thread(runner.invoke, inp("a", block=True), cfg())
+    else:
+        thread, out = in_thread(lambda: asyncio.run(runner.ainvoke(inp("a", block=True), cfg())))
+    assert gate.entered.wait(30)
+    first = store.current_claim("t")
+    assert first is not None
+    now = clock.advance(8)
+    wait_for(lambda: store.current_claim("t").expires_at >= now + 10, "a renewal")
+    clock.advance(8)  # past the first expiry: still ours
+    with pytest.raises(ThreadBusy):
+        store.claim("t", "other", 5)
+    gate.opened.set()
+    thread.join(30)
+    assert "error" not in out
+
+
+def test_delete_thread_refuses_a_live_run(
+    runner: FencedRunner, store: FencedSqliteSaver, gate: Gate
+) -> None:
+    """delete_thread claims first: a thread with a run in flight is refused."""
+    runner.invoke(inp("t1"), cfg())
+    thread, out = in_thread(runner.invoke, inp("t2", block=True), cfg())
+    assert gate.entered.wait(30)
+    with pytest.raises(ThreadBusy):
+        runner.delete_thread("t")
+    assert store.get_tuple(cfg()) is not None
+    gate.opened.set()
+    thread.join(30)
+    asyncio.run(runner.adelete_thread("t"))
+    assert store.get_tuple(cfg()) is None and all_events(store) == []
+    assert store.current_claim("t") is None
+    runner.invoke(inp("t3"), cfg())
+    assert all_events(store)[0].seq == 1
+
+
+# --- the benchmark cannot rot ------------------------------------------------------------
+
+
+def test_benchmark_quick_run(tmp_path: Path) -> None:
+    """benchmarks/bench_runner.py --quick runs and prints its table."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_runner.py"), "--quick"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "FencedRunner" in result.stdout and "SqliteSaver" in result.stdout
+    assert list(tmp_path.iterdir()) == []

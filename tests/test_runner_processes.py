@@ -1,0 +1,309 @@
+"""FencedRunner across real processes: every strategy, a SIGKILL, safe deletion."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from langgraph_fenced_sqlite import (
+    FencedRunner,
+    FencedSqliteSaver,
+    SystemClock,
+    ThreadBusy,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
+
+# The graph both sides run: `slow` waits for `<gate>/<turn>.open` when the
+# input says `block`, after creating `<gate>/<turn>.entered`.
+GRAPH_SRC = """
+import operator, os, time
+from typing import Annotated, TypedDict
+from langgraph.graph import END, START, StateGraph
+
+class State(TypedDict, total=False):
+    log: Annotated[list[str], operator.add]
+    turn: str
+    block: bool
+
+def build(gate_dir):
+    def first(state):
+        return {"log": [state["turn"] + ":first"]}
+
+    def slow(state):
+        if state.get("block"):
+            open(os.path.join(gate_dir, state["turn"] + ".entered"), "w").close()
+            while not os.path.exists(os.path.join(gate_dir, state["turn"] + ".open")):
+                time.sleep(0.005)
+        return {"log": [state["turn"] + ":slow"]}
+
+    def last(state):
+        return {"log": [state["turn"] + ":last"]}
+
+    g = StateGraph(State)
+    for name, fn in (("first", first), ("slow", slow), ("last", last)):
+        g.add_node(name, fn)
+    g.add_edge(START, "first")
+    g.add_edge("first", "slow")
+    g.add_edge("slow", "last")
+    g.add_edge("last", END)
+    return g
+"""
+
+WORKER_SRC = (
+    GRAPH_SRC
+    + """
+import asyncio, json, sys
+from langgraph_fenced_sqlite import FencedRunner, FencedSqliteSaver, FencedSqliteError, ThreadBusy
+
+db, gate_dir, thread, turn, strategy, api, durability, ttl, probe = sys.argv[1:10]
+inputs = {"turn": turn, "block": True}
+config = {"configurable": {"thread_id": thread}, "metadata": {"run_id": turn}}
+with FencedSqliteSaver(db) as saver:
+    runner = FencedRunner(build(gate_dir).compile(checkpointer=saver), saver, ttl=float(ttl))
+    if probe == "probe":
+        try:
+            runner.invoke(inputs, config)
+        except ThreadBusy:
+            open(os.path.join(gate_dir, turn + ".busy"), "w").close()
+        else:
+            raise SystemExit("the thread was not busy")
+    try:
+        kw = {"strategy": strategy, "durability": durability, "wait_timeout": 60}
+        if api == "async":
+            out = asyncio.run(runner.ainvoke(inputs, config, **kw))
+        else:
+            out = runner.invoke(inputs, config, **kw)
+        print(json.dumps({"log": out["log"]}))
+    except FencedSqliteError as exc:
+        print(json.dumps({"error": exc.code}))
+"""
+)
+
+_graph_ns: dict[str, Any] = {}
+# The same build() for this process's side (compiled without this module's
+# `from __future__ import annotations`, so the TypedDict resolves).
+exec(compile(GRAPH_SRC, "graph_src", "exec", dont_inherit=True), _graph_ns)
+build = _graph_ns["build"]
+RUN_KINDS = ("run_started", "run_completed", "run_interrupted", "run_failed", "run_superseded")
+
+
+class Workers:
+    """Start worker processes on one file; kill leftovers at teardown."""
+
+    def __init__(self, tmp: Path) -> None:
+        """Write the worker script and make the gates directory in `tmp`."""
+        self.tmp = tmp
+        self.db = str(tmp / "runner.db")
+        self.gates = tmp / "gates"
+        self.gates.mkdir()
+        self.script = tmp / "worker.py"
+        self.script.write_text(WORKER_SRC)
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def start(
+        self,
+        turn: str,
+        *,
+        strategy: str = "reject",
+        api: str = "sync",
+        durability: str = "sync",
+        ttl: float = 30.0,
+        probe: bool = False,
+        thread: str = "t",
+    ) -> subprocess.Popen[str]:
+        """Start a worker that runs `turn` (blocking in `slow` until its gate opens)."""
+        args = [self.db, str(self.gates), thread, turn, strategy, api, durability, str(ttl)]
+        proc = subprocess.Popen(
+            [sys.executable, str(self.script), *args, "probe" if probe else "-"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def wait_file(self, name: str, proc: subprocess.Popen[str]) -> None:
+        """Wait until the worker creates gates/<name> (failing if it exits)."""
+        deadline = time.monotonic() + 60
+        while not (self.gates / name).exists():
+            if proc.poll() is not None:
+                raise AssertionError(f"worker exited early: {proc.communicate()}")
+            assert time.monotonic() < deadline, f"no {name}"
+            time.sleep(0.005)
+
+    def open_gate(self, turn: str) -> None:
+        """Let the worker running `turn` go on."""
+        (self.gates / f"{turn}.open").touch()
+
+    def result(self, proc: subprocess.Popen[str]) -> dict[str, Any]:
+        """Wait for the worker and return the JSON it printed last."""
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        return json.loads(out.strip().splitlines()[-1])
+
+    def close(self) -> None:
+        """Kill the workers still running and reap them all."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Any:
+    """Workers on a file in the test's temporary directory."""
+    w = Workers(tmp_path)
+    yield w
+    w.close()
+
+
+@pytest.fixture
+def local(workers: Workers) -> Any:
+    """This process's runner on the workers' file (system clock, like theirs)."""
+    saver = FencedSqliteSaver(workers.db, clock=SystemClock())
+    try:
+        yield FencedRunner(build(str(workers.gates)).compile(checkpointer=saver), saver)
+    finally:
+        saver.close()
+
+
+def turn(name: str) -> dict[str, Any]:
+    """Return the input of a turn that does not block."""
+    return {"turn": name, "block": False}
+
+
+def cfg(run_id: str, thread: str = "t") -> dict[str, Any]:
+    """Return a config for the thread with this run id."""
+    return {"configurable": {"thread_id": thread}, "metadata": {"run_id": run_id}}
+
+
+def lifecycle(saver: FencedSqliteSaver, thread: str = "t") -> list[tuple[str, Any]]:
+    """Return (kind, run id) of the thread's runner events, in order."""
+    return [
+        (e.kind, e.data.get("run_id"))
+        for e in saver.events_after(thread, 0, 10_000)
+        if e.kind in RUN_KINDS
+    ]
+
+
+def assert_fenced(saver: FencedSqliteSaver, old_run: str, thread: str = "t") -> None:
+    """No event (so no checkpoint or write) under the old run's token after the fence."""
+    evs = saver.events_after(thread, 0, 10_000)
+    old = next(e.token for e in evs if e.kind == "run_started" and e.data["run_id"] == old_run)
+    fence = next(e.seq for e in evs if e.kind == "run_superseded" and e.data["run_id"] == old_run)
+    assert max(e.seq for e in evs if e.token == old) < fence
+    assert all(e.token > old for e in evs if e.seq >= fence and e.token is not None)
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_reject_then_enqueue_across_processes(
+    workers: Workers, local: FencedRunner, api: str
+) -> None:
+    """A busy thread rejects at once, and an "enqueue" in another process waits its turn."""
+    p1 = workers.start("p1", api=api)
+    workers.wait_file("p1.entered", p1)
+    with pytest.raises(ThreadBusy) as info:
+        local.invoke(turn("x"), cfg("x"))
+    assert info.value.holder.split(":")[1] == str(p1.pid)
+    p2 = workers.start(
+        "p2", strategy="enqueue", api="async" if api == "sync" else "sync", probe=True
+    )
+    workers.wait_file("p2.busy", p2)
+    time.sleep(0.3)  # let p2 start polling (not an assertion: it only makes the wait real)
+    workers.open_gate("p1")
+    workers.open_gate("p2")
+    assert workers.result(p1)["log"] == ["p1:first", "p1:slow", "p1:last"]
+    assert workers.result(p2)["log"][-3:] == ["p2:first", "p2:slow", "p2:last"]
+    assert lifecycle(local.saver) == [
+        ("run_started", "p1"),
+        ("run_completed", "p1"),
+        ("run_started", "p2"),
+        ("run_completed", "p2"),
+    ]
+    assert local.saver.current_claim("t") is None
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_interrupt_across_processes(workers: Workers, local: FencedRunner, api: str) -> None:
+    """Strategy "interrupt" fences off another process's run and goes on from its checkpoint."""
+    p1 = workers.start("p1", api=api)
+    workers.wait_file("p1.entered", p1)
+    out = local.invoke(turn("new"), cfg("new"), strategy="interrupt")
+    assert out["log"] == ["p1:first", "new:first", "new:slow", "new:last"]
+    workers.open_gate("p1")
+    assert workers.result(p1) == {"error": "stale_claim"}
+    assert lifecycle(local.saver) == [
+        ("run_started", "p1"),
+        ("run_superseded", "p1"),
+        ("run_started", "new"),
+        ("run_completed", "new"),
+    ]
+    assert_fenced(local.saver, "p1")
+    assert local.saver.current_claim("t") is None
+
+
+@pytest.mark.parametrize("durability", ["sync", "exit"])
+def test_rollback_across_processes(workers: Workers, local: FencedRunner, durability: str) -> None:
+    """Strategy "rollback" removes exactly the superseded run's rows, not the earlier turn's."""
+    local.invoke(turn("t1"), cfg("t1"), durability=durability)
+    saver = local.saver
+    turn1 = {c.config["configurable"]["checkpoint_id"] for c in saver.history("t", limit=100)}
+    p2 = workers.start("t2", durability=durability)
+    workers.wait_file("t2.entered", p2)
+    out = local.invoke(turn("t3"), cfg("t3"), strategy="rollback", durability=durability)
+    assert out["log"] == ["t1:first", "t1:slow", "t1:last", "t3:first", "t3:slow", "t3:last"]
+    workers.open_gate("t2")
+    assert workers.result(p2) == {"error": "stale_claim"}
+    history = saver.history("t", limit=100)
+    assert {c.metadata["run_id"] for c in history} == {"t1", "t3"}
+    assert turn1 <= {c.config["configurable"]["checkpoint_id"] for c in history}
+    assert lifecycle(saver)[2:] == [
+        ("run_started", "t2"),
+        ("run_superseded", "t2"),
+        ("run_started", "t3"),
+        ("run_completed", "t3"),
+    ]
+    assert_fenced(saver, "t2")
+
+
+def test_killed_worker_is_taken_over_after_its_ttl(workers: Workers, local: FencedRunner) -> None:
+    """A worker killed with SIGKILL holds its thread until the ttl, then "enqueue" gets it."""
+    p1 = workers.start("p1", ttl=1.0)
+    workers.wait_file("p1.entered", p1)
+    os.kill(p1.pid, signal.SIGKILL)
+    p1.wait()
+    out = local.invoke(turn("after"), cfg("after"), strategy="enqueue", wait_timeout=60)
+    assert out["log"] == ["p1:first", "after:first", "after:slow", "after:last"]
+    assert lifecycle(local.saver) == [
+        ("run_started", "p1"),
+        ("run_superseded", "p1"),
+        ("run_started", "after"),
+        ("run_completed", "after"),
+    ]
+    superseded = next(e for e in local.saver.events_after("t") if e.kind == "run_superseded")
+    assert superseded.data["was_live"] is False
+
+
+def test_delete_thread_refuses_a_run_in_another_process(
+    workers: Workers, local: FencedRunner
+) -> None:
+    """runner.delete_thread refuses while another process runs the thread."""
+    p1 = workers.start("p1")
+    workers.wait_file("p1.entered", p1)
+    with pytest.raises(ThreadBusy):
+        local.delete_thread("t")
+    assert local.saver.get_tuple(cfg("x")) is not None
+    workers.open_gate("p1")
+    workers.result(p1)
+    local.delete_thread("t")
+    assert local.saver.get_tuple(cfg("x")) is None
+    assert local.saver.events_after("t") == []
