@@ -1,0 +1,72 @@
+"""Smoke-run each benchmark script with `--quick` so the scripts cannot rot.
+
+Only that each exits 0 and prints its tables is checked: timings are the
+scripts' business (they print PASS/MISS and never assert one).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+pytestmark = pytest.mark.subprocess
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+
+EXPECTED = {
+    "bench_saver.py": [
+        "WRITES:",
+        "READS:",
+        "STATEMENTS per list()",
+        "floor: raw sqlite3",
+        "FencedSqliteSaver",
+        "SqliteSaver",
+        "AsyncSqliteSaver",
+        "put_writes",
+        "list(limit=10)",
+        "result",
+    ],
+    "bench_events.py": [
+        "EVENT LATENCY:",
+        "p95 commit -> receipt",
+        "IDLE WATCHER:",
+        "statements/s",
+        "PRUNE:",
+        "longest writer put during prune",
+        "result",
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def runs() -> Iterator[dict[str, subprocess.Popen[str]]]:
+    """Start every script at once (they take a few seconds each) and yield the processes."""
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, os.path.join(BENCH, name), "--quick"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=BENCH,
+        )
+        for name in EXPECTED
+    }
+    yield procs
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize("script", sorted(EXPECTED))
+def test_quick_run_prints_its_tables(runs: dict[str, subprocess.Popen[str]], script: str) -> None:
+    """Run `script --quick`: it exits 0 and prints every table with a result column."""
+    out, err = runs[script].communicate(timeout=180)
+    assert runs[script].returncode == 0, f"{script} failed:\n{out}\n{err}"
+    missing = [text for text in EXPECTED[script] if text not in out]
+    assert not missing, f"{script} did not print {missing}:\n{out}"
+    assert "PASS" in out or "MISS" in out
