@@ -130,30 +130,8 @@ def put_txn(
     """
     row = claims.check_fence(conn, enc.thread_id, token, now=now, require_claim=require_claim)
     key = (enc.thread_id, enc.checkpoint_ns, enc.checkpoint_id)
-    stored = conn.execute(schema.GET_STORED_IDENTITY, key).fetchone()
-    if stored is not None:
-        # Identity before version: a retried put of the (now latest)
-        # checkpoint must succeed, although its parent is no longer latest.
-        mine = (enc.parent_id, enc.envelope, enc.values_type, enc.values_blob, enc.metadata)
-        if tuple(stored) == mine:
-            return False
-        raise CheckpointConflict(
-            enc.thread_id,
-            enc.checkpoint_ns,
-            enc.checkpoint_id,
-            enc.checkpoint_id,
-            message=(
-                f"thread {enc.thread_id!r} namespace {enc.checkpoint_ns!r}: a different "
-                f"checkpoint is already stored as {enc.checkpoint_id!r}"
-            ),
-        )
-    if token is not None and enc.source in _FENCED_SOURCES:
-        latest = conn.execute(schema.GET_LATEST_ID, key[:2]).fetchone()
-        latest_id = None if latest is None else latest[0]
-        if latest_id != enc.parent_id:
-            raise CheckpointConflict(enc.thread_id, enc.checkpoint_ns, enc.parent_id, latest_id)
-    position = row.next_position
-    conn.execute(
+    position = row.next_seq
+    inserted = conn.execute(
         schema.INSERT_CHECKPOINT,
         (
             *key,
@@ -169,7 +147,31 @@ def put_txn(
             token,
             now,
         ),
-    )
+    ).rowcount
+    if not inserted:
+        # Identity before version: a retried put of the (now latest)
+        # checkpoint must succeed, although its parent is no longer latest.
+        stored = conn.execute(schema.GET_STORED_IDENTITY, key).fetchone()
+        mine = (enc.parent_id, enc.envelope, enc.values_type, enc.values_blob, enc.metadata)
+        if tuple(stored) == mine:
+            return False
+        raise CheckpointConflict(
+            enc.thread_id,
+            enc.checkpoint_ns,
+            enc.checkpoint_id,
+            enc.checkpoint_id,
+            message=(
+                f"thread {enc.thread_id!r} namespace {enc.checkpoint_ns!r}: a different "
+                f"checkpoint is already stored as {enc.checkpoint_id!r}"
+            ),
+        )
+    if token is not None and enc.source in _FENCED_SOURCES:
+        # Checked after the insert (which a conflict rolls back) so that the
+        # common case costs one statement less.
+        latest = conn.execute(schema.GET_LATEST_ID_BEFORE, (*key[:2], position)).fetchone()
+        latest_id = None if latest is None else latest[0]
+        if latest_id != enc.parent_id:
+            raise CheckpointConflict(enc.thread_id, enc.checkpoint_ns, enc.parent_id, latest_id)
     data = {"step": enc.step, "source": enc.source, "parent_checkpoint_id": enc.parent_id}
     if enc.run_id is not None:
         data["run_id"] = enc.run_id
@@ -180,7 +182,6 @@ def put_txn(
         [events.NewEvent("checkpoint", data, enc.checkpoint_ns, enc.checkpoint_id)],
         token=token,
         now=now,
-        next_position=position + 1,
     )
     return True
 
@@ -203,7 +204,7 @@ def put_writes_txn(
     channels are last-writer-wins among writers whose token is not older.
     """
     row = claims.check_fence(conn, thread_id, token, now=now, require_claim=require_claim)
-    position = row.next_position
+    position = row.next_seq
     changed = 0
     unowned = row.token is None
     for w in writes:
@@ -238,7 +239,6 @@ def put_writes_txn(
             [events.NewEvent("writes", data, checkpoint_ns, checkpoint_id)],
             token=token,
             now=now,
-            next_position=position + 1,
         )
     return changed
 

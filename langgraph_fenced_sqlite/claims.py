@@ -62,9 +62,12 @@ class Claim:
 
 @dataclass(frozen=True)
 class ThreadRow:
-    """A thread's counters and claim as read inside a write transaction."""
+    """A thread's next event seq, floor and claim, read inside a transaction.
 
-    next_position: int
+    `next_seq` is also the position of the commit being made: every commit
+    appends at least one event, and takes its first event's seq.
+    """
+
     next_seq: int
     floor: int
     holder: str | None
@@ -103,7 +106,7 @@ def ensure_thread(conn: sqlite3.Connection, thread_id: str) -> ThreadRow:
     row = read_thread(conn, thread_id)
     if row is None:
         conn.execute(schema.ENSURE_THREAD, (thread_id,))
-        row = ThreadRow(1, 1, 1, None, None, None)
+        row = ThreadRow(1, 1, None, None, None)
     return row
 
 

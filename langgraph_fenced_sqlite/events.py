@@ -107,20 +107,17 @@ def append(
     *,
     token: int | None,
     now: float,
-    next_position: int | None = None,
 ) -> list[int]:
-    """Append `events` with consecutive seqs and advance the thread's counters.
+    """Append `events` with consecutive seqs, starting at the row's `next_seq`.
 
     Args:
-        row: The thread row read in this transaction.
-        next_position: The new commit position counter, if this commit took one.
+        row: The thread row read in this transaction (no event appended since).
 
     Returns:
         The seqs given, in order.
     """
-    seq = row.next_seq
     seqs: list[int] = []
-    for event in events:
+    for seq, event in enumerate(events, start=row.next_seq):
         conn.execute(
             schema.INSERT_EVENT,
             (
@@ -135,11 +132,6 @@ def append(
             ),
         )
         seqs.append(seq)
-        seq += 1
-    conn.execute(
-        schema.ADVANCE_THREAD,
-        (row.next_position if next_position is None else next_position, seq, thread_id),
-    )
     return seqs
 
 

@@ -13,7 +13,6 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
 
 from . import claims, events, schema
 from .clock import to_seconds
@@ -102,39 +101,36 @@ class _Node:
     source: str | None
     run_id: str | None
     created_at: float
-    metadata: dict[str, Any]
-    versioned: frozenset[str] = frozenset()
+    step: int | None
+    # Delta channels not snapshotted here (nonzero counters) that also have a
+    # version in this checkpoint: the ones LangGraph rebuilds from ancestors.
+    replays: bool = False
 
 
 def _skeleton(conn: sqlite3.Connection, thread_id: str) -> list[_Node]:
+    # Only the two JSON fields retention needs are extracted, in SQL: decoding
+    # every checkpoint's whole metadata dominated pruning long threads.
     return [
-        _Node(
-            ns,
-            cid,
-            parent,
-            pos,
-            source,
-            run_id,
-            created,
-            loads_json(md),
-            frozenset(loads_json(versions) or ()) if versions else frozenset(),
-        )
-        for ns, cid, parent, pos, source, run_id, created, md, versions in conn.execute(
-            schema.CHECKPOINT_SKELETON, (thread_id,)
+        _Node(ns, cid, parent, pos, source, run_id, created, step, _replays(counters, versions))
+        for ns, cid, parent, pos, source, run_id, created, step, counters, versions in (
+            conn.execute(schema.CHECKPOINT_SKELETON, (thread_id,))
         )
     ]
 
 
-def _needs_parent(node: _Node) -> bool:
+def _replays(counters: str | None, versions: str | None) -> bool:
     # DeltaChannel (beta) stores deltas between snapshots. LangGraph rebuilds
     # a delta channel that has a version here but no stored value by walking
     # the ancestors' writes back to a snapshot (`_delta_channels_to_replay`).
     # Nonzero counters name the delta channels not snapshotted here; one with
     # no version was never written and needs no walk, yet its superstep
     # counter grows every step, so counting it would keep all history.
-    counters = node.metadata.get("counters_since_delta_snapshot") or {}
+    if not counters:
+        return False
+    versioned = loads_json(versions) or {} if versions else {}
     return any(
-        name in node.versioned and any(part for part in value) for name, value in counters.items()
+        name in versioned and any(part for part in value)
+        for name, value in (loads_json(counters) or {}).items()
     )
 
 
@@ -143,7 +139,7 @@ def _close_over_ancestors(nodes: Sequence[_Node], keep: set[tuple[str, str]]) ->
     stack = list(keep)
     while stack:
         node = by_key.get(stack.pop())
-        if node is None or not node.parent or not _needs_parent(node):
+        if node is None or not node.parent or not node.replays:
             continue
         parent_key = (node.ns, node.parent)
         if parent_key in by_key and parent_key not in keep:
@@ -152,11 +148,11 @@ def _close_over_ancestors(nodes: Sequence[_Node], keep: set[tuple[str, str]]) ->
 
 
 def _remove(conn: sqlite3.Connection, thread_id: str, keys: Iterable[tuple[str, str]]) -> int:
-    writes = 0
-    for ns, cid in keys:
-        conn.execute(schema.DELETE_CHECKPOINT, (thread_id, ns, cid))
-        writes += conn.execute(schema.DELETE_WRITES_OF_CHECKPOINT, (thread_id, ns, cid)).rowcount
-    return writes
+    rows = [(thread_id, ns, cid) for ns, cid in keys]
+    conn.executemany(schema.DELETE_CHECKPOINT, rows)
+    before = conn.total_changes
+    conn.executemany(schema.DELETE_WRITES_OF_CHECKPOINT, rows)
+    return conn.total_changes - before
 
 
 def prune_txn(
@@ -275,26 +271,43 @@ def delete_for_runs_txn(conn: sqlite3.Connection, run_ids: Sequence[str]) -> Non
 
 def copy_thread_txn(
     conn: sqlite3.Connection, source: str, target: str, *, now: float, require_claim: bool
-) -> None:
-    """Copy every checkpoint and write of `source` into `target`, in order."""
+) -> int:
+    """Copy every checkpoint and write of `source` into `target`, in commit order.
+
+    Each copied checkpoint is a new commit of the target: it takes the
+    target's next position and appends a `checkpoint` event naming the source
+    (positions are event seqs, so the log and positions stay contiguous and
+    ordered); a last `copied` event sums the copy up.
+
+    Returns:
+        How many checkpoints were copied.
+    """
     row = claims.check_fence(conn, target, None, now=now, require_claim=require_claim)
-    offset = row.next_position - 1
-    conn.execute(schema.COPY_CHECKPOINTS, (target, offset, source))
-    conn.execute(schema.COPY_WRITES, (target, offset, source))
-    top = max(
-        conn.execute(schema.MAX_POSITION, (target,)).fetchone()[0],
-        conn.execute(schema.MAX_WRITE_POSITION, (target,)).fetchone()[0],
-        row.next_position - 1,
-    )
-    events.append(
-        conn,
-        target,
-        row,
-        [events.NewEvent("copied", {"source_thread_id": source})],
-        token=None,
-        now=now,
-        next_position=top + 1,
-    )
+    new: list[events.NewEvent] = []
+    copied: set[tuple[str, str]] = set()
+    for node in _skeleton(conn, source):
+        position = row.next_seq + len(new)
+        conn.execute(schema.COPY_CHECKPOINT, (target, position, source, node.ns, node.cid))
+        conn.execute(
+            schema.COPY_WRITES_OF_CHECKPOINT, (target, position, source, node.ns, node.cid)
+        )
+        copied.add((node.ns, node.cid))
+        data = {
+            "step": node.step,
+            "source": node.source,
+            "parent_checkpoint_id": node.parent,
+            "copied_from": source,
+        }
+        new.append(events.NewEvent("checkpoint", data, node.ns, node.cid))
+    # Writes whose checkpoint the source never stored (LangGraph sends writes
+    # first) come along too, at the position after the last copied commit.
+    position = row.next_seq + len(new)
+    for ns, cid in conn.execute(schema.WRITE_KEYS_OF_THREAD, (source,)).fetchall():
+        if (ns, cid) not in copied:
+            conn.execute(schema.COPY_WRITES_OF_CHECKPOINT, (target, position, source, ns, cid))
+    new.append(events.NewEvent("copied", {"source_thread_id": source, "checkpoints": len(new)}))
+    events.append(conn, target, row, new, token=None, now=now)
+    return len(new) - 1
 
 
 def retract_txn(

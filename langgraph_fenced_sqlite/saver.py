@@ -29,11 +29,11 @@ from . import claims, events, retention, schema
 from .claims import Claim, token_from_config
 from .clock import Clock, to_seconds
 from .engine import Engine
-from .errors import CheckpointNotFound
+from .errors import CheckpointNotFound, SerializationError, UndecodableRow, bad_argument
 from .events import Event, EventPoller
 from .lease import AsyncLease, Lease
 from .retention import PruneResult, RetentionPolicy, Retraction
-from .serde import DataOnlySerializer, TypeKey
+from .serde import DataOnlySerializer, TypeKey, loads_json
 from .validation import check_int, check_limit, check_name, config_target
 from .watch import AsyncEventWatch, EventWatch
 
@@ -83,11 +83,11 @@ class FencedSqliteSaver(BaseCheckpointSaver[str]):
         busy = to_seconds(busy_timeout, "busy_timeout")
         self._poll_interval = to_seconds(poll_interval, "poll_interval")
         if not isinstance(require_claim, bool):
-            raise TypeError("require_claim: expected a bool")
+            raise bad_argument("require_claim", "expected a bool")
         if serde is None:
             serde = DataOnlySerializer(allowed_types)
         elif allowed_types:
-            raise ValueError("allowed_types: give it only with the default serializer")
+            raise bad_argument("allowed_types", "give it only with the default serializer")
         super().__init__(serde=serde)
         self.require_claim = require_claim
         self._engine = Engine(path, busy_timeout=busy, clock=clock)
@@ -240,7 +240,7 @@ class FencedSqliteSaver(BaseCheckpointSaver[str]):
                     allow_empty=True,
                 )
         if filter is not None and not isinstance(filter, dict):
-            raise TypeError("filter: expected a dict")
+            raise bad_argument("filter", "expected a dict")
         before_id = None
         if before is not None:
             before_id = (before.get("configurable") or {}).get("checkpoint_id")
@@ -290,7 +290,7 @@ class FencedSqliteSaver(BaseCheckpointSaver[str]):
         thread_id, ns, _ = config_target(config)
         token = token_from_config(config)
         if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("id"), str):
-            raise TypeError('checkpoint: expected a Checkpoint dict with a str "id"')
+            raise bad_argument("checkpoint", 'expected a Checkpoint dict with a str "id"')
         check_name(checkpoint["id"], 'checkpoint["id"]')
         enc = cps.encode_checkpoint(self.serde, config, checkpoint, metadata, thread_id, ns)
         now = self.clock.now()
@@ -430,8 +430,9 @@ class FencedSqliteSaver(BaseCheckpointSaver[str]):
         elif strategy == "delete":
             policy, latest_only = None, False
         else:
-            raise ValueError(
-                f"strategy: expected 'keep_latest', 'delete' or a RetentionPolicy, got {strategy!r}"
+            raise bad_argument(
+                "strategy",
+                f"expected 'keep_latest', 'delete' or a RetentionPolicy, got {strategy!r}",
             )
         return [self._prune_one(t, policy, latest_only, dry_run) for t in ids]
 
@@ -440,7 +441,7 @@ class FencedSqliteSaver(BaseCheckpointSaver[str]):
     ) -> PruneResult:
         if policy is None:
             if dry_run:
-                raise ValueError("dry_run: not supported with strategy='delete'")
+                raise bad_argument("dry_run", "not supported with strategy='delete'")
             self._engine.write(
                 "prune", lambda c: retention.delete_all_checkpoints_txn(c, thread_id)
             )
@@ -789,6 +790,128 @@ class FencedSqliteSaver(BaseCheckpointSaver[str]):
 
         return self._engine.run("stats", job)
 
+    def history_records(
+        self, thread_id: str, *, checkpoint_ns: str = "", before: str | None = None, limit: int = 20
+    ) -> list[dict[str, Any]]:
+        """Return one page of `history` as plain records, decoding no channel values.
+
+        Each record has `checkpoint_ns`, `checkpoint_id`, `parent_checkpoint_id`,
+        `position`, `token` (the fencing token that wrote it, None if unfenced),
+        `created_at` (store clock), and from the metadata `step`, `source` and
+        `run_id`; metadata that does not decode gives an `error` dict instead.
+
+        Raises:
+            CheckpointNotFound: `before` is not a checkpoint of this thread.
+        """
+        check_name(thread_id, "thread_id")
+        check_name(checkpoint_ns, "checkpoint_ns", allow_empty=True)
+        if before is not None:
+            check_name(before, "before")
+        size = check_int(limit, "limit", minimum=1)
+
+        def job(conn: Any) -> list[Any]:
+            start = 1 << 62
+            if before is not None:
+                row = conn.execute(
+                    schema.GET_POSITION, (thread_id, checkpoint_ns, before)
+                ).fetchone()
+                if row is None:
+                    raise CheckpointNotFound(thread_id, before)
+                start = row[0]
+            return conn.execute(
+                schema.HISTORY_PAGE, (thread_id, checkpoint_ns, start, size)
+            ).fetchall()
+
+        out = []
+        for row in self._engine.read("history_records", job):
+            _, ns, cid, parent, _, _, _, metadata, position, token, created_at = row
+            record: dict[str, Any] = {
+                "checkpoint_ns": ns,
+                "checkpoint_id": cid,
+                "parent_checkpoint_id": parent,
+                "position": position,
+                "token": token,
+                "created_at": created_at,
+            }
+            try:
+                md = loads_json(metadata)
+                record.update(step=md.get("step"), source=md.get("source"), run_id=md.get("run_id"))
+            except (ValueError, TypeError, AttributeError) as exc:
+                record["error"] = UndecodableRow(thread_id, cid, f"metadata: {exc}").to_dict()
+            out.append(record)
+        return out
+
+    def inspect_checkpoint(
+        self, thread_id: str, *, checkpoint_ns: str = "", checkpoint_id: str | None = None
+    ) -> dict[str, Any] | None:
+        """Read one checkpoint for display, decoding its row and each write on its own.
+
+        Unlike `get_tuple`, a row that does not decode does not fail the call:
+        its entry carries an `error` (an `UndecodableRow` as a dict) instead.
+
+        Args:
+            thread_id: The thread.
+            checkpoint_ns: The namespace ("" is the root graph).
+            checkpoint_id: The checkpoint; the latest (commit order) if None.
+
+        Returns:
+            None if there is no such checkpoint, else a dict with
+            `checkpoint_ns`, `checkpoint_id`, `parent_checkpoint_id`,
+            `position`, `token`, `created_at`, `checkpoint` (the decoded
+            `Checkpoint`, or None), `metadata`, `error`, and `writes`: dicts
+            with `task_id`, `task_path`, `idx`, `channel`, `value` and `error`.
+        """
+        check_name(thread_id, "thread_id")
+        check_name(checkpoint_ns, "checkpoint_ns", allow_empty=True)
+        if checkpoint_id is not None:
+            check_name(checkpoint_id, "checkpoint_id")
+        found = self._engine.read(
+            "inspect_checkpoint",
+            lambda conn: cps.fetch_tuple(conn, thread_id, checkpoint_ns, checkpoint_id),
+        )
+        if found is None:
+            return None
+        row, write_rows = found
+        cid = row[2]
+        out: dict[str, Any] = {
+            "thread_id": thread_id,
+            "checkpoint_ns": row[1],
+            "checkpoint_id": cid,
+            "parent_checkpoint_id": row[3],
+            "position": row[8],
+            "token": row[9],
+            "created_at": row[10],
+            "checkpoint": None,
+            "metadata": None,
+            "error": None,
+            "writes": [],
+        }
+        try:
+            decoded = cps.decode_tuple(self.serde, row, [])
+            out["checkpoint"], out["metadata"] = decoded.checkpoint, decoded.metadata
+        except UndecodableRow as exc:
+            out["error"] = exc.to_dict()
+            try:
+                out["metadata"] = loads_json(row[7])
+            except (ValueError, TypeError):
+                pass
+        for task_id, channel, type_, blob, task_path, idx in write_rows:
+            write: dict[str, Any] = {
+                "task_id": task_id,
+                "task_path": task_path,
+                "idx": idx,
+                "channel": channel,
+                "value": None,
+                "error": None,
+            }
+            try:
+                write["value"] = self.serde.loads_typed((type_, blob))
+            except (SerializationError, ValueError, TypeError) as exc:
+                reason = f"write {task_id}/{idx} ({channel}): {exc}"
+                write["error"] = UndecodableRow(thread_id, cid, reason).to_dict()
+            out["writes"].append(write)
+        return out
+
 
 def _thread_summaries(conn: Any) -> list[dict[str, Any]]:
     out = []
@@ -827,7 +950,7 @@ def _thread_summaries(conn: Any) -> list[dict[str, Any]]:
 
 def _as_list(value: Any, name: str) -> list[Any]:
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise TypeError(f"{name}: expected a list of strings")
+        raise bad_argument(name, "expected a list of strings")
     return list(value)
 
 

@@ -31,11 +31,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             value INTEGER NOT NULL
         )""",
         "INSERT INTO meta (key, value) VALUES ('token_counter', 0)",
-        # One row per thread: commit counters, replay floor and the claim.
+        # One row per thread: its replay floor and its claim. It is written
+        # only by claims and compaction, never by a checkpoint or a write, so
+        # a commit touches one page fewer. The next event seq is derived
+        # from the log (see NEXT_SEQ_OF).
         """CREATE TABLE threads (
             thread_id TEXT PRIMARY KEY,
-            next_position INTEGER NOT NULL DEFAULT 1,
-            next_seq INTEGER NOT NULL DEFAULT 1,
             floor INTEGER NOT NULL DEFAULT 1,
             holder TEXT,
             token INTEGER,
@@ -77,7 +78,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             run_id TEXT,
             token INTEGER,
             PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
-        )""",
+        ) WITHOUT ROWID""",
         """CREATE INDEX writes_by_run ON writes (run_id) WHERE run_id IS NOT NULL""",
         """CREATE TABLE events (
             thread_id TEXT NOT NULL,
@@ -113,9 +114,17 @@ SET_APPLICATION_ID = f"PRAGMA application_id = {APPLICATION_ID}"
 # --- threads and claims --------------------------------------------------------
 
 ENSURE_THREAD = "INSERT INTO threads (thread_id) VALUES (?) ON CONFLICT DO NOTHING"
+# The next event seq: one past the newest event, and never below the floor
+# (compaction may have removed every event; seqs are never reused). Every
+# commit's position is the seq of its first event, so positions increase in
+# commit order too.
+_NEXT_SEQ_OF = (
+    "max(t.floor, coalesce((SELECT max(e.seq) FROM events e "
+    "WHERE e.thread_id = t.thread_id), 0) + 1)"
+)
 GET_THREAD = (
-    "SELECT next_position, next_seq, floor, holder, token, expires_at "
-    "FROM threads WHERE thread_id = ?"
+    f"SELECT {_NEXT_SEQ_OF}, t.floor, t.holder, t.token, t.expires_at "
+    "FROM threads t WHERE t.thread_id = ?"
 )
 NEXT_TOKEN = "UPDATE meta SET value = value + 1 WHERE key = 'token_counter' RETURNING value"
 GET_TOKEN_COUNTER = "SELECT value FROM meta WHERE key = 'token_counter'"
@@ -134,7 +143,6 @@ LIST_CLAIMS = (
     "SELECT thread_id, holder, token, expires_at, claimed_at FROM threads "
     "WHERE token IS NOT NULL ORDER BY thread_id"
 )
-ADVANCE_THREAD = "UPDATE threads SET next_position = ?, next_seq = ? WHERE thread_id = ?"
 SET_FLOOR = "UPDATE threads SET floor = ? WHERE thread_id = ? AND floor < ?"
 DELETE_THREAD_ROW = "DELETE FROM threads WHERE thread_id = ?"
 
@@ -162,6 +170,11 @@ GET_LATEST_ID = (
     "SELECT checkpoint_id FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
     "ORDER BY position DESC LIMIT 1"
 )
+# The namespace's latest checkpoint committed before `position`.
+GET_LATEST_ID_BEFORE = (
+    "SELECT checkpoint_id FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
+    "AND position < ? ORDER BY position DESC LIMIT 1"
+)
 GET_STORED_IDENTITY = (
     "SELECT parent_checkpoint_id, envelope, values_type, values_blob, metadata "
     "FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
@@ -182,26 +195,28 @@ HISTORY_PAGE = (
 # is the envelope's channel_versions object, as JSON text).
 CHECKPOINT_SKELETON = (
     "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, position, source, "
-    "run_id, created_at, metadata, json_extract(envelope, '$.channel_versions') "
+    "run_id, created_at, step, json_extract(metadata, '$.counters_since_delta_snapshot'), "
+    "json_extract(envelope, '$.channel_versions') "
     "FROM checkpoints WHERE thread_id = ? ORDER BY position"
 )
 DELETE_CHECKPOINT = (
     "DELETE FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
 )
 DELETE_THREAD_CHECKPOINTS = "DELETE FROM checkpoints WHERE thread_id = ?"
-THREADS_OF_RUNS = "SELECT DISTINCT thread_id FROM checkpoints WHERE run_id = ?"
 CHECKPOINTS_OF_RUN = (
     "SELECT thread_id, checkpoint_ns, checkpoint_id FROM checkpoints WHERE run_id = ?"
 )
-COPY_CHECKPOINTS = (
+# Copy one checkpoint of the source thread (`?` 3 and 4) into the target
+# thread (`?` 1) at a new position (`?` 2), as a new commit of the target.
+COPY_CHECKPOINT = (
     "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, position, "
     "parent_checkpoint_id, envelope, values_type, values_blob, metadata, source, "
     "step, run_id, token, created_at) "
-    "SELECT ?, checkpoint_ns, checkpoint_id, position + ?, parent_checkpoint_id, "
+    "SELECT ?, checkpoint_ns, checkpoint_id, ?, parent_checkpoint_id, "
     "envelope, values_type, values_blob, metadata, source, step, run_id, NULL, "
-    "created_at FROM checkpoints WHERE thread_id = ? ORDER BY position"
+    "created_at FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
+    "AND checkpoint_id = ?"
 )
-MAX_POSITION = "SELECT coalesce(max(position), 0) FROM checkpoints WHERE thread_id = ?"
 
 # --- writes ------------------------------------------------------------------------
 
@@ -238,20 +253,18 @@ DELETE_THREAD_WRITES = "DELETE FROM writes WHERE thread_id = ?"
 DELETE_WRITES_OF_RUN = "DELETE FROM writes WHERE thread_id = ? AND run_id = ?"
 DELETE_WRITES_OF_RUN_ANY_THREAD = "DELETE FROM writes WHERE run_id = ?"
 DELETE_WRITES_FROM_POSITION = "DELETE FROM writes WHERE thread_id = ? AND position >= ?"
-COPY_WRITES = (
+# Copy the writes of one source checkpoint, at the position its copy got.
+COPY_WRITES_OF_CHECKPOINT = (
     "INSERT INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
     "task_path, channel, type, blob, position, run_id, token) "
     "SELECT ?, checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel, type, "
-    "blob, position + ?, run_id, NULL FROM writes WHERE thread_id = ?"
+    "blob, ?, run_id, NULL FROM writes WHERE thread_id = ? AND checkpoint_ns = ? "
+    "AND checkpoint_id = ?"
 )
-MAX_WRITE_POSITION = "SELECT coalesce(max(position), 0) FROM writes WHERE thread_id = ?"
-# Writes whose checkpoint is gone and that were committed before the newest
-# stored checkpoint cannot belong to a checkpoint still in flight.
-DELETE_ORPHAN_WRITES = (
-    "DELETE FROM writes WHERE thread_id = ? AND position < ? AND NOT EXISTS ("
-    "SELECT 1 FROM checkpoints c WHERE c.thread_id = writes.thread_id "
-    "AND c.checkpoint_ns = writes.checkpoint_ns "
-    "AND c.checkpoint_id = writes.checkpoint_id)"
+# Every (namespace, checkpoint) that has writes in a thread, oldest write first.
+WRITE_KEYS_OF_THREAD = (
+    "SELECT checkpoint_ns, checkpoint_id FROM writes WHERE thread_id = ? "
+    "GROUP BY checkpoint_ns, checkpoint_id ORDER BY min(position)"
 )
 
 
@@ -267,10 +280,13 @@ def writes_of_checkpoints(keys: Sequence[tuple[str, str, str]]) -> tuple[str, li
     """
     values = ", ".join("(?, ?, ?)" for _ in keys)
     params: list[Any] = [part for key in keys for part in key]
+    # A join, not `(t, ns, id) IN (VALUES ...)`: SQLite 3.40 plans that IN
+    # as a scan of the whole writes table; the join seeks the primary key.
     sql = (
-        "SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, channel, type, blob, "
-        "task_path, idx FROM writes WHERE (thread_id, checkpoint_ns, checkpoint_id) "
-        f"IN (VALUES {values}) ORDER BY task_path, task_id, idx"
+        "SELECT w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.channel, "
+        f"w.type, w.blob, w.task_path, w.idx FROM (VALUES {values}) AS k "
+        "JOIN writes AS w ON w.thread_id = k.column1 AND w.checkpoint_ns = k.column2 "
+        "AND w.checkpoint_id = k.column3 ORDER BY w.task_path, w.task_id, w.idx"
     )
     return sql, params
 
@@ -356,7 +372,7 @@ EVENTS_AFTER = (
     "SELECT seq, kind, checkpoint_ns, checkpoint_id, data, token, ts FROM events "
     "WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?"
 )
-GET_FLOOR = "SELECT floor, next_seq FROM threads WHERE thread_id = ?"
+GET_FLOOR = f"SELECT t.floor, {_NEXT_SEQ_OF} FROM threads t WHERE t.thread_id = ?"
 DELETE_EVENTS_BELOW = "DELETE FROM events WHERE thread_id = ? AND seq < ?"
 DELETE_THREAD_EVENTS = "DELETE FROM events WHERE thread_id = ?"
 EVENT_SEQS_OF_CHECKPOINTS = (
@@ -368,7 +384,7 @@ EVENT_SEQS_OF_CHECKPOINTS = (
 # --- inspection (CLI, doctor) ----------------------------------------------------------
 
 THREAD_SUMMARIES = (
-    "SELECT t.thread_id, t.holder, t.token, t.expires_at, t.floor, t.next_seq, "
+    f"SELECT t.thread_id, t.holder, t.token, t.expires_at, t.floor, {_NEXT_SEQ_OF}, "
     "(SELECT count(*) FROM checkpoints c WHERE c.thread_id = t.thread_id), "
     "(SELECT group_concat(DISTINCT c.checkpoint_ns) FROM checkpoints c "
     " WHERE c.thread_id = t.thread_id), "

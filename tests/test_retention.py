@@ -321,8 +321,10 @@ async def test_adelete_for_runs(store: FencedSqliteSaver) -> None:
     assert snapshot(store, "t") == {}
 
 
-def test_copy_thread_copies_history_in_order_with_one_event(store: FencedSqliteSaver) -> None:
-    """copy_thread copies every checkpoint and write after the target's own, with one event."""
+def test_copy_thread_copies_history_in_order_as_commits_of_the_target(
+    store: FencedSqliteSaver,
+) -> None:
+    """copy_thread copies every checkpoint and write after the target's own, as its commits."""
     graph = log_graph(store)
     run(graph, "src", "one")
     run(graph, "src", "two")
@@ -349,11 +351,21 @@ def test_copy_thread_copies_history_in_order_with_one_event(store: FencedSqliteS
     assert sorted(history[len(src_history) :]) == sorted(own_root)
     values = graph.get_state({"configurable": {"thread_id": "src"}}).values
     assert graph.get_state({"configurable": {"thread_id": "dst"}}).values == values
-    # Events: the target's own, then exactly one naming the source.
+    # Events: the target's own, then one `checkpoint` event per copied
+    # checkpoint (each copy is a commit of the target, in the source's commit
+    # order, naming the source), then one `copied` event summing it up.
     events = store.events_after("dst", 0, 1000)
     assert events[: len(own_events)] == own_events
-    (copied,) = events[len(own_events) :]
-    assert (copied.kind, copied.data) == ("copied", {"source_thread_id": "src"})
+    *copies, copied = events[len(own_events) :]
+    src_commits = [
+        (e.checkpoint_ns, e.checkpoint_id) for e in source_events if e.kind == "checkpoint"
+    ]
+    assert [(e.checkpoint_ns, e.checkpoint_id) for e in copies] == src_commits
+    assert all(e.kind == "checkpoint" and e.data["copied_from"] == "src" for e in copies)
+    assert (copied.kind, copied.data) == (
+        "copied",
+        {"source_thread_id": "src", "checkpoints": len(src_commits)},
+    )
     # The target goes on by itself.
     out = run(graph, "dst", "three")
     assert out["log"][: len(values["log"]) + 2] == [*values["log"], "three", "first"]
