@@ -4,6 +4,10 @@ Invariant: each sync method validates its arguments, encodes outside the
 store's lock, then runs one engine job; each async twin is one line that runs
 the sync method through one thread hop. `list`/`alist` fetch a page per job
 and yield outside it, so a caller may use the saver inside the loop.
+
+This module holds the LangGraph methods, retraction and retention; claims,
+the event log and history/inspection live in `api_claims.py`,
+`api_events.py` and `api_inspect.py`, mixed into the one class.
 """
 
 from __future__ import annotations
@@ -25,24 +29,24 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from . import checkpoints as cps
-from . import claims, events, retention, schema
-from .claims import Claim, token_from_config
+from . import retention, schema
+from .api_claims import ClaimsAPI
+from .api_events import EventsAPI
+from .api_inspect import InspectionAPI
+from .claims import token_from_config
 from .clock import Clock, to_seconds
 from .engine import Engine
-from .errors import CheckpointNotFound, SerializationError, UndecodableRow, bad_argument
-from .events import Event, EventPoller
-from .lease import AsyncLease, Lease
+from .errors import bad_argument
 from .retention import PruneResult, RetentionPolicy, Retraction
-from .serde import DataOnlySerializer, TypeKey, loads_json
+from .serde import DataOnlySerializer, TypeKey
 from .validation import check_int, check_limit, check_name, config_target
-from .watch import AsyncEventWatch, EventWatch
 
 __all__ = ["FencedSqliteSaver"]
 
 _PAGE = 100
 
 
-class FencedSqliteSaver(BaseCheckpointSaver[str]):
+class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver[str]):
     """A LangGraph checkpointer on one SQLite file with claims and fencing.
 
     Pass it to `graph.compile(checkpointer=...)`; sync and async graphs alike.
@@ -138,7 +142,8 @@ class FencedSqliteSaver(BaseCheckpointSaver[str]):
 
     async def aclose(self) -> None:
         """Async twin of `close`."""
-        return await self._engine.arun(self.close)
+        if not self._engine.closed:
+            await self._engine.arun(self.close)
 
     def __enter__(self) -> FencedSqliteSaver:
         return self
@@ -474,58 +479,7 @@ class FencedSqliteSaver(BaseCheckpointSaver[str]):
             current_v = int(current.split(".")[0])
         return f"{current_v + 1:032}.{random.random():016}"
 
-    # --- history and retraction ------------------------------------------------------------
-
-    def history(
-        self,
-        thread_id: str,
-        *,
-        checkpoint_ns: str = "",
-        before: str | None = None,
-        limit: int = 20,
-    ) -> list[CheckpointTuple]:
-        """Return one page of a namespace's checkpoints, newest commit first.
-
-        Args:
-            thread_id: The thread.
-            checkpoint_ns: The namespace ("" is the root graph).
-            before: A checkpoint id of this thread; the page starts below it.
-            limit: Page size.
-
-        Raises:
-            CheckpointNotFound: `before` is not a checkpoint of this thread.
-        """
-        check_name(thread_id, "thread_id")
-        check_name(checkpoint_ns, "checkpoint_ns", allow_empty=True)
-        if before is not None:
-            check_name(before, "before")
-        size = check_int(limit, "limit", minimum=1)
-
-        def job(conn: Any) -> tuple[list[Any], dict[Any, Any]]:
-            start = 1 << 62
-            if before is not None:
-                row = conn.execute(
-                    schema.GET_POSITION, (thread_id, checkpoint_ns, before)
-                ).fetchone()
-                if row is None:
-                    raise CheckpointNotFound(thread_id, before)
-                start = row[0]
-            rows = [
-                tuple(r)
-                for r in conn.execute(schema.HISTORY_PAGE, (thread_id, checkpoint_ns, start, size))
-            ]
-            return rows, cps.fetch_writes_for(conn, rows)
-
-        rows, writes = self._engine.read("history", job)
-        return [cps.decode_tuple(self.serde, r, writes[(r[0], r[1], r[2])]) for r in rows]
-
-    async def ahistory(
-        self, thread_id: str, *, checkpoint_ns: str = "", before: str | None = None, limit: int = 20
-    ) -> list[CheckpointTuple]:
-        """Async twin of `history`."""
-        return await self._engine.arun(
-            self.history, thread_id, checkpoint_ns=checkpoint_ns, before=before, limit=limit
-        )
+    # --- retraction -------------------------------------------------------------------------
 
     def retract_turn(self, thread_id: str, token: int, *, run_id: str | None = None) -> Retraction:
         """Remove one turn (a run's checkpoints and writes, all namespaces).
@@ -551,401 +505,6 @@ class FencedSqliteSaver(BaseCheckpointSaver[str]):
     ) -> Retraction:
         """Async twin of `retract_turn`."""
         return await self._engine.arun(self.retract_turn, thread_id, token, run_id=run_id)
-
-    # --- claims -------------------------------------------------------------------------------
-
-    def claim(self, thread_id: str, holder: str, ttl: float | timedelta) -> Claim:
-        """Claim a thread with a new fencing token, if no live claim exists.
-
-        Raises:
-            ThreadBusy: a live claim exists (whoever holds it); nothing changes.
-        """
-        return self._grant("claim", thread_id, holder, ttl, force=False)
-
-    async def aclaim(self, thread_id: str, holder: str, ttl: float | timedelta) -> Claim:
-        """Async twin of `claim`."""
-        return await self._engine.arun(self.claim, thread_id, holder, ttl)
-
-    def take_over(self, thread_id: str, holder: str, ttl: float | timedelta) -> Claim:
-        """Claim a thread even over a live claim, fencing off its holder."""
-        return self._grant("take_over", thread_id, holder, ttl, force=True)
-
-    async def atake_over(self, thread_id: str, holder: str, ttl: float | timedelta) -> Claim:
-        """Async twin of `take_over`."""
-        return await self._engine.arun(self.take_over, thread_id, holder, ttl)
-
-    def _grant(self, op: str, thread_id: str, holder: str, ttl: Any, *, force: bool) -> Claim:
-        check_name(thread_id, "thread_id")
-        check_name(holder, "holder")
-        seconds = to_seconds(ttl, "ttl")
-        return self._engine.write(
-            op,
-            lambda c: claims.grant(
-                c, thread_id, holder, seconds, now=self.clock.now(), force=force
-            ),
-        )
-
-    def renew(self, thread_id: str, token: int, ttl: float | timedelta) -> Claim:
-        """Extend the claim carrying `token` to now + `ttl` (store clock).
-
-        Raises:
-            StaleClaim: `token` is not the thread's current claim.
-        """
-        check_name(thread_id, "thread_id")
-        check_int(token, "token")
-        seconds = to_seconds(ttl, "ttl")
-        return self._engine.write(
-            "renew", lambda c: claims.renew(c, thread_id, token, seconds, now=self.clock.now())
-        )
-
-    async def arenew(self, thread_id: str, token: int, ttl: float | timedelta) -> Claim:
-        """Async twin of `renew`."""
-        return await self._engine.arun(self.renew, thread_id, token, ttl)
-
-    def release(self, thread_id: str, token: int) -> bool:
-        """End the claim carrying `token`; another token changes nothing.
-
-        Returns:
-            Whether a claim was released.
-        """
-        check_name(thread_id, "thread_id")
-        check_int(token, "token")
-        return self._engine.write("release", lambda c: claims.release(c, thread_id, token))
-
-    async def arelease(self, thread_id: str, token: int) -> bool:
-        """Async twin of `release`."""
-        return await self._engine.arun(self.release, thread_id, token)
-
-    def current_claim(self, thread_id: str) -> Claim | None:
-        """Return the thread's claim (live or expired), or None."""
-        check_name(thread_id, "thread_id")
-        return self._engine.read("current_claim", lambda c: claims.current_claim(c, thread_id))
-
-    async def acurrent_claim(self, thread_id: str) -> Claim | None:
-        """Async twin of `current_claim`."""
-        return await self._engine.arun(self.current_claim, thread_id)
-
-    def lease(
-        self,
-        thread_id: str,
-        holder: str,
-        ttl: float | timedelta = 30.0,
-        renew_every: float | timedelta | None = None,
-        *,
-        take_over: bool = False,
-    ) -> Lease:
-        """Return a context manager that claims, renews in the background, and releases."""
-        return Lease(self, thread_id, holder, ttl, renew_every, take_over=take_over)
-
-    def alease(
-        self,
-        thread_id: str,
-        holder: str,
-        ttl: float | timedelta = 30.0,
-        renew_every: float | timedelta | None = None,
-        *,
-        take_over: bool = False,
-    ) -> AsyncLease:
-        """Async twin of `lease` (`async with saver.alease(...) as lease:`)."""
-        return AsyncLease(self, thread_id, holder, ttl, renew_every, take_over=take_over)
-
-    # --- events -----------------------------------------------------------------------------
-
-    def append_events(self, thread_id: str, token: int, events_: Iterable[Any]) -> list[int]:
-        """Append caller events under the claim carrying `token`, in one commit.
-
-        Args:
-            events_: `(kind, data)` pairs or `{"kind": ..., "data": {...}}` dicts.
-
-        Returns:
-            Their seqs, consecutive.
-        """
-        check_name(thread_id, "thread_id")
-        check_int(token, "token")
-        new = events.normalize_caller_events(events_)
-        now = self.clock.now()
-
-        def job(conn: Any) -> list[int]:
-            row = claims.check_fence(conn, thread_id, token, now=now, require_claim=True)
-            return events.append(conn, thread_id, row, new, token=token, now=now) if new else []
-
-        return self._engine.write("append_events", job)
-
-    async def aappend_events(self, thread_id: str, token: int, events_: Iterable[Any]) -> list[int]:
-        """Async twin of `append_events`."""
-        return await self._engine.arun(self.append_events, thread_id, token, events_)
-
-    def events_after(self, thread_id: str, after_seq: int = 0, limit: int = 100) -> list[Event]:
-        """Return up to `limit` events with `seq > after_seq`, ascending.
-
-        Raises:
-            ReplayUnavailable: `after_seq + 1` is below the floor.
-        """
-        check_name(thread_id, "thread_id")
-        check_int(after_seq, "after_seq")
-        check_int(limit, "limit", minimum=1)
-        return self._engine.read(
-            "events_after", lambda c: events.read_after(c, thread_id, after_seq, limit)
-        )
-
-    async def aevents_after(
-        self, thread_id: str, after_seq: int = 0, limit: int = 100
-    ) -> list[Event]:
-        """Async twin of `events_after`."""
-        return await self._engine.arun(self.events_after, thread_id, after_seq, limit)
-
-    def wait_events(
-        self, thread_id: str, after_seq: int = 0, *, limit: int = 100, timeout: float = 30.0
-    ) -> list[Event]:
-        """Return events after `after_seq`, waiting up to `timeout` s for a commit.
-
-        Reads on a connection of its own (never blocking this saver's writes),
-        polling every `poll_interval` for commits from any process.
-        """
-        self._check_wait(thread_id, after_seq, limit, timeout)
-        poller = self._poller()
-        try:
-            return poller.wait(thread_id, after_seq, limit=limit, timeout=float(timeout))
-        finally:
-            poller.close()
-
-    async def await_events(
-        self, thread_id: str, after_seq: int = 0, *, limit: int = 100, timeout: float = 30.0
-    ) -> list[Event]:
-        """Async twin of `wait_events`; cancelling the task ends the wait at once."""
-        self._check_wait(thread_id, after_seq, limit, timeout)
-        poller = self._poller()
-        try:
-            return await poller.await_(thread_id, after_seq, limit=limit, timeout=float(timeout))
-        finally:
-            poller.close()
-
-    def _check_wait(self, thread_id: str, after_seq: int, limit: int, timeout: float) -> None:
-        check_name(thread_id, "thread_id")
-        check_int(after_seq, "after_seq")
-        check_int(limit, "limit", minimum=1)
-        to_seconds(timeout, "timeout")
-        self._engine.run("wait_events", lambda c: None)  # closed/forked stores fail here
-
-    def _poller(self) -> EventPoller:
-        return EventPoller(self.path, self._engine.busy_timeout, self._poll_interval)
-
-    def watch(self, thread_id: str, after_seq: int = 0, *, batch: int = 100) -> EventWatch:
-        """Iterate over every event after `after_seq`, once each, in order, forever.
-
-        Close the returned watch (`close()`, or use it as a context manager)
-        to end it; a blocked iteration then returns promptly.
-        """
-        self._check_wait(thread_id, after_seq, batch, 1.0)
-        return EventWatch(self._poller(), thread_id, after_seq, batch)
-
-    def awatch(self, thread_id: str, after_seq: int = 0, *, batch: int = 100) -> AsyncEventWatch:
-        """Async twin of `watch` (an async iterator; cancel or `aclose()` it)."""
-        self._check_wait(thread_id, after_seq, batch, 1.0)
-        return AsyncEventWatch(self._poller(), thread_id, after_seq, batch)
-
-    def compact_events(self, thread_id: str, before_seq: int) -> int:
-        """Raise the replay floor to `min(before_seq, next seq)`; never lower it.
-
-        Returns:
-            The floor afterwards.
-        """
-        check_name(thread_id, "thread_id")
-        check_int(before_seq, "before_seq", minimum=1)
-        return self._engine.write(
-            "compact_events", lambda c: events.raise_floor(c, thread_id, before_seq)
-        )
-
-    async def acompact_events(self, thread_id: str, before_seq: int) -> int:
-        """Async twin of `compact_events`."""
-        return await self._engine.arun(self.compact_events, thread_id, before_seq)
-
-    # --- inspection --------------------------------------------------------------------------
-
-    def threads(self) -> list[dict[str, Any]]:
-        """Summarise every thread: counts, namespaces, latest step, claim, events, floor."""
-        return self._engine.read("threads", _thread_summaries)
-
-    def claims(self) -> list[Claim]:
-        """Return every current claim, live or expired."""
-        rows = self._engine.read("claims", lambda c: c.execute(schema.LIST_CLAIMS).fetchall())
-        return [Claim(t, h or "", tok, exp) for t, h, tok, exp, _ in rows]
-
-    def stats(self) -> dict[str, Any]:
-        """Report the file's pragmas, schema version, counts and integrity."""
-
-        def job(conn: Any) -> dict[str, Any]:
-            threads, checkpoints, writes, evs = conn.execute(schema.TABLE_COUNTS).fetchone()
-            return {
-                "journal_mode": conn.execute("PRAGMA journal_mode").fetchone()[0],
-                "synchronous": conn.execute("PRAGMA synchronous").fetchone()[0],
-                "schema_version": conn.execute(schema.GET_USER_VERSION).fetchone()[0],
-                "token_counter": conn.execute(schema.GET_TOKEN_COUNTER).fetchone()[0],
-                "integrity": [r[0] for r in conn.execute(schema.INTEGRITY_CHECK)],
-                "threads": threads,
-                "checkpoints": checkpoints,
-                "writes": writes,
-                "events": evs,
-            }
-
-        return self._engine.run("stats", job)
-
-    def history_records(
-        self, thread_id: str, *, checkpoint_ns: str = "", before: str | None = None, limit: int = 20
-    ) -> list[dict[str, Any]]:
-        """Return one page of `history` as plain records, decoding no channel values.
-
-        Each record has `checkpoint_ns`, `checkpoint_id`, `parent_checkpoint_id`,
-        `position`, `token` (the fencing token that wrote it, None if unfenced),
-        `created_at` (store clock), and from the metadata `step`, `source` and
-        `run_id`; metadata that does not decode gives an `error` dict instead.
-
-        Raises:
-            CheckpointNotFound: `before` is not a checkpoint of this thread.
-        """
-        check_name(thread_id, "thread_id")
-        check_name(checkpoint_ns, "checkpoint_ns", allow_empty=True)
-        if before is not None:
-            check_name(before, "before")
-        size = check_int(limit, "limit", minimum=1)
-
-        def job(conn: Any) -> list[Any]:
-            start = 1 << 62
-            if before is not None:
-                row = conn.execute(
-                    schema.GET_POSITION, (thread_id, checkpoint_ns, before)
-                ).fetchone()
-                if row is None:
-                    raise CheckpointNotFound(thread_id, before)
-                start = row[0]
-            return conn.execute(
-                schema.HISTORY_PAGE, (thread_id, checkpoint_ns, start, size)
-            ).fetchall()
-
-        out = []
-        for row in self._engine.read("history_records", job):
-            _, ns, cid, parent, _, _, _, metadata, position, token, created_at = row
-            record: dict[str, Any] = {
-                "checkpoint_ns": ns,
-                "checkpoint_id": cid,
-                "parent_checkpoint_id": parent,
-                "position": position,
-                "token": token,
-                "created_at": created_at,
-            }
-            try:
-                md = loads_json(metadata)
-                record.update(step=md.get("step"), source=md.get("source"), run_id=md.get("run_id"))
-            except (ValueError, TypeError, AttributeError) as exc:
-                record["error"] = UndecodableRow(thread_id, cid, f"metadata: {exc}").to_dict()
-            out.append(record)
-        return out
-
-    def inspect_checkpoint(
-        self, thread_id: str, *, checkpoint_ns: str = "", checkpoint_id: str | None = None
-    ) -> dict[str, Any] | None:
-        """Read one checkpoint for display, decoding its row and each write on its own.
-
-        Unlike `get_tuple`, a row that does not decode does not fail the call:
-        its entry carries an `error` (an `UndecodableRow` as a dict) instead.
-
-        Args:
-            thread_id: The thread.
-            checkpoint_ns: The namespace ("" is the root graph).
-            checkpoint_id: The checkpoint; the latest (commit order) if None.
-
-        Returns:
-            None if there is no such checkpoint, else a dict with
-            `checkpoint_ns`, `checkpoint_id`, `parent_checkpoint_id`,
-            `position`, `token`, `created_at`, `checkpoint` (the decoded
-            `Checkpoint`, or None), `metadata`, `error`, and `writes`: dicts
-            with `task_id`, `task_path`, `idx`, `channel`, `value` and `error`.
-        """
-        check_name(thread_id, "thread_id")
-        check_name(checkpoint_ns, "checkpoint_ns", allow_empty=True)
-        if checkpoint_id is not None:
-            check_name(checkpoint_id, "checkpoint_id")
-        found = self._engine.read(
-            "inspect_checkpoint",
-            lambda conn: cps.fetch_tuple(conn, thread_id, checkpoint_ns, checkpoint_id),
-        )
-        if found is None:
-            return None
-        row, write_rows = found
-        cid = row[2]
-        out: dict[str, Any] = {
-            "thread_id": thread_id,
-            "checkpoint_ns": row[1],
-            "checkpoint_id": cid,
-            "parent_checkpoint_id": row[3],
-            "position": row[8],
-            "token": row[9],
-            "created_at": row[10],
-            "checkpoint": None,
-            "metadata": None,
-            "error": None,
-            "writes": [],
-        }
-        try:
-            decoded = cps.decode_tuple(self.serde, row, [])
-            out["checkpoint"], out["metadata"] = decoded.checkpoint, decoded.metadata
-        except UndecodableRow as exc:
-            out["error"] = exc.to_dict()
-            try:
-                out["metadata"] = loads_json(row[7])
-            except (ValueError, TypeError):
-                pass
-        for task_id, channel, type_, blob, task_path, idx in write_rows:
-            write: dict[str, Any] = {
-                "task_id": task_id,
-                "task_path": task_path,
-                "idx": idx,
-                "channel": channel,
-                "value": None,
-                "error": None,
-            }
-            try:
-                write["value"] = self.serde.loads_typed((type_, blob))
-            except (SerializationError, ValueError, TypeError) as exc:
-                reason = f"write {task_id}/{idx} ({channel}): {exc}"
-                write["error"] = UndecodableRow(thread_id, cid, reason).to_dict()
-            out["writes"].append(write)
-        return out
-
-
-def _thread_summaries(conn: Any) -> list[dict[str, Any]]:
-    out = []
-    for (
-        thread_id,
-        holder,
-        token,
-        expires_at,
-        floor,
-        next_seq,
-        count,
-        namespaces,
-        n_events,
-        last_cp,
-        step,
-        last_ev,
-    ) in conn.execute(schema.THREAD_SUMMARIES):
-        out.append(
-            {
-                "thread_id": thread_id,
-                "checkpoints": count,
-                "namespaces": sorted((namespaces or "").split(",")) if count else [],
-                "latest_step": step,
-                "last_activity": max(x for x in (last_cp, last_ev, 0.0) if x is not None),
-                "claim": None
-                if token is None
-                else {"holder": holder, "token": token, "expires_at": expires_at},
-                "events": n_events,
-                "floor": floor,
-                "next_seq": next_seq,
-            }
-        )
-    out.sort(key=lambda t: t["last_activity"], reverse=True)
-    return out
 
 
 def _as_list(value: Any, name: str) -> list[Any]:
