@@ -10,9 +10,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from . import claims
+from . import claims, runs
 from .claims import Claim
 from .clock import to_seconds
+from .errors import bad_argument
 from .lease import AsyncLease, Lease
 from .validation import check_int, check_name
 
@@ -128,3 +129,98 @@ class ClaimsAPI:
 
     def _as_saver(self) -> FencedSqliteSaver:
         return self  # type: ignore[return-value]  # only ever mixed into the saver
+
+    # --- runs: a claim with lifecycle events ------------------------------------------------
+
+    def begin_run(
+        self,
+        thread_id: str,
+        holder: str,
+        ttl: float | timedelta,
+        *,
+        run_id: str,
+        strategy: str = "reject",
+    ) -> Claim:
+        """Claim a thread for a run and log `run_started`, in one commit.
+
+        With `strategy` "interrupt" or "rollback" a live claim is taken over
+        (and logged as `run_superseded`); "rollback" also retracts the
+        superseded run's checkpoints and writes, by its run id.
+
+        Raises:
+            ThreadBusy: the thread is busy and the strategy does not take
+                over; nothing changes.
+        """
+        check_name(thread_id, "thread_id")
+        check_name(holder, "holder")
+        check_name(run_id, "run_id")
+        if strategy not in runs.RUN_STRATEGIES:
+            raise bad_argument("strategy", f"expected one of {runs.RUN_STRATEGIES}")
+        seconds = to_seconds(ttl, "ttl")
+        return self._engine.write(
+            f"begin_run({strategy})",
+            lambda c: runs.begin_run_txn(
+                c,
+                thread_id,
+                holder,
+                seconds,
+                run_id=run_id,
+                strategy=strategy,
+                now=self._engine.clock.now(),
+            ),
+        )
+
+    def end_run(
+        self,
+        thread_id: str,
+        token: int,
+        kind: str,
+        data: dict[str, Any] | None = None,
+        *,
+        static_interrupt: bool = False,
+    ) -> bool:
+        """Log a run's end event and release its claim, in one commit.
+
+        Args:
+            kind: `run_completed` (logged as `run_interrupted` when the graph
+                stopped at an interrupt), `run_failed`, ...
+            data: The event's data.
+            static_interrupt: The graph stopped at an `interrupt_before/after`.
+
+        Returns:
+            False if the claim is no longer this run's (nothing changes).
+        """
+        check_name(thread_id, "thread_id")
+        check_int(token, "token")
+        check_name(kind, "kind")
+        payload = dict(data or {})
+        return self._engine.write(
+            f"end_run({kind})",
+            lambda c: runs.end_run_txn(
+                c,
+                thread_id,
+                token,
+                kind,
+                payload,
+                now=self._engine.clock.now(),
+                static_interrupt=static_interrupt,
+            ),
+        )
+
+    def delete_unclaimed_thread(
+        self, thread_id: str, holder: str, ttl: float | timedelta = 30.0
+    ) -> None:
+        """Delete a thread unless someone holds a live claim on it, in any process.
+
+        Raises:
+            ThreadBusy: the thread has a live claim; nothing is deleted.
+        """
+        check_name(thread_id, "thread_id")
+        check_name(holder, "holder")
+        seconds = to_seconds(ttl, "ttl")
+        self._engine.write(
+            "delete_unclaimed_thread",
+            lambda c: runs.delete_unclaimed_txn(
+                c, thread_id, holder, seconds, now=self._engine.clock.now()
+            ),
+        )

@@ -1,12 +1,12 @@
 """`FencedRunner`: run a compiled LangGraph graph under a claim on its thread.
 
 Invariant: every invocation runs under a claim of its own, with a fresh run
-id in its checkpoints' metadata. Its `run_started` event commits in the same
-transaction as the claim (with `run_superseded`, and the retraction for
-"rollback"), and its end event commits in the same transaction as the release,
-so the runner adds exactly two commits per invocation, plus one renewal per
-`renew_every` for long runs. An invocation that lost its claim records nothing
-and releases nothing: the run that superseded it has already logged it.
+id in its checkpoints' metadata, taken with `saver.begin_run` and given back
+with `saver.end_run` (see `runs.py`: each is one commit with its lifecycle
+event), so the runner adds exactly two commits per invocation, plus one
+renewal per `renew_every` for long runs. An invocation that lost its claim
+records nothing and releases nothing: the run that superseded it has already
+logged it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import logging
 import os
 import random
 import socket
-import sqlite3
 import threading
 import time
 import uuid
@@ -29,10 +28,10 @@ from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 
-from . import claims, events, retention, schema
 from .claims import Claim
 from .clock import to_seconds
 from .errors import StaleClaim, ThreadBusy, bad_argument
+from .runs import RUN_STRATEGIES
 from .saver import FencedSqliteSaver
 from .validation import check_name, config_target
 
@@ -40,14 +39,11 @@ __all__ = ["STRATEGIES", "FencedRunner"]
 
 logger = logging.getLogger("langgraph_fenced_sqlite.runner")
 
-STRATEGIES = ("reject", "enqueue", "interrupt", "rollback")
+STRATEGIES = RUN_STRATEGIES
 """What an invocation does when its thread is busy (see `FencedRunner.invoke`)."""
 
 _BACKOFF_MIN, _BACKOFF_MAX = 0.01, 0.5  # enqueue polling, seconds
 _RENEWER_IDLE = 1.0  # seconds a renewer thread lingers with nothing to renew
-_SCAN_PAGE = 64  # events read per step when looking for a superseded run
-# LangGraph's channel for interrupt writes (its constant is private since 1.0).
-_INTERRUPT = "__interrupt__"
 
 
 @dataclass(eq=False)
@@ -219,100 +215,12 @@ class _Renewer:
             if active:
                 logger.warning("run %s lost its claim: %s", run.run_id, exc)
         except Exception as exc:  # noqa: BLE001 - judged by the claim's expiry below
-            if self._saver.clock.now() >= run.claim.expires_at or self._saver._engine.closed:
+            if self._saver.clock.now() >= run.claim.expires_at or self._saver.closed:
                 logger.error("run %s: renewal kept failing past expiry: %r", run.run_id, exc)
                 self.remove(run)
             else:
                 logger.warning("run %s: renewal failed, retrying: %r", run.run_id, exc)
                 run.due = time.monotonic() + min(self._every, 0.5)
-
-
-# --- the runner's two transactions ---------------------------------------------------------
-
-
-def _superseded_run_id(conn: sqlite3.Connection, thread_id: str, token: int) -> str | None:
-    """Return the run id a runner logged under `token`, scanning back from the end.
-
-    The `run_started` event commits with its claim, so it is the first event
-    under that token: the scan stops at the first older token it meets.
-    """
-    floor, next_seq = conn.execute(schema.GET_FLOOR, (thread_id,)).fetchone()
-    hi = next_seq - 1
-    while hi >= floor:
-        lo = max(floor, hi - _SCAN_PAGE + 1)
-        for event in reversed(events.read_after(conn, thread_id, lo - 1, hi - lo + 1)):
-            if event.token == token and event.kind == "run_started":
-                run_id = event.data.get("run_id")
-                return run_id if isinstance(run_id, str) else None
-            if event.token is not None and event.token < token:
-                return None
-        hi = lo - 1
-    return None
-
-
-def _start_txn(
-    conn: sqlite3.Connection, call: _Call, holder: str, ttl: float, *, now: float
-) -> _Run:
-    thread_id, run_id, strategy = call.thread_id, call.run_id, call.strategy
-    before = claims.read_thread(conn, thread_id)
-    force = strategy in ("interrupt", "rollback")
-    claim = claims.grant(conn, thread_id, holder, ttl, now=now, force=force)
-    new: list[events.NewEvent] = []
-    if before is not None and before.token is not None:
-        # A claim existed (live, or expired and left by a crashed holder): its
-        # holder is fenced off from now on. Log that from this side, since
-        # the superseded run can no longer write anything.
-        old_run = _superseded_run_id(conn, thread_id, before.token)
-        info: dict[str, Any] = {
-            "run_id": old_run,
-            "token": before.token,
-            "holder": before.holder,
-            "was_live": before.live(now),
-            "by_run_id": run_id,
-            "strategy": strategy,
-        }
-        if strategy == "rollback" and old_run is not None:
-            # Only the superseded run's own rows: nothing from an earlier turn,
-            # even when it had not written anything yet.
-            done = retention.retract_txn(conn, thread_id, claim.token, old_run, now=now)
-            info["retracted_checkpoints"] = len(done.checkpoints)
-            info["retracted_writes"] = done.writes
-        new.append(events.NewEvent("run_superseded", info))
-    new.append(
-        events.NewEvent("run_started", {"run_id": run_id, "holder": holder, "strategy": strategy})
-    )
-    row = claims.read_thread(conn, thread_id)  # re-read: grant/retract moved counters
-    assert row is not None
-    events.append(conn, thread_id, row, new, token=claim.token, now=now)
-    return _Run(claim, run_id)
-
-
-def _finish_txn(
-    conn: sqlite3.Connection,
-    run: _Run,
-    kind: str,
-    data: dict[str, Any],
-    *,
-    now: float,
-    static_interrupt: bool,
-) -> bool:
-    thread_id, token = run.claim.thread_id, run.claim.token
-    row = claims.read_thread(conn, thread_id)
-    if row is None or row.token != token:
-        return False  # superseded (or deleted): record nothing, release nothing
-    if kind == "run_completed":
-        latest = conn.execute(schema.GET_LATEST_ID, (thread_id, "")).fetchone()
-        data["checkpoint_id"] = latest[0] if latest else None
-        if latest is not None:
-            channels = [
-                w[1] for w in conn.execute(schema.WRITES_OF_CHECKPOINT, (thread_id, "", latest[0]))
-            ]
-            pending = channels.count(_INTERRUPT)
-            if pending or static_interrupt:
-                kind, data["interrupts"] = "run_interrupted", pending
-    events.append(conn, thread_id, row, [events.NewEvent(kind, data)], token=token, now=now)
-    claims.release(conn, thread_id, token)
-    return True
 
 
 def _failure(exc: BaseException) -> dict[str, Any]:
@@ -493,13 +401,7 @@ class FencedRunner:
         """
         check_name(thread_id, "thread_id")
 
-        def job(conn: sqlite3.Connection) -> None:
-            claims.grant(
-                conn, thread_id, self.holder, self.ttl, now=self.saver.clock.now(), force=False
-            )
-            retention.delete_thread_txn(conn, thread_id)
-
-        self.saver._engine.write("runner.delete_thread", job)
+        self.saver.delete_unclaimed_thread(thread_id, self.holder)
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Async twin of `delete_thread`."""
@@ -531,11 +433,10 @@ class FencedRunner:
         return _Call(cast(RunnableConfig, run_config), key, strategy, seconds)
 
     def _start(self, call: _Call, renew: bool = True) -> _Run:
-        def txn(conn: sqlite3.Connection) -> _Run:
-            now = self.saver.clock.now()
-            return _start_txn(conn, call, self.holder, self.ttl, now=now)
-
-        run = self.saver._engine.write(f"runner.{call.strategy}", txn)
+        claim = self.saver.begin_run(
+            call.thread_id, self.holder, self.ttl, run_id=call.run_id, strategy=call.strategy
+        )
+        run = _Run(claim, call.run_id)
         if renew:
             self._renewer.add(run)
         return run
@@ -594,11 +495,8 @@ class FencedRunner:
         self._renewer.remove(run)
         data = {"run_id": run.run_id, **data}
         try:
-            return self.saver._engine.write(
-                f"runner.{kind}",
-                lambda conn: _finish_txn(
-                    conn, run, kind, data, now=self.saver.clock.now(), static_interrupt=static
-                ),
+            return self.saver.end_run(
+                run.claim.thread_id, run.claim.token, kind, data, static_interrupt=static
             )
         finally:
             _wake_head(call.key)

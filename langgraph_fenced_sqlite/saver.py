@@ -119,6 +119,11 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
         return self._engine.path
 
     @property
+    def closed(self) -> bool:
+        """Whether `close()` was called."""
+        return self._engine.closed
+
+    @property
     def clock(self) -> Clock:
         """The store's clock."""
         return self._engine.clock

@@ -577,3 +577,25 @@ def test_benchmark_quick_run(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "FencedRunner" in result.stdout and "SqliteSaver" in result.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def test_saver_run_lifecycle_is_two_commits_with_their_events(tmp_path: Any) -> None:
+    """begin_run claims and logs run_started together; end_run logs and releases together."""
+    with FencedSqliteSaver(str(tmp_path / "runs.db")) as saver:
+        first = saver.begin_run("t", "a", 30, run_id="r1")
+        assert [(e.kind, e.token) for e in saver.events_after("t")] == [
+            ("run_started", first.token)
+        ]
+        with pytest.raises(ThreadBusy):
+            saver.begin_run("t", "b", 30, run_id="r2")
+        second = saver.begin_run("t", "b", 30, run_id="r2", strategy="interrupt")
+        kinds = [(e.kind, e.data.get("run_id")) for e in saver.events_after("t")]
+        assert kinds == [("run_started", "r1"), ("run_superseded", "r1"), ("run_started", "r2")]
+        assert saver.end_run("t", first.token, "run_failed") is False  # superseded: no-op
+        assert saver.end_run("t", second.token, "run_completed") is True
+        assert saver.events_after("t")[-1].kind == "run_completed"
+        assert saver.current_claim("t") is None
+        saver.claim("t", "c", 30)
+        with pytest.raises(ThreadBusy):
+            saver.delete_unclaimed_thread("t", "janitor")
+        assert saver.events_after("t")  # nothing was deleted

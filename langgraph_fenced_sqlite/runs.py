@@ -1,0 +1,143 @@
+"""Run lifecycle transactions: a claim and its first event, an end event and its release.
+
+Invariant: a run's `run_started` event commits in the same transaction as its
+claim (with `run_superseded`, and the retraction for "rollback"), and its end
+event in the same transaction as its release, so running under a claim costs
+exactly two commits. A run that lost its claim records and releases nothing:
+the run that superseded it has already logged it. Runs inside a transaction
+the engine opened.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from . import claims, events, retention, schema
+from .claims import Claim
+
+__all__ = ["RUN_STRATEGIES"]
+
+# What a run does when its thread is busy: refuse, or take the thread over.
+RUN_STRATEGIES = ("reject", "enqueue", "interrupt", "rollback")
+_TAKE_OVER = frozenset({"interrupt", "rollback"})
+_SCAN_PAGE = 64  # events read per step when looking for a superseded run
+# LangGraph's channel for interrupt writes (its constant is private since 1.0).
+_INTERRUPT = "__interrupt__"
+
+
+def superseded_run_id(conn: sqlite3.Connection, thread_id: str, token: int) -> str | None:
+    """Return the run id a run logged under `token`, scanning back from the end.
+
+    The `run_started` event commits with its claim, so it is the first event
+    under that token: the scan stops at the first older token it meets.
+    """
+    floor, next_seq = conn.execute(schema.GET_FLOOR, (thread_id,)).fetchone()
+    hi = next_seq - 1
+    while hi >= floor:
+        lo = max(floor, hi - _SCAN_PAGE + 1)
+        for event in reversed(events.read_after(conn, thread_id, lo - 1, hi - lo + 1)):
+            if event.token == token and event.kind == "run_started":
+                run_id = event.data.get("run_id")
+                return run_id if isinstance(run_id, str) else None
+            if event.token is not None and event.token < token:
+                return None
+        hi = lo - 1
+    return None
+
+
+def begin_run_txn(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    holder: str,
+    ttl: float,
+    *,
+    run_id: str,
+    strategy: str,
+    now: float,
+) -> Claim:
+    """Claim the thread for a run (taking it over for interrupt/rollback) and log it.
+
+    Raises:
+        ThreadBusy: the thread has a live claim and the strategy does not
+            take over; nothing changes.
+    """
+    before = claims.read_thread(conn, thread_id)
+    claim = claims.grant(conn, thread_id, holder, ttl, now=now, force=strategy in _TAKE_OVER)
+    new: list[events.NewEvent] = []
+    if before is not None and before.token is not None:
+        # A claim existed (live, or expired and left by a crashed holder): its
+        # holder is fenced off from now on. Log that from this side, since
+        # the superseded run can no longer write anything.
+        old_run = superseded_run_id(conn, thread_id, before.token)
+        info: dict[str, Any] = {
+            "run_id": old_run,
+            "token": before.token,
+            "holder": before.holder,
+            "was_live": before.live(now),
+            "by_run_id": run_id,
+            "strategy": strategy,
+        }
+        if strategy == "rollback" and old_run is not None:
+            # Only the superseded run's own rows: nothing from an earlier turn,
+            # even when it had not written anything yet.
+            done = retention.retract_txn(conn, thread_id, claim.token, old_run, now=now)
+            info["retracted_checkpoints"] = len(done.checkpoints)
+            info["retracted_writes"] = done.writes
+        new.append(events.NewEvent("run_superseded", info))
+    new.append(
+        events.NewEvent("run_started", {"run_id": run_id, "holder": holder, "strategy": strategy})
+    )
+    row = claims.read_thread(conn, thread_id)  # re-read: a retraction appended an event
+    assert row is not None
+    events.append(conn, thread_id, row, new, token=claim.token, now=now)
+    return claim
+
+
+def end_run_txn(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    token: int,
+    kind: str,
+    data: dict[str, Any],
+    *,
+    now: float,
+    static_interrupt: bool,
+) -> bool:
+    """Log a run's end and release its claim, if the claim is still its own.
+
+    A `run_completed` whose latest root checkpoint has pending interrupts (or
+    that stopped at a static interrupt) is logged as `run_interrupted`.
+
+    Returns:
+        False when the run was superseded (nothing logged or released).
+    """
+    row = claims.read_thread(conn, thread_id)
+    if row is None or row.token != token:
+        return False  # superseded (or deleted): record nothing, release nothing
+    data = dict(data)
+    if kind == "run_completed":
+        latest = conn.execute(schema.GET_LATEST_ID, (thread_id, "")).fetchone()
+        data["checkpoint_id"] = latest[0] if latest else None
+        if latest is not None:
+            channels = [
+                w[1] for w in conn.execute(schema.WRITES_OF_CHECKPOINT, (thread_id, "", latest[0]))
+            ]
+            pending = channels.count(_INTERRUPT)
+            if pending or static_interrupt:
+                kind, data["interrupts"] = "run_interrupted", pending
+    events.append(conn, thread_id, row, [events.NewEvent(kind, data)], token=token, now=now)
+    claims.release(conn, thread_id, token)
+    return True
+
+
+def delete_unclaimed_txn(
+    conn: sqlite3.Connection, thread_id: str, holder: str, ttl: float, *, now: float
+) -> None:
+    """Claim the thread (refusing a live claim) and delete it, claim included.
+
+    Raises:
+        ThreadBusy: the thread has a live claim; nothing is deleted.
+    """
+    claims.grant(conn, thread_id, holder, ttl, now=now, force=False)
+    retention.delete_thread_txn(conn, thread_id)
