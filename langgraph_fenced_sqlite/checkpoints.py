@@ -22,10 +22,11 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
     get_serializable_checkpoint_metadata,
 )
+from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from . import claims, events, schema
 from .errors import CheckpointConflict, SerializationError, UndecodableRow
-from .serde import DataOnlySerializer, dumps_json, loads_json
+from .serde import dumps_json, loads_json
 
 ENVELOPE_FORMAT = 1
 _FENCED_SOURCES = frozenset({"input", "loop"})
@@ -62,7 +63,7 @@ class EncodedWrite:
 
 
 def encode_checkpoint(
-    serde: DataOnlySerializer,
+    serde: SerializerProtocol,
     config: RunnableConfig,
     checkpoint: Checkpoint,
     metadata: CheckpointMetadata,
@@ -92,7 +93,7 @@ def encode_checkpoint(
 
 
 def encode_writes(
-    serde: DataOnlySerializer, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+    serde: SerializerProtocol, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
 ) -> list[EncodedWrite]:
     """Encode `put_writes`' arguments, mapping special channels to their idx."""
     out = []
@@ -263,7 +264,7 @@ def fetch_tuple(
     if row is None:
         return None
     writes = conn.execute(schema.WRITES_OF_CHECKPOINT, (row[0], row[1], row[2])).fetchall()
-    return tuple(row), [tuple(w) for w in writes]  # type: ignore[return-value]
+    return tuple(row), [tuple(w) for w in writes]
 
 
 def fetch_writes_for(
@@ -280,7 +281,7 @@ def fetch_writes_for(
 
 
 def decode_tuple(
-    serde: DataOnlySerializer, row: Row, writes: Sequence[WriteRow]
+    serde: SerializerProtocol, row: Row, writes: Sequence[WriteRow]
 ) -> CheckpointTuple:
     """Rebuild a `CheckpointTuple`; a row that does not decode is `UndecodableRow`."""
     thread_id, ns, cid, parent_id, envelope, values_type, values_blob, metadata = row[:8]
@@ -311,4 +312,4 @@ def decode_tuple(
                 "checkpoint_id": parent_id,
             }
         }
-    return CheckpointTuple(config, env, md, parent, pending)  # type: ignore[arg-type]
+    return CheckpointTuple(config, env, md, parent, pending)

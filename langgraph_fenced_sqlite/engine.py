@@ -41,13 +41,26 @@ __all__ = ["Engine"]
 
 T = TypeVar("T")
 
-_BUSY_CODES = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
-_NOTADB_CODES = {sqlite3.SQLITE_NOTADB, getattr(sqlite3, "SQLITE_CORRUPT", 11)}
+# SQLite's primary result codes (sqlite3.h); the sqlite3 module names them
+# only from Python 3.11 on.
+_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_CORRUPT, _SQLITE_NOTADB = 5, 6, 11, 26
+_BUSY_CODES = {_SQLITE_BUSY, _SQLITE_LOCKED}
+_NOTADB_CODES = {_SQLITE_NOTADB, _SQLITE_CORRUPT}
+# Python 3.10 has no `sqlite_errorcode` on errors: there, and only there, the
+# code is recognised from SQLite's fixed message for it (sqlite3ErrStr).
+_CODE_OF_MESSAGE = {
+    "database is locked": _SQLITE_BUSY,
+    "database table is locked": _SQLITE_LOCKED,
+    "database disk image is malformed": _SQLITE_CORRUPT,
+    "file is not a database": _SQLITE_NOTADB,
+}
 
 
 def _primary_code(exc: sqlite3.Error) -> int | None:
     code = getattr(exc, "sqlite_errorcode", None)
-    return None if code is None else code & 0xFF
+    if code is None:
+        return _CODE_OF_MESSAGE.get(str(exc))
+    return int(code) & 0xFF
 
 
 def connect(path: str, busy_timeout: float, *, readonly: bool = False) -> sqlite3.Connection:
@@ -270,7 +283,11 @@ class Engine:
             if current is not None and str(current[0]).lower() == value:
                 continue
             statement = f"PRAGMA {name} = {value}"
-            self._retry_busy("open", lambda s=statement: conn.execute(s).fetchone())
+
+            def set_pragma(s: str = statement) -> Any:
+                return conn.execute(s).fetchone()
+
+            self._retry_busy("open", set_pragma)
         conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
 
     def _retry_busy(self, op: str, fn: Callable[[], T]) -> T:

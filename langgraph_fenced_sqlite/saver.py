@@ -12,6 +12,7 @@ the event log and history/inspection live in `api_claims.py`,
 
 from __future__ import annotations
 
+import builtins
 import random
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
@@ -44,6 +45,9 @@ from .validation import check_int, check_limit, check_name, config_target
 __all__ = ["FencedSqliteSaver"]
 
 _PAGE = 100
+
+# `list` is a method of the saver, so annotations in its body name the builtin this way.
+_list = builtins.list
 
 
 class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver[str]):
@@ -265,7 +269,7 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
 
     def _list_page(
         self, query: dict[str, Any], cursor: tuple[str, str, str] | None, remaining: int | None
-    ) -> tuple[list[CheckpointTuple], tuple[str, str, str] | None]:
+    ) -> tuple[_list[CheckpointTuple], tuple[str, str, str] | None]:
         size = _PAGE if remaining is None else min(_PAGE, remaining)
         args = {k: v for k, v in query.items() if k != "limit"}
         sql, params = schema.list_checkpoints(**args, after_key=cursor, limit=size)
@@ -413,13 +417,13 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
         """Async twin of `copy_thread`."""
         return await self._engine.arun(self.copy_thread, source_thread_id, target_thread_id)
 
-    def prune(
+    def prune(  # type: ignore[override]  # returns a report where LangGraph's returns None
         self,
         thread_ids: Sequence[str],
         *,
         strategy: str | RetentionPolicy = "keep_latest",
         dry_run: bool = False,
-    ) -> list[PruneResult]:
+    ) -> _list[PruneResult]:
         """Remove old history from each thread, one transaction per thread.
 
         Args:
@@ -464,13 +468,13 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
             ),
         )
 
-    async def aprune(
+    async def aprune(  # type: ignore[override]  # returns a report, as `prune` does
         self,
         thread_ids: Sequence[str],
         *,
         strategy: str | RetentionPolicy = "keep_latest",
         dry_run: bool = False,
-    ) -> list[PruneResult]:
+    ) -> _list[PruneResult]:
         """Async twin of `prune`."""
         return await self._engine.arun(self.prune, thread_ids, strategy=strategy, dry_run=dry_run)
 
@@ -518,7 +522,7 @@ def _as_list(value: Any, name: str) -> list[Any]:
     return list(value)
 
 
-class _Opener(AbstractContextManager, AbstractAsyncContextManager):  # type: ignore[type-arg]
+class _Opener(AbstractContextManager, AbstractAsyncContextManager):
     """What `from_conn_string` returns: usable with `with` and `async with`."""
 
     def __init__(self, cls: type[FencedSqliteSaver], path: str, kwargs: dict[str, Any]) -> None:

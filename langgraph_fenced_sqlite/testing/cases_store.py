@@ -13,15 +13,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 import ormsgpack
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     ERROR,
     INTERRUPT,
     RESUME,
     SCHEDULED,
     WRITES_IDX_MAP,
+    Checkpoint,
     empty_checkpoint,
 )
 from langgraph.checkpoint.memory import InMemorySaver
@@ -42,17 +44,24 @@ from ..errors import (
 )
 from .harness import ContractEnv, contract_case, raw
 
+_E = TypeVar("_E", bound=BaseException)
+
+# A call taking no arguments. Spelled `...` because many of these are lambdas
+# that bind a loop value as a default (`lambda b=bad: ...`), and mypy cannot
+# infer such a lambda against `Callable[[], Any]` (python/mypy#15459).
+_Call = Callable[..., Any]
+
 # --- helpers -----------------------------------------------------------------------
 
 
-def _config(thread_id: str, ns: str = "", checkpoint_id: str | None = None) -> dict[str, Any]:
+def _config(thread_id: str, ns: str = "", checkpoint_id: str | None = None) -> RunnableConfig:
     conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
     if checkpoint_id is not None:
         conf["checkpoint_id"] = checkpoint_id
     return {"configurable": conf}
 
 
-def _checkpoint(values: dict[str, Any] | None = None) -> dict[str, Any]:
+def _checkpoint(values: dict[str, Any] | None = None) -> Checkpoint:
     cp = empty_checkpoint()
     cp["channel_values"] = dict(values or {})
     cp["channel_versions"] = {k: f"{1:032}.0" for k in cp["channel_values"]}
@@ -60,7 +69,7 @@ def _checkpoint(values: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 def _put_chain(
-    store: Any, thread_id: str, n: int, *, ns: str = "", config: dict[str, Any] | None = None
+    store: Any, thread_id: str, n: int, *, ns: str = "", config: RunnableConfig | None = None
 ) -> list[str]:
     """Put `n` checkpoints as one chain (each the parent of the next); return their ids."""
     config = config or _config(thread_id, ns)
@@ -73,9 +82,7 @@ def _put_chain(
     return ids
 
 
-def _expect(
-    fn: Callable[[], Any], errors: type[BaseException] | tuple[type[BaseException], ...]
-) -> BaseException:
+def _expect(fn: _Call, errors: type[_E] | tuple[type[_E], ...]) -> _E:
     """Call `fn`; return the error it raised, failing if it raised none of `errors`."""
     try:
         fn()
@@ -310,6 +317,7 @@ def case_pending_writes_round_trip_in_langgraph_order(env: ContractEnv) -> None:
         results.append(got.pending_writes)
     ours, theirs = results
     assert ours == theirs, f"pending writes differ from InMemorySaver's:\n{ours}\n{theirs}"
+    assert ours is not None
     assert {w[1] for w in ours} >= set(WRITES_IDX_MAP)
 
 
@@ -441,7 +449,7 @@ def case_every_call_after_close_raises_store_closed(env: ContractEnv) -> None:
     store.close()
     store.close()
     cp_config = _config("t", checkpoint_id=ids[0])
-    calls: dict[str, Callable[[], Any]] = {
+    calls: dict[str, _Call] = {
         "get_tuple": lambda: store.get_tuple(cp_config),
         "list": lambda: list(store.list(None)),
         "put": lambda: store.put(cp_config, _checkpoint(), {"source": "loop", "step": 1}, {}),
@@ -481,7 +489,7 @@ def case_blocked_write_raises_store_busy_and_reads_go_on(env: ContractEnv) -> No
         blocker.execute("BEGIN IMMEDIATE")
         blocker.execute("UPDATE meta SET value = value WHERE key = 'token_counter'")
         parent = _config("t", checkpoint_id=ids[-1])
-        writes: dict[str, Callable[[], Any]] = {
+        writes: dict[str, _Call] = {
             "put": lambda: store.put(parent, _checkpoint(), {"source": "loop", "step": 9}, {}),
             "put_writes": lambda: store.put_writes(parent, [("c", 1)], "task"),
             "claim": lambda: store.claim("t", "alice", 10),
@@ -530,9 +538,9 @@ _BAD_SECONDS: list[tuple[Any, type[BaseException]]] = [
 ]
 
 
-def _bad_calls(store: Any, token: int, cp_id: str) -> list[tuple[str, Callable[[], Any], type]]:
+def _bad_calls(store: Any, token: int, cp_id: str) -> list[tuple[str, _Call, type]]:
     """Every (argument name, call, error class) of case 29."""
-    calls: list[tuple[str, Callable[[], Any], type]] = []
+    calls: list[tuple[str, _Call, type]] = []
     cp = _config("t", checkpoint_id=cp_id)
     md = {"source": "loop", "step": 5}
     for bad, err in _BAD_NAMES:
@@ -746,7 +754,7 @@ def case_hostile_rows_raise_undecodable_and_run_nothing(env: ContractEnv) -> Non
             ("writes", "UPDATE writes SET type = ?, blob = ? WHERE thread_id = ?"),
         ]:
             _plant(env.path, sql, (tag, blob, thread_id))
-            reads: dict[str, Callable[[], Any]] = {
+            reads: dict[str, _Call] = {
                 "get_tuple latest": lambda t=thread_id: store.get_tuple(_config(t)),
                 "get_tuple by id": lambda c=cp: store.get_tuple(c),
                 "list": lambda t=thread_id: list(store.list(_config(t))),
@@ -855,8 +863,7 @@ def case_allowed_types_make_a_user_type_round_trip(env: ContractEnv) -> None:
     got = clone.get_tuple(config)
     assert got is not None and got.checkpoint["channel_values"] == {"p": Parcel("x", 0.0)}
     clone.put(config, _checkpoint({"p": Parcel("y", 1.0)}), {"source": "loop", "step": 0}, {})
-    assert raw(plain).with_allowlist([key]).get_tuple(_config("u")).checkpoint[
-        "channel_values"
-    ] == {"p": Parcel("y", 1.0)}
+    got = raw(plain).with_allowlist([key]).get_tuple(_config("u"))
+    assert got is not None and got.checkpoint["channel_values"] == {"p": Parcel("y", 1.0)}
     # Already-allowed types give back the same saver.
     assert raw(plain).with_allowlist([("uuid", "UUID")]) is raw(plain)

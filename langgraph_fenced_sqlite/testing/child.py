@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, Protocol, TypedDict
 
 from ..claims import Claim
 from ..clock import ManualClock
@@ -183,6 +183,12 @@ class ChainState(TypedDict):
     log: Annotated[list[str], operator.add]
 
 
+class _ChainNode(Protocol):
+    """A node of `build_chain_graph`; LangGraph's `add_node` wants the parameter named `state`."""
+
+    def __call__(self, state: ChainState) -> dict[str, list[str]]: ...
+
+
 def build_chain_graph(
     checkpointer: Any, steps: list[str], on_node: Callable[[str], None] | None = None
 ) -> Any:
@@ -195,7 +201,7 @@ def build_chain_graph(
 
     graph = StateGraph(ChainState)
 
-    def make(name: str) -> Callable[[ChainState], dict[str, list[str]]]:
+    def make(name: str) -> _ChainNode:
         def node(state: ChainState) -> dict[str, list[str]]:
             if on_node is not None:
                 on_node(name)
