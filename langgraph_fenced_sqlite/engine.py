@@ -15,6 +15,7 @@ async callers pay exactly one `asyncio.to_thread` hop for the same function.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import sqlite3
@@ -105,6 +106,30 @@ def connect(path: str, busy_timeout: float, *, readonly: bool = False) -> sqlite
     return conn
 
 
+class _Write:
+    """One queued write: its function, and its outcome once committed."""
+
+    __slots__ = ("done", "error", "fn", "op", "result")
+
+    def __init__(self, op: str, fn: Callable[[sqlite3.Connection], Any]) -> None:
+        self.op, self.fn = op, fn
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.done = False
+
+    def fail(self, error: BaseException) -> None:
+        self.result, self.error, self.done = None, error, True
+
+
+def _retarget(exc: FencedSqliteError, op: str) -> FencedSqliteError:
+    """Return the same failure for another write of the batch (each raises its own)."""
+    if isinstance(exc, StoreBusy):
+        return StoreBusy(op, exc.path, exc.waited_s)
+    if isinstance(exc, StoreError):
+        return type(exc)(op, exc.path, message=str(exc))
+    return exc
+
+
 class Engine:
     """Own one SQLite connection and run every call of a store on it."""
 
@@ -121,6 +146,9 @@ class Engine:
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._owner: int | None = None
+        # Writes waiting for the connection (see `write`: group commit).
+        self._queue_lock = threading.Lock()
+        self._queue: list[_Write] = []
         # Async calls run here: one worker thread per store (its calls are
         # serialised anyway), made on first use, so that they stay on one warm
         # thread and skip `to_thread`'s context copy (about 10% of an aput).
@@ -199,26 +227,71 @@ class Engine:
         return self.run(op, job)
 
     def write(self, op: str, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `fn(conn)` in one `BEGIN IMMEDIATE` transaction.
+        """Run `fn(conn)` as one write, committed durably before this returns.
 
-        The transaction commits only if `fn` returns; any exception rolls it
-        back, so a failed write changes nothing.
+        Group commit: writes that queue up while another is in progress are
+        committed together by whichever caller gets the connection next, in
+        one `BEGIN IMMEDIATE ... COMMIT` (one fsync), each inside a
+        `SAVEPOINT` of its own. A write whose `fn` raises is rolled back to
+        its savepoint, so it changes nothing and the others still commit;
+        every caller is answered only after the `COMMIT` (or its failure).
 
         Raises:
             StoreBusy: the write lock was not had within `busy_timeout`.
         """
-
-        def job(conn: sqlite3.Connection) -> T:
-            self._begin_immediate(op, conn)
+        self._check(op)
+        job = _Write(op, fn)
+        with self._queue_lock:
+            self._queue.append(job)
+        with self._lock:
+            self._owner = threading.get_ident()
             try:
-                result = fn(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            return result
+                if not job.done:
+                    self._commit_queued()
+            finally:
+                self._owner = None
+        if job.error is not None:
+            raise job.error
+        return job.result
 
-        return self.run(op, job)
+    def _commit_queued(self) -> None:
+        with self._queue_lock:
+            batch, self._queue = self._queue, []
+        conn = self._conn
+        try:
+            if self._closed:
+                raise StoreClosed(batch[0].op, self.path)
+            self._begin_immediate(batch[0].op, conn)
+        except FencedSqliteError as exc:
+            for job in batch:
+                job.fail(exc if job is batch[0] else _retarget(exc, job.op))
+            return
+        solo = len(batch) == 1
+        for job in batch:
+            if not solo:
+                conn.execute("SAVEPOINT write")
+            try:
+                job.result = job.fn(conn)
+            except BaseException as exc:  # noqa: BLE001 - handed to the job's caller
+                conn.execute("ROLLBACK" if solo else "ROLLBACK TO write")
+                if isinstance(exc, sqlite3.Error):
+                    exc = self._translate(job.op, exc, 0.0)
+                job.error = exc
+            if not solo:
+                conn.execute("RELEASE write")
+        if solo and batch[0].error is not None:
+            batch[0].done = True
+            return
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            for job in batch:
+                job.fail(self._translate(job.op, exc, 0.0))
+            return
+        for job in batch:
+            job.done = True
 
     async def arun(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a sync store method on the store's worker thread: the one hop async calls pay.

@@ -27,6 +27,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph_fenced_sqlite import (
     FencedSqliteSaver,
     ManualClock,
+    StaleClaim,
     StoreClosed,
     StoreError,
     UnsupportedFormat,
@@ -494,3 +495,51 @@ def test_other_process_opens_while_the_write_lock_is_held(db_path: str) -> None:
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"version": lgfs_schema.SCHEMA_VERSION, "found": True}
     assert _dump(db_path) == before
+
+
+def test_queued_writes_commit_together_and_a_failed_one_changes_nothing(store: Any) -> None:
+    """Group commit: writes queued behind a busy connection share one commit; each is atomic."""
+    stale = store.claim("t", "old", 30)
+    current = store.take_over("t", "new", 30)
+    seq_before = store.events_after("t")[-1].seq if store.events_after("t") else 0
+    gate, holding = threading.Event(), threading.Event()
+
+    def hold(conn: Any) -> None:  # keeps the connection busy while writes queue up
+        holding.set()
+        gate.wait(30)
+
+    blocker = threading.Thread(target=store._engine.run, args=("hold", hold))
+    blocker.start()
+    assert holding.wait(30)
+    outcomes: dict[str, Any] = {}
+
+    def attempt(name: str, token: int, kind: str) -> None:
+        try:
+            outcomes[name] = store.append_events("t", token, [(kind, {"n": 1}), (kind, {"n": 2})])
+        except Exception as exc:  # noqa: BLE001 - recorded for the assertions
+            outcomes[name] = exc
+
+    writers = [
+        threading.Thread(target=attempt, args=("a", current.token, "a")),
+        threading.Thread(target=attempt, args=("stale", stale.token, "stale")),
+        threading.Thread(target=attempt, args=("b", current.token, "b")),
+    ]
+    for writer in writers:
+        writer.start()
+    for _ in range(3000):  # until all three wait in the queue (bounded, not timed)
+        if len(store._engine._queue) == 3:
+            break
+        threading.Event().wait(0.01)
+    assert len(store._engine._queue) == 3
+    gate.set()
+    blocker.join(30)
+    for writer in writers:
+        writer.join(30)
+    assert isinstance(outcomes["stale"], StaleClaim)
+    landed = sorted(outcomes["a"] + outcomes["b"])
+    # The two good writes landed with consecutive seqs each, no gap, and the
+    # refused one spent none.
+    assert landed == list(range(seq_before + 1, seq_before + 5))
+    assert outcomes["a"][1] == outcomes["a"][0] + 1 and outcomes["b"][1] == outcomes["b"][0] + 1
+    kinds = [e.kind for e in store.events_after("t", seq_before)]
+    assert sorted(kinds) == ["a", "a", "b", "b"]
