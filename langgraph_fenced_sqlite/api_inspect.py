@@ -147,8 +147,8 @@ class InspectionAPI:
         def job(conn: Any) -> dict[str, Any]:
             threads, checkpoints, writes, evs = conn.execute(schema.TABLE_COUNTS).fetchone()
             return {
-                "journal_mode": conn.execute("PRAGMA journal_mode").fetchone()[0],
-                "synchronous": conn.execute("PRAGMA synchronous").fetchone()[0],
+                "journal_mode": conn.execute(schema.GET_JOURNAL_MODE).fetchone()[0],
+                "synchronous": conn.execute(schema.GET_SYNCHRONOUS).fetchone()[0],
                 "schema_version": conn.execute(schema.GET_USER_VERSION).fetchone()[0],
                 "token_counter": conn.execute(schema.GET_TOKEN_COUNTER).fetchone()[0],
                 "integrity": [r[0] for r in conn.execute(schema.INTEGRITY_CHECK)],

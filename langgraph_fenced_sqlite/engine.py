@@ -352,16 +352,16 @@ class Engine:
     def _apply_pragmas(self) -> None:
         conn = self._conn
         for name, value in schema.PRAGMAS:
-            current = conn.execute(f"PRAGMA {name}").fetchone()
+            current = conn.execute(schema.get_pragma(name)).fetchone()
             if current is not None and str(current[0]).lower() == value:
                 continue
-            statement = f"PRAGMA {name} = {value}"
+            statement = schema.set_pragma(name, value)
 
             def set_pragma(s: str = statement) -> Any:
                 return conn.execute(s).fetchone()
 
             self._retry_busy("open", set_pragma)
-        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        conn.execute(schema.set_pragma("busy_timeout", int(self.busy_timeout * 1000)))
 
     def _retry_busy(self, op: str, fn: Callable[[], T]) -> T:
         started = time.monotonic()

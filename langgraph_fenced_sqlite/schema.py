@@ -110,6 +110,19 @@ def set_user_version(version: int) -> str:
 
 
 SET_APPLICATION_ID = f"PRAGMA application_id = {APPLICATION_ID}"
+GET_JOURNAL_MODE = "PRAGMA journal_mode"
+GET_SYNCHRONOUS = "PRAGMA synchronous"
+
+
+def get_pragma(name: str) -> str:
+    """Return the statement that reads pragma `name` (one of `PRAGMAS`)."""
+    return f"PRAGMA {name}"
+
+
+def set_pragma(name: str, value: str | int) -> str:
+    """Return the statement that sets pragma `name` (pragmas take no parameters)."""
+    return f"PRAGMA {name} = {value}"
+
 
 # --- threads and claims --------------------------------------------------------
 
