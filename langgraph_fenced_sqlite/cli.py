@@ -333,11 +333,8 @@ def _cmd_delete(args: argparse.Namespace, out: Out) -> int:
         n_cp = plural(summary["checkpoints"], "checkpoint")
         n_ev = plural(summary["events"], "event")
         confirm(args, f"delete would remove thread {args.thread!r} ({n_cp}, {n_ev})")
-        claim = saver.claim(args.thread, _holder(), _CLAIM_TTL)
-        try:
-            saver.delete_thread(args.thread)
-        finally:
-            saver.release(args.thread, claim.token)  # a no-op once deleted
+        # Claim and delete in one transaction: refuses a thread with a live run.
+        saver.delete_unclaimed_thread(args.thread, _holder(), _CLAIM_TTL)
     doc = {"thread_id": args.thread, "deleted": True, "checkpoints": summary["checkpoints"]}
     out.document(doc, lambda: f"deleted thread {args.thread} ({n_cp}, {n_ev})")
     return 0
