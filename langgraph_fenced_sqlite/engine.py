@@ -257,6 +257,25 @@ class Engine:
     def _commit_queued(self) -> None:
         with self._queue_lock:
             batch, self._queue = self._queue, []
+        if not batch:
+            return
+        try:
+            self._commit_batch(batch)
+        except BaseException as exc:
+            # A failure outside any one write (the connection itself, an
+            # interrupt): nothing of the batch commits, and every caller of it
+            # hears so instead of waiting for a batch that never ran.
+            with contextlib.suppress(sqlite3.Error):
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+            error: BaseException = exc
+            if isinstance(exc, sqlite3.Error):
+                error = self._translate(batch[0].op, exc, 0.0)
+            for job in batch:
+                if not job.done:
+                    job.fail(_retarget(error, job.op) if isinstance(error, StoreError) else error)
+
+    def _commit_batch(self, batch: list[_Write]) -> None:
         conn = self._conn
         try:
             if self._closed:

@@ -543,3 +543,55 @@ def test_queued_writes_commit_together_and_a_failed_one_changes_nothing(store: A
     assert outcomes["a"][1] == outcomes["a"][0] + 1 and outcomes["b"][1] == outcomes["b"][0] + 1
     kinds = [e.kind for e in store.events_after("t", seq_before)]
     assert sorted(kinds) == ["a", "a", "b", "b"]
+
+
+def test_a_batch_that_breaks_its_transaction_fails_every_write_and_the_store_goes_on(
+    store: Any,
+) -> None:
+    """A failure outside any one write (here: a write that ends the transaction itself).
+
+    Every write of that batch is answered with an error, none commits, and
+    the next write works: nobody waits for a batch that never ran.
+    """
+    gate, holding = threading.Event(), threading.Event()
+
+    def hold(conn: Any) -> None:
+        holding.set()
+        gate.wait(30)
+
+    blocker = threading.Thread(target=store._engine.run, args=("hold", hold))
+    blocker.start()
+    assert holding.wait(30)
+    outcomes: dict[str, Any] = {}
+
+    def write(name: str, fn: Any) -> None:
+        try:
+            outcomes[name] = store._engine.write(name, fn)
+        except Exception as exc:  # noqa: BLE001 - recorded for the assertions
+            outcomes[name] = exc
+
+    def rogue(conn: Any) -> None:
+        conn.execute("ROLLBACK")  # ends the shared transaction under the batch
+
+    threads = [
+        threading.Thread(target=write, args=("rogue", rogue)),
+        threading.Thread(
+            target=write,
+            args=("good", lambda conn: conn.execute(lgfs_schema.ENSURE_THREAD, ("t2",))),
+        ),
+    ]
+    for thread in threads:
+        thread.start()
+    for _ in range(3000):  # until both wait in the queue (bounded, not timed)
+        if len(store._engine._queue) == 2:
+            break
+        threading.Event().wait(0.01)
+    gate.set()
+    blocker.join(30)
+    for thread in threads:
+        thread.join(30)
+    assert isinstance(outcomes["rogue"], StoreError)
+    assert isinstance(outcomes["good"], StoreError)
+    assert [t["thread_id"] for t in store.threads()] == []  # nothing committed
+    claim = store.claim("t", "after", 30)  # the store goes on
+    assert store.current_claim("t") == claim
