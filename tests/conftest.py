@@ -71,3 +71,28 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             f"capabilities {caps_ok} of {len(report['results'])} passed "
             f"({detected} detected); level {report['conformance_level']}"
         )
+
+
+def run_together(argvs: list[list[str]], flag: str, timeout: float = 120) -> list[Any]:
+    """Start one child per argv, let them go at once (by creating `flag`), wait for all.
+
+    Each child waits for the file `flag` to exist before it starts its work,
+    so they contend for real. Returns each child's `(returncode, stdout,
+    stderr)`; children still running after `timeout` are killed.
+    """
+    import subprocess
+
+    procs = [
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for argv in argvs
+    ]
+    try:
+        with open(flag, "w"):
+            pass
+        outputs = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return [(p.returncode, out, err) for p, (out, err) in zip(procs, outputs, strict=True)]

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import sys
 import textwrap
 import threading
 from typing import Any
 
 import pytest
+from conftest import run_together
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_fenced_sqlite import FencedSqliteSaver
@@ -189,26 +189,11 @@ def test_four_processes_write_one_file(tmp_path: Any) -> None:
     flag = str(tmp_path / "go")
     rounds = 40
     FencedSqliteSaver(path).close()  # set the schema up once, like a deployment would
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _CHILD, path, flag, str(i), str(rounds)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(4)
-    ]
-    try:
-        with open(flag, "w"):
-            pass
-        outputs = [p.communicate(timeout=120) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for p, (out, err) in zip(procs, outputs, strict=True):
-        assert p.returncode == 0, err
+    results = run_together(
+        [[sys.executable, "-c", _CHILD, path, flag, str(i), str(rounds)] for i in range(4)], flag
+    )
+    for returncode, out, err in results:
+        assert returncode == 0, err
         assert json.loads(out.strip().splitlines()[-1])["ok"] is True, (out, err)
     with FencedSqliteSaver(path) as saver:
         for i in range(4):

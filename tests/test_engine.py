@@ -22,6 +22,7 @@ import warnings
 from typing import Any
 
 import pytest
+from conftest import run_together
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_fenced_sqlite import (
@@ -437,27 +438,12 @@ def test_eight_processes_open_one_new_file(tmp_path: pathlib.Path) -> None:
     """8 processes opening one brand-new file at once all succeed; the schema is set up once."""
     path = str(tmp_path / "new.db")
     flag = str(tmp_path / "go")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _OPENER, path, flag, str(i)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(8)
-    ]
-    try:
-        with open(flag, "w"):
-            pass
-        outputs = [p.communicate(timeout=120) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    results = run_together(
+        [[sys.executable, "-c", _OPENER, path, flag, str(i)] for i in range(8)], flag
+    )
     reports = []
-    for p, (out, err) in zip(procs, outputs, strict=True):
-        assert p.returncode == 0, err
+    for returncode, out, err in results:
+        assert returncode == 0, err
         reports.append(json.loads(out.strip().splitlines()[-1]))
     assert sorted(r["token"] for r in reports) == list(range(1, 9))  # one counter, one row
     conn = sqlite3.connect(path)
