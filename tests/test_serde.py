@@ -41,7 +41,7 @@ from langgraph.types import Interrupt, Send
 from pydantic import BaseModel
 
 from langgraph_fenced_sqlite import DataOnlySerializer, FencedSqliteSaver, SerializationError
-from langgraph_fenced_sqlite.testing.cases_store import hostile_payloads
+from langgraph_fenced_sqlite.testing.cases_input import hostile_payloads
 
 
 @dataclass
@@ -269,7 +269,7 @@ _STRICT_CHILD = textwrap.dedent(
     from langgraph.graph import START, StateGraph
     from langgraph_fenced_sqlite import (
         DataOnlySerializer, FencedSqliteSaver, SerializationError, UndecodableRow)
-    from langgraph_fenced_sqlite.testing.cases_store import hostile_payloads
+    from langgraph_fenced_sqlite.testing.cases_input import hostile_payloads
 
     @dataclass
     class Item:

@@ -254,4 +254,11 @@ def run_contract(
 
 def _load_cases() -> None:
     # Importing the case modules registers their cases.
-    from . import cases_claims, cases_events, cases_store  # noqa: F401
+    from . import (  # noqa: F401
+        cases_claims,
+        cases_events,
+        cases_fencing,
+        cases_history,
+        cases_input,
+        cases_store,
+    )
