@@ -192,9 +192,6 @@ GET_STORED_IDENTITY = (
     "SELECT parent_checkpoint_id, envelope, values_type, values_blob, metadata "
     "FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
 )
-CHECKPOINT_EXISTS = (
-    "SELECT 1 FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
-)
 GET_POSITION = (
     "SELECT position FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
     "AND checkpoint_id = ?"

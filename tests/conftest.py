@@ -96,3 +96,21 @@ def run_together(argvs: list[list[str]], flag: str, timeout: float = 120) -> lis
                 p.kill()
                 p.wait()
     return [(p.returncode, out, err) for p, (out, err) in zip(procs, outputs, strict=True)]
+
+
+def dump(path: str) -> dict[str, list[Any]]:
+    """Read every row of every table of a database file, read-only."""
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in tables}
+    finally:
+        conn.close()
+
+
+def read_bytes(path: str) -> bytes:
+    """Return a file's bytes."""
+    with open(path, "rb") as f:
+        return f.read()

@@ -22,6 +22,7 @@ import time
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from conftest import dump, read_bytes
 from langgraph.graph import START, StateGraph
 from langgraph.types import Command, interrupt
 
@@ -116,22 +117,6 @@ def parsed(done: subprocess.CompletedProcess[str]) -> Any:
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     return json.loads(done.stdout)
-
-
-def dump(path: str) -> dict[str, list[Any]]:
-    """Read every row of every table, read-only."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in tables}
-    finally:
-        conn.close()
-
-
-def read_bytes(path: str) -> bytes:
-    """The file's bytes."""
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def state_of(path: str, thread_id: str, checkpoint_id: str | None = None) -> Any:

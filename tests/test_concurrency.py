@@ -59,6 +59,24 @@ def _check_thread(
     assert seqs == list(range(1, commits + 1)), (thread_id, seqs)
 
 
+def _run_threads_and_tasks(sync_worker: Any, async_worker: Any, start: threading.Barrier) -> None:
+    """Run WORKERS threads and WORKERS asyncio tasks at once, released by `start`."""
+
+    async def all_tasks() -> None:
+        await asyncio.to_thread(start.wait, 30)
+        await asyncio.gather(*(async_worker(i) for i in range(WORKERS)))
+
+    threads = [threading.Thread(target=sync_worker, args=(i,)) for i in range(WORKERS)]
+    for t in threads:
+        t.start()
+    try:
+        asyncio.run(asyncio.wait_for(all_tasks(), timeout=120))
+    finally:
+        for t in threads:
+            t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a worker thread hung"
+
+
 def test_threads_and_tasks_mixing_sync_and_async_calls(store: FencedSqliteSaver) -> None:
     """8 threads and 8 asyncio tasks write own and shared threads at once; all lands, 1..n."""
     start = threading.Barrier(WORKERS + 1)
@@ -87,19 +105,7 @@ def test_threads_and_tasks_mixing_sync_and_async_calls(store: FencedSqliteSaver)
             assert await store.aget_tuple(own) is not None
             assert [t async for t in store.alist(own, limit=1)]
 
-    async def all_tasks() -> None:
-        await asyncio.to_thread(start.wait, 30)
-        await asyncio.gather(*(async_worker(i) for i in range(WORKERS)))
-
-    threads = [threading.Thread(target=sync_worker, args=(i,)) for i in range(WORKERS)]
-    for t in threads:
-        t.start()
-    try:
-        asyncio.run(asyncio.wait_for(all_tasks(), timeout=120))
-    finally:
-        for t in threads:
-            t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads), "a worker thread hung"
+    _run_threads_and_tasks(sync_worker, async_worker, start)
     assert errors == [], errors
 
     for kind in ("sync", "async"):
@@ -136,18 +142,7 @@ def test_fenced_writes_from_threads_and_tasks_share_one_token(store: FencedSqlit
             assert seqs[1] == seqs[0] + 1
             await store.aput_writes(parent, [("c", step)], f"async-{i}-{step}")
 
-    async def all_tasks() -> None:
-        await asyncio.to_thread(start.wait, 30)
-        await asyncio.gather(*(async_worker(i) for i in range(WORKERS)))
-
-    threads = [threading.Thread(target=sync_worker, args=(i,)) for i in range(WORKERS)]
-    for t in threads:
-        t.start()
-    try:
-        asyncio.run(asyncio.wait_for(all_tasks(), timeout=120))
-    finally:
-        for t in threads:
-            t.join(timeout=120)
+    _run_threads_and_tasks(sync_worker, async_worker, start)
     assert errors == [], errors
     events = store.events_after("fenced", 0, 100_000)
     steps = 2 * WORKERS * ROUNDS  # each: one append of 2 events, one put_writes (1 event)

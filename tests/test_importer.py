@@ -18,6 +18,7 @@ import sys
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from conftest import dump, read_bytes
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import START, StateGraph
@@ -106,22 +107,6 @@ def source(source_file: str, tmp_path: Any) -> str:
     path = str(tmp_path / "source.db")
     shutil.copyfile(source_file, path)
     return path
-
-
-def dump(path: str) -> dict[str, list[Any]]:
-    """Read every row of every table, read-only."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in tables}
-    finally:
-        conn.close()
-
-
-def read_bytes(path: str) -> bytes:
-    """The file's bytes."""
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def tuples(saver: Any) -> list[Any]:
