@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from . import schema
+from .checksums import checksum
 from .clock import Clock, SystemClock
 from .errors import (
     FencedSqliteError,
@@ -93,6 +94,7 @@ def connect(path: str, busy_timeout: float, *, readonly: bool = False) -> sqlite
             )
     except sqlite3.Error as exc:
         raise StoreError("open", path, message=f"open {path}: {exc}") from exc
+    conn.create_function(schema.CHECKSUM_FUNCTION, -1, checksum, deterministic=True)
     try:
         # A read first: a file that is not a database fails here, untouched.
         conn.execute(schema.GET_USER_VERSION).fetchone()

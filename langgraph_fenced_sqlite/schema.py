@@ -92,9 +92,30 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (thread_id, seq)
         ) WITHOUT ROWID""",
     ),
+    # 1 -> 2: a checksum on every stored value (CONTRACT §7), thread
+    # incarnations (§4: `delete_thread` raises it, so a reader of an earlier
+    # incarnation is never silently shown a gap), and the run id a claim was
+    # granted for (what `strategy="rollback"` retracts; events may be pruned).
+    # Existing rows get their checksums here, computed by the function the
+    # engine registers on every connection (CHECKSUM_FUNCTION).
+    (
+        "ALTER TABLE checkpoints ADD COLUMN checksum INTEGER",
+        "ALTER TABLE writes ADD COLUMN checksum INTEGER",
+        "ALTER TABLE events ADD COLUMN checksum INTEGER",
+        "ALTER TABLE threads ADD COLUMN incarnation INTEGER NOT NULL DEFAULT 1",
+        "ALTER TABLE threads ADD COLUMN run_id TEXT",
+        "UPDATE checkpoints SET checksum = "
+        "lgfs_checksum(envelope, values_type, values_blob, metadata)",
+        "UPDATE writes SET checksum = lgfs_checksum(channel, type, blob)",
+        "UPDATE events SET checksum = lgfs_checksum(kind, data)",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
+
+# The SQL name and arity of `serde.checksum`, registered by the engine on
+# every connection it opens (migrations use it to checksum existing rows).
+CHECKSUM_FUNCTION = "lgfs_checksum"
 
 # --- file identity -----------------------------------------------------------
 
