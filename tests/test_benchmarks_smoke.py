@@ -39,6 +39,13 @@ EXPECTED = {
         "longest writer put during prune",
         "result",
     ],
+    "bench_syncs.py": [
+        "ours syncs",
+        "stock syncs",
+        "syncs per 5-node chain invoke",
+        "syncs per 6-way fan-out invoke",
+        "fsync +2 ms",
+    ],
 }
 
 

@@ -1,0 +1,297 @@
+"""Benchmark: disk syncs and time per graph invocation, ours vs LangGraph's SQLite savers.
+
+    python benchmarks/bench_syncs.py [--invokes 100] [--rounds 5] [--delays 0,2] [--quick]
+
+Two graphs, each invoked with durability "sync": a chain of 5 nodes, and a
+6-way fan-out (one node sends to six branches that run in one superstep,
+then a join). Each runs through `invoke` on `FencedSqliteSaver` and on
+`SqliteSaver`, and through `ainvoke` on `FencedSqliteSaver` and on
+`AsyncSqliteSaver`, every SQLite saver in WAL mode with `synchronous=FULL`.
+
+Every sync the process makes is counted by an LD_PRELOAD shim around
+`fsync`/`fdatasync` (`fsync_shim.py`, compiled here with `cc`), which can
+also make each sync slower by a fixed delay: `--delays 0,2` measures once
+on this disk as it is and once as if every sync took 2 ms longer, the way a
+real SSD or a cloud volume behaves. Each delay runs in its own child process
+(LD_PRELOAD is read at start); within it the contenders run slice by slice,
+interleaved, and a ratio compares contenders of the same child, side by side.
+Nothing is asserted: the targets print PASS or MISS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import operator
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import AsyncExitStack, ExitStack
+from typing import Annotated, Any, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Send
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fsync_shim  # noqa: E402
+
+from langgraph_fenced_sqlite import FencedSqliteSaver  # noqa: E402
+
+CHAIN, FANOUT = 5, 6
+GRAPHS = ("chain", "fanout")
+APIS = ("invoke", "ainvoke")
+KINDS = ("ours", "stock")
+THREADS = 10
+
+
+class State(TypedDict):
+    """A counter, and the names of the nodes visited."""
+
+    count: int
+    trail: Annotated[list[str], operator.add]
+
+
+def build(shape: str) -> StateGraph:
+    """Return the `chain` or the `fanout` graph."""
+    graph = StateGraph(State)
+    if shape == "chain":
+        names = [f"n{i}" for i in range(CHAIN)]
+        for name in names:
+            graph.add_node(name, lambda s, name=name: {"count": s["count"] + 1, "trail": [name]})
+        graph.add_edge(START, names[0])
+        for a, b in zip(names, names[1:], strict=False):
+            graph.add_edge(a, b)
+        graph.add_edge(names[-1], END)
+        return graph
+    graph.add_node("split", lambda s: {"trail": ["split"]})
+    graph.add_node("branch", lambda s: {"trail": [f"b{s['count']}"]})
+    graph.add_node("join", lambda s: {"count": len(s["trail"])})
+    graph.add_edge(START, "split")
+    graph.add_conditional_edges(
+        "split", lambda s: [Send("branch", {"count": i, "trail": []}) for i in range(FANOUT)]
+    )
+    graph.add_edge("branch", "join")
+    graph.add_edge("join", END)
+    return graph
+
+
+class Target:
+    """One contender: its invoke callable, its time per slice and syncs counted."""
+
+    def __init__(self, api: str, shape: str, kind: str, call: Callable[..., Any]) -> None:
+        """Keep what is measured and where its figures go."""
+        self.api, self.shape, self.kind, self.call = api, shape, kind, call
+        self.done = 0
+        self.slices: list[float] = []
+        self.syncs = 0
+
+    def config(self) -> dict[str, Any]:
+        """Return the next invocation's config (threads in turn)."""
+        self.done += 1
+        return {"configurable": {"thread_id": f"t{self.done % THREADS}"}}
+
+
+INPUT: dict[str, Any] = {"count": 0, "trail": []}
+WARMUP = {"configurable": {"thread_id": "warm-up"}}
+
+
+def open_sync(stack: ExitStack, shape: str, kind: str, path: str) -> Target:
+    """Open one sync contender on `path` (closed by `stack`)."""
+    if kind == "ours":
+        saver: Any = stack.enter_context(FencedSqliteSaver(path))
+    else:
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        conn = sqlite3.connect(path, check_same_thread=False)
+        stack.callback(conn.close)
+        saver = SqliteSaver(conn)
+        saver.setup()  # sets journal_mode=WAL
+        conn.execute("PRAGMA synchronous=FULL")
+    return Target("invoke", shape, kind, build(shape).compile(checkpointer=saver).invoke)
+
+
+async def open_async(stack: AsyncExitStack, shape: str, kind: str, path: str) -> Target:
+    """Async twin of `open_sync`."""
+    if kind == "ours":
+        saver: Any = await stack.enter_async_context(FencedSqliteSaver.from_conn_string(path))
+    else:
+        import aiosqlite
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        conn = await aiosqlite.connect(path)
+        stack.push_async_callback(conn.close)
+        saver = AsyncSqliteSaver(conn)
+        await saver.setup()
+        await conn.execute("PRAGMA synchronous=FULL")
+    return Target("ainvoke", shape, kind, build(shape).compile(checkpointer=saver).ainvoke)
+
+
+def slices(invokes: int, rounds: int) -> list[int]:
+    """Split `invokes` into `rounds` slices as evenly as possible."""
+    return [invokes // rounds + (1 if i < invokes % rounds else 0) for i in range(rounds)]
+
+
+def _syncs() -> int:
+    count = fsync_shim.sync_count()
+    if count is None:
+        raise SystemExit("bench_syncs: the fsync shim is not loaded in this process")
+    return count
+
+
+def measure_sync(invokes: int, rounds: int, tmp: str) -> list[Target]:
+    """Run every sync contender slice by slice, interleaved; count syncs per slice."""
+    with ExitStack() as stack:
+        targets = [
+            open_sync(stack, shape, kind, os.path.join(tmp, f"invoke-{shape}-{kind}.db"))
+            for shape in GRAPHS
+            for kind in KINDS
+        ]
+        for t in targets:
+            t.call(dict(INPUT), WARMUP, durability="sync")
+            t.done = 0
+        for size in slices(invokes, rounds):
+            for t in targets:
+                before, started = _syncs(), time.perf_counter()
+                for _ in range(size):
+                    t.call(dict(INPUT), t.config(), durability="sync")
+                t.slices.append((time.perf_counter() - started) / size)
+                t.syncs += _syncs() - before
+    return targets
+
+
+async def measure_async(invokes: int, rounds: int, tmp: str) -> list[Target]:
+    """Async twin of `measure_sync` (one event loop for every contender)."""
+    async with AsyncExitStack() as stack:
+        targets = [
+            await open_async(stack, shape, kind, os.path.join(tmp, f"ainvoke-{shape}-{kind}.db"))
+            for shape in GRAPHS
+            for kind in KINDS
+        ]
+        for t in targets:
+            await t.call(dict(INPUT), WARMUP, durability="sync")
+            t.done = 0
+        for size in slices(invokes, rounds):
+            for t in targets:
+                before, started = _syncs(), time.perf_counter()
+                for _ in range(size):
+                    await t.call(dict(INPUT), t.config(), durability="sync")
+                t.slices.append((time.perf_counter() - started) / size)
+                t.syncs += _syncs() - before
+    return targets
+
+
+def child(invokes: int, rounds: int) -> None:
+    """Measure every contender in this (shim-loaded) process; print JSON figures."""
+    with tempfile.TemporaryDirectory(prefix="bench-syncs-") as tmp:
+        targets = measure_sync(invokes, rounds, tmp) + asyncio.run(
+            measure_async(invokes, rounds, tmp)
+        )
+    out = {
+        f"{t.api}/{t.shape}/{t.kind}": {
+            "ms": statistics.fmean(t.slices) * 1e3,
+            # Per-slice ratios need the slices of both contenders: kept whole.
+            "slices": t.slices,
+            "syncs": t.syncs / max(t.done, 1),
+        }
+        for t in targets
+    }
+    print(json.dumps(out))
+
+
+def _ratio(ours: dict[str, Any], stock: dict[str, Any]) -> float:
+    # The median of per-slice ratios: each slice of ours ran right next to
+    # the same slice of the stock saver.
+    return statistics.median(a / b for a, b in zip(ours["slices"], stock["slices"], strict=True))
+
+
+def report(results: dict[float, dict[str, Any]], invokes: int, rounds: int) -> None:
+    """Print one table per delay, then the targets with PASS/MISS."""
+    print(
+        f"{invokes} invocations per contender, durability 'sync', {rounds} interleaved slices; "
+        f"Python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}; WAL, "
+        "synchronous=FULL everywhere; syncs counted by an fsync/fdatasync shim\n"
+    )
+    stock_name = {"invoke": "SqliteSaver", "ainvoke": "AsyncSqliteSaver"}
+    header = (
+        f"{'fsync +ms':>9} {'api':<8} {'graph':<7} {'ours ms':>8} {'stock ms':>9} "
+        f"{'ours/stock':>10} {'ours syncs':>10} {'stock syncs':>11}"
+    )
+    print(header)
+    print("-" * len(header))
+    for delay, figures in results.items():
+        for api in APIS:
+            for shape in GRAPHS:
+                ours, stock = figures[f"{api}/{shape}/ours"], figures[f"{api}/{shape}/stock"]
+                print(
+                    f"{delay:>9g} {api:<8} {shape:<7} {ours['ms']:>8.3f} {stock['ms']:>9.3f} "
+                    f"{_ratio(ours, stock):>9.2f}x {ours['syncs']:>10.2f} {stock['syncs']:>11.2f}"
+                )
+        print()
+    print("targets (never asserted; stock = SqliteSaver for invoke, AsyncSqliteSaver for ainvoke):")
+    base = results[min(results)]
+    for api in APIS:
+        syncs = base[f"{api}/chain/ours"]["syncs"]
+        mark = "PASS" if syncs <= 7 else "MISS"
+        print(f"  {api:<8} syncs per 5-node chain invoke <= 7: {mark} ({syncs:.2f})")
+        ours, stock = base[f"{api}/fanout/ours"]["syncs"], base[f"{api}/fanout/stock"]["syncs"]
+        mark = "PASS" if ours <= stock * 2 / 3 else "MISS"
+        print(
+            f"  {api:<8} syncs per 6-way fan-out invoke <= 2/3 of {stock_name[api]}: {mark} "
+            f"({ours:.2f} vs {stock:.2f}, {ours / stock:.2f}x)"
+        )
+    goals = {("invoke", 0.0): 0.9, ("invoke", 2.0): 0.65, ("ainvoke", 2.0): 0.5}
+    for (api, delay), goal in goals.items():
+        if delay not in results:
+            continue
+        figures = results[delay]
+        ratio = _ratio(figures[f"{api}/chain/ours"], figures[f"{api}/chain/stock"])
+        mark = "PASS" if ratio <= goal else "MISS"
+        print(
+            f"  {api:<8} 5-node chain, fsync +{delay:g} ms: <= {goal}x {stock_name[api]}: "
+            f"{mark} ({ratio:.2f}x)"
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Build the shim, measure each delay in a child process, print the report."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--invokes", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved slices")
+    parser.add_argument("--delays", default="0,2", help="extra ms per sync, comma-separated")
+    parser.add_argument("--quick", action="store_true", help="a tiny run (seconds)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    invokes, rounds = (6, 2) if args.quick else (args.invokes, args.rounds)
+    if args.child:
+        child(invokes, rounds)
+        return
+    if not fsync_shim.available():
+        raise SystemExit("bench_syncs: needs Linux and a C compiler (cc) for the fsync shim")
+    delays = [float(d) for d in args.delays.split(",") if d.strip()]
+    results: dict[float, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-syncs-shim-") as shim_dir:
+        lib = fsync_shim.build_shim(shim_dir)
+        for delay in delays:
+            done = subprocess.run(
+                [sys.executable, os.path.abspath(__file__), "--child"]
+                + ["--invokes", str(invokes), "--rounds", str(rounds)],
+                env=fsync_shim.shim_env(lib, delay),
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if done.returncode != 0:
+                sys.stderr.write(done.stderr)
+                raise SystemExit(f"bench_syncs: the child for delay {delay} ms failed")
+            results[delay] = json.loads(done.stdout.strip().splitlines()[-1])
+    report(results, invokes, rounds)
+
+
+if __name__ == "__main__":
+    main()
