@@ -204,8 +204,11 @@ def test_close_releases_the_watch_connection(claimed: Any, db_path: str) -> None
     saver.append_events("t", token, [("e", {})])
     base = open_fds(db_path)
     watch = saver.watch("t", 0)
-    assert open_fds(db_path) > base
+    # A watch holds a connection only while it waits: none before the first
+    # iteration, none between iterations.
+    assert open_fds(db_path) == base
     assert next(watch).seq == 1
+    assert open_fds(db_path) == base
     watch.close()
     assert open_fds(db_path) == base
     with pytest.raises(StopIteration):
@@ -339,14 +342,29 @@ def test_watch_on_a_closed_store_raises(open_store: Any) -> None:
         saver.wait_events("t", 0, timeout=1)
 
 
-def test_watch_outlives_its_store(claimed: Any, open_store: Any) -> None:
-    """A watch keeps working after the store that made it closes (pinned)."""
-    # A watch has its own connection: closing the store that made it does not
-    # end it (pinned: users must close watches themselves).
+def test_closing_the_store_ends_its_watches(claimed: Any, open_store: Any, db_path: str) -> None:
+    """Closing a store ends its watches and closes their connections, GC or not.
+
+    Pinned the other way before: a watch kept its connection (and went on)
+    after its store closed, so an abandoned watch held a file descriptor until
+    the garbage collector found it.
+    """
     saver, token = claimed
     writer = open_store()
+    base = open_fds(db_path)
     watch = saver.watch("t", 0)
-    saver.close()
+    awatch = saver.awatch("t", 0)
     writer.append_events("t", token, [("e", {})])
-    with watch:
-        assert [e.seq for e in take(watch, 1)] == [1]
+    assert next(watch).seq == 1
+    blocked: list[Any] = []
+    consumer = threading.Thread(target=lambda: blocked.extend(watch))  # waits for seq 2
+    consumer.start()
+    time.sleep(0.1)  # let it block in its wait (not a timing assertion)
+    saver.close()
+    consumer.join(BOUND)
+    assert not consumer.is_alive() and blocked == []
+    with pytest.raises(StopIteration):
+        next(watch)
+    with pytest.raises(StopAsyncIteration):
+        asyncio.run(awatch.__anext__())
+    assert open_fds(db_path) == base - 1  # the store's own is gone; only the writer's left
