@@ -87,6 +87,9 @@ class Engine:
         # a sync call may hold for a whole busy_timeout (the event loop would).
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
+        # When the async call running on the worker thread was made: its
+        # deadline counts the time it queued there behind other calls.
+        self._call = threading.local()
         # Watches' pollers, closed with the store (not left to the GC).
         self._pollers: weakref.WeakSet[Any] = weakref.WeakSet()
         # Closed until the connection exists: an open that fails has nothing to
@@ -166,8 +169,10 @@ class Engine:
             StoreBusy: the store's other calls kept it past `busy_timeout`.
         """
         self.check(op)
-        started = time.monotonic()
-        if not self._lock.acquire(timeout=self.busy_timeout):
+        started = self._call_started()
+        remaining = started + self.busy_timeout - time.monotonic()
+        # acquire(timeout=0) is a non-blocking try; -1 would mean forever.
+        if not self._lock.acquire(timeout=max(remaining, 0.0)):
             raise StoreBusy(op, self.path, time.monotonic() - started)
         try:
             self._owner = threading.get_ident()
@@ -212,7 +217,7 @@ class Engine:
         self.check(op)
         if self.readonly:
             raise ReadOnlyStore(op, self.path)
-        result: T = self._group.write(op, fn)
+        result: T = self._group.write(op, fn, self._call_started())
         return result
 
     async def arun(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -231,13 +236,23 @@ class Engine:
                 if self._executor is None and not self._closed:
                     self._executor = ThreadPoolExecutor(1, thread_name_prefix="lgfs-store")
                 executor = self._executor
+        call = functools.partial(self._timed_call, time.monotonic(), method, args, kwargs)
         try:
-            future = asyncio.get_running_loop().run_in_executor(
-                executor, functools.partial(method, *args, **kwargs)
-            )
+            future = asyncio.get_running_loop().run_in_executor(executor, call)
         except RuntimeError:  # the executor was shut down by a close() just now
             return method(*args, **kwargs)
         return await future
+
+    def _timed_call(self, started: float, method: Callable[..., T], args: Any, kwargs: Any) -> T:
+        self._call.started = started
+        try:
+            return method(*args, **kwargs)
+        finally:
+            self._call.started = None
+
+    def _call_started(self) -> float:
+        started: float | None = getattr(self._call, "started", None)
+        return time.monotonic() if started is None else started
 
     # --- busy waiting (used by the group commit) -------------------------------------
 

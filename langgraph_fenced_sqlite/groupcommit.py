@@ -40,9 +40,11 @@ class Job:
 
     __slots__ = ("deadline", "error", "fn", "op", "result", "started", "state")
 
-    def __init__(self, op: str, fn: Callable[[sqlite3.Connection], Any], busy: float) -> None:
+    def __init__(
+        self, op: str, fn: Callable[[sqlite3.Connection], Any], started: float, busy: float
+    ) -> None:
         self.op, self.fn = op, fn
-        self.started = time.monotonic()
+        self.started = started
         self.deadline = self.started + busy
         self.state = PENDING
         self.result: Any = None
@@ -75,14 +77,17 @@ class GroupCommit:
         """Return how many writes wait for a leader (tests and benchmarks)."""
         return len(self._queue)
 
-    def write(self, op: str, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+    def write(self, op: str, fn: Callable[[sqlite3.Connection], Any], started: float) -> Any:
         """Run `fn(conn)` as one write of the next batch; see the module docstring.
 
+        Args:
+            started: When the call was made (`time.monotonic()`).
+
         Raises:
-            StoreBusy: the write did not start within `busy_timeout` of this call.
+            StoreBusy: the write did not start within `busy_timeout` of `started`.
         """
         engine = self._engine
-        job = Job(op, fn, engine.busy_timeout)
+        job = Job(op, fn, started, engine.busy_timeout)
         with self._changed:
             self._queue.append(job)
         lock = engine._lock
