@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
-from langgraph_fenced_sqlite import FencedSqliteSaver, ReadOnlyStore, StoreError
+from langgraph_fenced_sqlite import FencedSqliteSaver, InvalidArgument, ReadOnlyStore, StoreError
 
 
 def _config(thread_id: str = "t") -> dict[str, Any]:
@@ -137,6 +137,33 @@ def test_a_readonly_store_on_a_writable_location_follows_the_writers(db_path: st
             with pytest.raises(ReadOnlyStore):
                 reader.release("t", claim.token)
         assert writer.current_claim("t") == claim
-    with pytest.raises(Exception) as exc:
+    with pytest.raises(InvalidArgument) as exc:
         FencedSqliteSaver(db_path, readonly="yes")  # type: ignore[arg-type]
-    assert "readonly" in str(exc.value)
+    assert exc.value.argument == "readonly"
+
+
+def test_a_read_only_copy_with_commits_left_in_its_wal_is_refused(
+    read_only_dir: Any, tmp_path: Any
+) -> None:
+    """A file whose -wal still holds commits cannot be read right where no -shm can be made.
+
+    SQLite's `immutable=1` (the only way to read a WAL file there) ignores the
+    -wal, so reading would silently show an older state: refused instead.
+    """
+    directory, make_read_only = read_only_dir
+    source = str(tmp_path / "live.db")
+    with FencedSqliteSaver(source) as saver:
+        saver.put(_config(), empty_checkpoint(), {"source": "update", "step": 0}, {})
+        assert os.path.getsize(source + "-wal") > 0  # not checkpointed yet
+        for suffix in ("", "-wal"):  # a copy taken while the store was open
+            with (
+                open(source + suffix, "rb") as f,
+                open(os.path.join(directory, "copy.db" + suffix), "wb") as g,
+            ):
+                g.write(f.read())
+    make_read_only()
+    before = _files(directory)
+    with pytest.raises(StoreError) as exc:
+        FencedSqliteSaver(os.path.join(directory, "copy.db"), readonly=True)
+    assert "-wal" in str(exc.value) and "writable" in str(exc.value), str(exc.value)
+    assert _files(directory) == before
