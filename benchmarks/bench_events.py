@@ -21,6 +21,7 @@ with PASS/MISS and never asserted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import cProfile
 import io
 import json
@@ -31,13 +32,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from _common import (
     Chain,
     Table,
-    count_statements,
     describe_build,
     fmt_time,
     median,
@@ -115,6 +116,21 @@ def child_appender(args: dict[str, Any]) -> None:
     say(commits=commits)
 
 
+@contextlib.contextmanager
+def poller_statements(poller: Any) -> Iterator[list[str]]:
+    """Record every SQL statement a watch's poller runs inside the block.
+
+    The poller opens its connection only while it waits, so the trace is
+    handed to it rather than set on a connection.
+    """
+    seen: list[str] = []
+    poller.trace = seen.append
+    try:
+        yield seen
+    finally:
+        poller.trace = None
+
+
 def child_idle(args: dict[str, Any]) -> None:
     """Hold one idle watcher (sync, then async) and report its statements and CPU per second."""
     seconds = args["seconds"]
@@ -123,7 +139,7 @@ def child_idle(args: dict[str, Any]) -> None:
         out["control"] = {"cpu": _cpu_over(seconds), "statements": 0, "distinct": []}
 
         watch = saver.watch(args["thread_id"])
-        with count_statements(watch._poller._conn) as seen:  # the watcher's own connection
+        with poller_statements(watch._poller) as seen:  # the watcher's own connection
             reader = threading.Thread(target=lambda: list(watch), daemon=True)
             reader.start()
             time.sleep(0.2)
@@ -139,7 +155,7 @@ def child_idle(args: dict[str, Any]) -> None:
 
         async def run_async() -> dict[str, Any]:
             awatch = saver.awatch(args["thread_id"])
-            with count_statements(awatch._poller._conn) as seen:
+            with poller_statements(awatch._poller) as seen:
 
                 async def consume() -> None:
                     async for _ in awatch:

@@ -431,14 +431,14 @@ def bench_concurrent(d: str, s: Settings, stack: ExitStack, value: str) -> None:
     # Count the engine's commits by wrapping its batch step (a trace callback
     # would expand every 4 KB blob into SQL text and distort the timing).
     commits: list[int] = []
-    engine = fenced._engine
-    batch_step = engine._commit_queued
+    group = fenced._engine._group
+    batch_step = group.lead
 
-    def counted() -> None:
-        commits.append(len(engine._queue))
-        batch_step()
+    def counted(own: Any) -> None:
+        commits.append(group.queued())
+        batch_step(own)
 
-    engine._commit_queued = counted  # type: ignore[method-assign]
+    group.lead = counted  # type: ignore[method-assign]
     contenders = {
         "fenced x1": concurrent_writer(fenced, chains("one", 1)),
         "fenced x4": concurrent_writer(fenced, chains("four", 4)),
@@ -447,7 +447,7 @@ def bench_concurrent(d: str, s: Settings, stack: ExitStack, value: str) -> None:
     }
     ops = max(2, s.write_ops // 2)
     samples = interleave(contenders, rounds=max(2, s.rounds // 2), ops=ops)
-    engine._commit_queued = batch_step  # type: ignore[method-assign]
+    group.lead = batch_step  # type: ignore[method-assign]
     # Each sample is already wall time per put: the burst's wall time over
     # all the puts of all its threads.
     table = Table(

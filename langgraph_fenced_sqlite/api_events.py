@@ -79,40 +79,48 @@ class EventsAPI:
 
         Reads on a connection of its own (never blocking this saver's writes),
         polling every `poll_interval` for commits from any process.
+
+        Raises:
+            ReplayUnavailable: `after_seq + 1` is below the floor.
+            StoreError: the file failed (deleted, damaged) or the store is closed.
         """
         self._check_wait(thread_id, after_seq, limit, timeout)
-        poller = self._poller()
-        try:
-            return poller.wait(thread_id, after_seq, limit=limit, timeout=float(timeout))
-        finally:
-            poller.close()
+        return self._poller().wait(thread_id, after_seq, limit=limit, timeout=float(timeout))
 
     async def await_events(
         self, thread_id: str, after_seq: int = 0, *, limit: int = 100, timeout: float = 30.0
     ) -> list[Event]:
-        """Async twin of `wait_events`; cancelling the task ends the wait at once."""
+        """Async twin of `wait_events`; cancelling the task ends the wait at once.
+
+        Nothing here waits on the event loop: each poll runs in a worker thread.
+        """
         self._check_wait(thread_id, after_seq, limit, timeout)
         poller = self._poller()
-        try:
-            return await poller.await_(thread_id, after_seq, limit=limit, timeout=float(timeout))
-        finally:
-            poller.close()
+        return await poller.await_(thread_id, after_seq, limit=limit, timeout=float(timeout))
 
     def _check_wait(self, thread_id: str, after_seq: int, limit: int, timeout: float) -> None:
         check_name(thread_id, "thread_id")
         check_int(after_seq, "after_seq")
         check_int(limit, "limit", minimum=1)
         to_seconds(timeout, "timeout")
-        self._engine.run("wait_events", lambda c: None)  # closed/forked stores fail here
+        # Closed or forked stores fail here, without the store's lock: a sync
+        # call may hold it for a whole busy_timeout, and awatch/await_events
+        # run this on the event loop.
+        self._engine.check("wait_events")
 
     def _poller(self) -> EventPoller:
-        return EventPoller(self._engine.path, self._engine.busy_timeout, self._poll_interval)
+        # No connection yet: it is opened by the first poll (in a worker
+        # thread for async waits) and closed when each wait returns.
+        poller = EventPoller(self._engine.path, self._engine.busy_timeout, self._poll_interval)
+        self._engine.register(poller)
+        return poller
 
     def watch(self, thread_id: str, after_seq: int = 0, *, batch: int = 100) -> EventWatch:
         """Iterate over every event after `after_seq`, once each, in order, forever.
 
         Close the returned watch (`close()`, or use it as a context manager)
-        to end it; a blocked iteration then returns promptly.
+        to end it; a blocked iteration then returns promptly. Closing the
+        store ends its watches too.
         """
         self._check_wait(thread_id, after_seq, batch, 1.0)
         return EventWatch(self._poller(), thread_id, after_seq, batch)

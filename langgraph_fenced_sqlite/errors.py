@@ -15,6 +15,7 @@ __all__ = [
     "ClaimError",
     "FencedSqliteError",
     "InvalidArgument",
+    "ReadOnlyStore",
     "ReplayUnavailable",
     "SerializationError",
     "StaleClaim",
@@ -369,6 +370,19 @@ class UnsupportedFormat(StoreError):
     """Raise when a file is not ours, or was written by a newer schema."""
 
     code = "unsupported_format"
+
+
+class ReadOnlyStore(StoreError):
+    """Raise when a write reaches a store that cannot write.
+
+    Either the store was opened with `readonly=True`, or a writable open met a
+    read-only file, directory or mount (open it with `readonly=True` to read it).
+    """
+
+    code = "read_only_store"
+
+    def _default_message(self) -> str:
+        return f"{self.op} on {self.path}: the store is read-only; nothing was changed"
 
 
 # Every error reads as part of the public package.

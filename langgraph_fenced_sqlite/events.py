@@ -13,7 +13,7 @@ import asyncio
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -178,31 +178,99 @@ class EventPoller:
     SQLite cannot notify other connections, so this polls: each round asks
     `PRAGMA data_version` (which changes when any other connection, in any
     process, commits) and reads the log only when it changed. An idle waiter
-    therefore costs one cheap pragma per `poll_interval`. One poller serves
-    one consumer at a time; `close()` it when done.
+    therefore costs one cheap pragma per `poll_interval`.
+
+    The connection exists only during a wait: opened by its first poll and
+    closed when the wait returns, so a watch dropped between iterations
+    holds no file descriptor, whatever the garbage collector does. One poller
+    serves one consumer at a time; `close()` (also from another thread, or by
+    the store's own `close()`) ends a wait in progress promptly.
     """
 
     def __init__(self, path: str, busy_timeout: float, poll_interval: float) -> None:
-        """Open a read-only connection to `path`, polled every `poll_interval` s."""
-        from .engine import connect
-
+        """Prepare to poll `path` every `poll_interval` s (no connection yet)."""
+        self.path = path
         self.poll_interval = poll_interval
-        self._conn = connect(path, busy_timeout, readonly=True)
+        self._busy_timeout = busy_timeout
+        self._conn: sqlite3.Connection | None = None
         self._version: int | None = None
+        # Guards the connection: a poll (in a worker thread for async waits)
+        # and close() from another thread never use it at the same time.
+        self._lock = threading.Lock()
+        self._closed = False
+        self._wake = threading.Event()
+        # Set when the wait ended while a poll still ran in a worker thread
+        # (a cancelled await): that poll closes the connection on its way out.
+        self._release_after_poll = False
+        # Statement trace for diagnostics (benchmarks count an idle watch's
+        # statements): set on each connection the poller opens.
+        self.trace: Callable[[str], object] | None = None
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called."""
+        return self._closed
 
     def close(self) -> None:
-        """Close the poller's connection."""
-        self._conn.close()
+        """End any wait in progress and close the connection; never blocks; twice is fine."""
+        self._closed = True
+        self._wake.set()
+        self._end_wait()
 
-    def _poll(self, thread_id: str, after_seq: int, limit: int) -> list[Event]:
-        current = self._conn.execute(schema.GET_DATA_VERSION).fetchone()[0]
+    def _end_wait(self) -> None:
+        # Never blocks: an async wait ends on the event loop, where waiting for
+        # a poll still running in a worker thread would stall the loop. The
+        # flag is set before trying the lock, and a poll reads it after
+        # releasing the lock, so one of the two always closes the connection.
+        self._release_after_poll = True
+        if self._lock.acquire(blocking=False):
+            try:
+                if self._conn is not None:
+                    conn, self._conn = self._conn, None
+                    conn.close()
+            finally:
+                self._lock.release()
+
+    def _poll(self, thread_id: str, after_seq: int, limit: int) -> list[Event] | None:
+        """Return new events ([] if none), or None once the poller is closed.
+
+        Raises:
+            StoreError: the file failed (deleted, damaged, not ours any more).
+            ReplayUnavailable: `after_seq + 1` is below the floor.
+        """
+        from .connection import connect, translate
+
+        try:
+            with self._lock:
+                if self._closed:
+                    return None
+                try:
+                    if self._conn is None:
+                        self._conn = connect(self.path, self._busy_timeout, readonly=True)
+                        if self.trace is not None:
+                            self._conn.set_trace_callback(self.trace)
+                    return self._read(thread_id, after_seq, limit)
+                except sqlite3.Error as exc:
+                    raise translate("wait_events", self.path, exc) from exc
+        finally:
+            if self._release_after_poll:
+                self._end_wait()
+
+    def _begin_wait(self) -> None:
+        self._version = None
+        self._release_after_poll = False
+
+    def _read(self, thread_id: str, after_seq: int, limit: int) -> list[Event]:
+        conn = self._conn
+        assert conn is not None
+        current = conn.execute(schema.GET_DATA_VERSION).fetchone()[0]
         if current == self._version:
             return []
-        self._conn.execute("BEGIN")
+        conn.execute("BEGIN")
         try:
-            events = read_after(self._conn, thread_id, after_seq, limit)
+            events = read_after(conn, thread_id, after_seq, limit)
         finally:
-            self._conn.execute("COMMIT")
+            conn.execute("COMMIT")
         # Only remember the version once nothing was found: a caller asking
         # again from a later seq must still read what is already there.
         self._version = None if events else current
@@ -219,22 +287,24 @@ class EventPoller:
     ) -> list[Event]:
         """Return events after `after_seq`, waiting up to `timeout` for some.
 
-        Returns early with [] when `stop` is set.
+        Returns early with [] when `stop` is set or the poller is closed.
         """
         deadline = time.monotonic() + timeout
-        self._version = None
-        while True:
-            events = self._poll(thread_id, after_seq, limit)
-            if events:
-                return events
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return []
-            pause = min(self.poll_interval, remaining)
-            if stop is None:
-                time.sleep(pause)
-            elif stop.wait(pause):
-                return []
+        self._begin_wait()
+        try:
+            while True:
+                events = self._poll(thread_id, after_seq, limit)
+                if events is None:
+                    return []
+                if events:
+                    return events
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or (stop is not None and stop.is_set()):
+                    return []
+                if self._wake.wait(min(self.poll_interval, remaining)):
+                    return []
+        finally:
+            self._end_wait()
 
     async def await_(
         self,
@@ -247,21 +317,24 @@ class EventPoller:
     ) -> list[Event]:
         """Async twin of `wait`; cancelling the awaiting task ends it at once.
 
-        Returns [] without polling again once `stop` is set: another task may
-        close this poller's connection while this one sleeps.
+        Each poll runs in a worker thread: opening the connection and reading
+        are I/O, and must never stall the event loop (CONTRACT §6). Returns []
+        without polling again once `stop` is set or the poller is closed.
         """
         deadline = time.monotonic() + timeout
-        self._version = None
-        while True:
-            if stop is not None and stop.is_set():
-                return []
-            # A data_version probe and an indexed read take microseconds and
-            # do not wait for writers (WAL readers never block), so they run
-            # on the loop rather than paying a thread hop per poll.
-            events = self._poll(thread_id, after_seq, limit)
-            if events:
-                return events
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return []
-            await asyncio.sleep(min(self.poll_interval, remaining))
+        self._begin_wait()
+        try:
+            while True:
+                if self._closed or (stop is not None and stop.is_set()):
+                    return []
+                events = await asyncio.to_thread(self._poll, thread_id, after_seq, limit)
+                if events is None:
+                    return []
+                if events:
+                    return events
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return []
+                await asyncio.sleep(min(self.poll_interval, remaining))
+        finally:
+            self._end_wait()

@@ -69,22 +69,30 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
         clock: Clock | None = None,
         require_claim: bool = False,
         poll_interval: float | timedelta = 0.05,
+        readonly: bool = False,
     ) -> None:
         """Open (creating if missing) the checkpoint file at `path`.
 
         Args:
             path: The SQLite file. Keep it on a local disk.
-            busy_timeout: How long a write waits for the file's write lock
-                before `StoreBusy`.
+            busy_timeout: How long a call may wait, in all, for the store's
+                other calls and the file's write lock, counted from when it
+                was made; past it the call fails with `StoreBusy`, having
+                changed nothing.
             serde: A serializer to use instead of the data-only default.
             allowed_types: Extra classes or `(module, name)` pairs the default
                 serializer may store and rebuild.
             clock: The store's clock (claims, retention, event times).
             require_claim: Refuse every write that carries no token.
             poll_interval: How often `wait_events`/`watch` look for commits.
+            readonly: Open an existing, cleanly closed file for reading only,
+                also on a read-only file, directory or mount; every write
+                then raises `ReadOnlyStore`. The file is never modified.
 
         Raises:
             StoreError: the file cannot be opened (missing directory...).
+            ReadOnlyStore: a writable open of a read-only location (pass
+                `readonly=True` to read it).
             UnsupportedFormat: not a database, not ours, or a newer schema.
         """
         path = check_name(str(path) if hasattr(path, "__fspath__") else path, "path")
@@ -92,13 +100,15 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
         self._poll_interval = to_seconds(poll_interval, "poll_interval")
         if not isinstance(require_claim, bool):
             raise bad_argument("require_claim", "expected a bool")
+        if not isinstance(readonly, bool):
+            raise bad_argument("readonly", "expected a bool")
         if serde is None:
             serde = DataOnlySerializer(allowed_types)
         elif allowed_types:
             raise bad_argument("allowed_types", "give it only with the default serializer")
         super().__init__(serde=serde)
         self.require_claim = require_claim
-        self._engine = Engine(path, busy_timeout=busy, clock=clock)
+        self._engine = Engine(path, busy_timeout=busy, clock=clock, readonly=readonly)
 
     # --- opening and closing -------------------------------------------------------
 
@@ -113,7 +123,7 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
 
         Args:
             conn_string: The file path (LangGraph's name for it).
-            **kwargs: `__init__`'s keyword arguments.
+            **kwargs: `__init__`'s keyword arguments (`readonly=True` among them).
         """
         return _Opener(cls, conn_string, kwargs)
 
@@ -126,6 +136,11 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
     def closed(self) -> bool:
         """Whether `close()` was called."""
         return self._engine.closed
+
+    @property
+    def readonly(self) -> bool:
+        """Whether the saver was opened with `readonly=True` (its writes raise)."""
+        return self._engine.readonly
 
     @property
     def clock(self) -> Clock:

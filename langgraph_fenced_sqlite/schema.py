@@ -15,13 +15,28 @@ from typing import Any
 # Identifies our files: `PRAGMA application_id` of every file we set up.
 APPLICATION_ID = 0x4C474653  # "LGFS"
 
+# The size (bytes) the WAL is truncated back to after a checkpoint.
+JOURNAL_SIZE_LIMIT = 8 * 1024 * 1024
+
 # (name, value) applied to every new connection, in order; the engine only
 # changes one whose current value differs.
 PRAGMAS: tuple[tuple[str, str], ...] = (
     ("journal_mode", "wal"),
     ("synchronous", "2"),  # FULL: a commit that returned survives power loss
     ("foreign_keys", "0"),
+    # A reader holding a snapshot keeps every later commit in the WAL (it
+    # cannot be checkpointed past the reader), and SQLite never shrinks the
+    # file by itself: a slow consumer once left it at 354 MB. With a limit,
+    # the first commit after a complete checkpoint truncates it back to this.
+    ("journal_size_limit", str(JOURNAL_SIZE_LIMIT)),
 )
+
+# The oldest SQLite whose SQL dialect the statements below need: RETURNING
+# (3.35.0), UPSERT with several ON CONFLICT clauses (3.35.0) and the JSON
+# functions (built in from 3.38.0, compiled in by every CPython build before).
+MIN_SQLITE_VERSION = (3, 35, 0)
+# Probed at open: SQLite builds without JSON support fail it.
+PROBE_JSON = "SELECT json_extract('{\"a\": 1}', '$.a')"
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 0 -> 1: the first schema.
@@ -123,6 +138,11 @@ GET_USER_VERSION = "PRAGMA user_version"
 GET_APPLICATION_ID = "PRAGMA application_id"
 COUNT_SCHEMA_OBJECTS = "SELECT count(*) FROM sqlite_master"
 GET_DATA_VERSION = "PRAGMA data_version"
+# The tables of a file and their columns: checked against the shape the
+# migrations build, so a file that claims our version but lost a table or a
+# column is refused instead of failing later, mid-write.
+LIST_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
+TABLE_COLUMNS = "SELECT name FROM pragma_table_info(?)"
 
 
 def set_user_version(version: int) -> str:

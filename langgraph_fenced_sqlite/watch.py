@@ -2,6 +2,9 @@
 
 Invariant: a watch resumes each wait from the last seq it delivered, so a
 subscriber sees every event once with no gap, or gets `ReplayUnavailable`.
+A watch holds a connection only while it waits for events (see
+`EventPoller`): one dropped between iterations holds none, and closing the
+watch, or the store it came from, ends a wait in progress promptly.
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ _WAIT_SLICE = 5.0
 
 
 class EventWatch(Iterator[Event]):
-    """A blocking iterator over a thread's events; `close()` ends it promptly."""
+    """A blocking iterator over a thread's events; `close()` ends it promptly.
+
+    Iteration ends (StopIteration) once the watch or its store is closed.
+    """
 
     def __init__(self, poller: EventPoller, thread_id: str, after_seq: int, batch: int) -> None:
         self._poller = poller
@@ -29,35 +35,21 @@ class EventWatch(Iterator[Event]):
         self._batch = batch
         self._buffer: list[Event] = []
         self._stop = threading.Event()
-        self._closed = False
-        # The poller's connection is closed by whoever finishes last: close()
-        # when no iteration is running, else the iteration on its way out (a
-        # connection must not be closed under a read in another thread).
-        self._lock = threading.Lock()
-        self._iterating = False
 
     def __iter__(self) -> EventWatch:
         return self
 
     def __next__(self) -> Event:
-        with self._lock:
-            self._iterating = True
-        try:
-            while not self._buffer:
-                if self._stop.is_set():
-                    raise StopIteration
-                self._buffer = self._poller.wait(
-                    self.thread_id,
-                    self.last_seq,
-                    limit=self._batch,
-                    timeout=_WAIT_SLICE,
-                    stop=self._stop,
-                )
-        finally:
-            with self._lock:
-                self._iterating = False
-                if self._stop.is_set():
-                    self._finish()
+        while not self._buffer:
+            if self._stop.is_set() or self._poller.closed:
+                raise StopIteration
+            self._buffer = self._poller.wait(
+                self.thread_id,
+                self.last_seq,
+                limit=self._batch,
+                timeout=_WAIT_SLICE,
+                stop=self._stop,
+            )
         event = self._buffer.pop(0)
         self.last_seq = event.seq
         return event
@@ -65,18 +57,10 @@ class EventWatch(Iterator[Event]):
     def close(self) -> None:
         """End the watch and release its connection.
 
-        An iteration blocked in another thread returns promptly (and releases
-        the connection itself on its way out).
+        An iteration blocked in another thread returns promptly.
         """
         self._stop.set()
-        with self._lock:
-            if not self._iterating:
-                self._finish()
-
-    def _finish(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._poller.close()
+        self._poller.close()
 
     def __enter__(self) -> EventWatch:
         return self
@@ -86,7 +70,10 @@ class EventWatch(Iterator[Event]):
 
 
 class AsyncEventWatch(AsyncIterator[Event]):
-    """An async iterator over a thread's events; cancel the task or `aclose()` it."""
+    """An async iterator over a thread's events; cancel the task or `aclose()` it.
+
+    Iteration ends (StopAsyncIteration) once the watch or its store is closed.
+    """
 
     def __init__(self, poller: EventPoller, thread_id: str, after_seq: int, batch: int) -> None:
         self._poller = poller
@@ -95,49 +82,32 @@ class AsyncEventWatch(AsyncIterator[Event]):
         """The seq of the last event delivered."""
         self._batch = batch
         self._buffer: list[Event] = []
-        self._closed = False
         # aclose() from another task while one awaits a poll: the awaiting
-        # one sees `_stop`, never touches the connection again, and closes it
-        # on its way out (one event loop, so no lock is needed).
+        # one sees `_stop` and never polls again.
         self._stop = asyncio.Event()
-        self._iterating = False
-        self._finished = False
 
     def __aiter__(self) -> AsyncEventWatch:
         return self
 
     async def __anext__(self) -> Event:
-        self._iterating = True
-        try:
-            while not self._buffer:
-                if self._closed:
-                    raise StopAsyncIteration
-                self._buffer = await self._poller.await_(
-                    self.thread_id,
-                    self.last_seq,
-                    limit=self._batch,
-                    timeout=_WAIT_SLICE,
-                    stop=self._stop,
-                )
-        finally:
-            self._iterating = False
-            if self._closed:
-                self._finish()
+        while not self._buffer:
+            if self._stop.is_set() or self._poller.closed:
+                raise StopAsyncIteration
+            self._buffer = await self._poller.await_(
+                self.thread_id,
+                self.last_seq,
+                limit=self._batch,
+                timeout=_WAIT_SLICE,
+                stop=self._stop,
+            )
         event = self._buffer.pop(0)
         self.last_seq = event.seq
         return event
 
     async def aclose(self) -> None:
         """End the watch and close its connection (a waiting consumer ends promptly)."""
-        self._closed = True
         self._stop.set()
-        if not self._iterating:
-            self._finish()
-
-    def _finish(self) -> None:
-        if not self._finished:
-            self._finished = True
-            self._poller.close()
+        self._poller.close()  # never blocks the loop
 
     async def __aenter__(self) -> AsyncEventWatch:
         return self

@@ -513,10 +513,10 @@ def test_queued_writes_commit_together_and_a_failed_one_changes_nothing(store: A
     for writer in writers:
         writer.start()
     for _ in range(3000):  # until all three wait in the queue (bounded, not timed)
-        if len(store._engine._queue) == 3:
+        if store._engine._group.queued() == 3:
             break
         threading.Event().wait(0.01)
-    assert len(store._engine._queue) == 3
+    assert store._engine._group.queued() == 3
     gate.set()
     blocker.join(30)
     for writer in writers:
@@ -569,7 +569,7 @@ def test_a_batch_that_breaks_its_transaction_fails_every_write_and_the_store_goe
     for thread in threads:
         thread.start()
     for _ in range(3000):  # until both wait in the queue (bounded, not timed)
-        if len(store._engine._queue) == 2:
+        if store._engine._group.queued() == 2:
             break
         threading.Event().wait(0.01)
     gate.set()

@@ -19,6 +19,7 @@ from langgraph_fenced_sqlite import (
     ClaimError,
     FencedSqliteError,
     InvalidArgument,
+    ReadOnlyStore,
     ReplayUnavailable,
     SerializationError,
     StaleClaim,
@@ -92,6 +93,7 @@ EXAMPLES: list[tuple[FencedSqliteError, str, dict[str, Any]]] = [
         "unsupported_format",
         {"op": "open", "path": "/x.db"},
     ),
+    (ReadOnlyStore("put", "/x.db"), "read_only_store", {"op": "put", "path": "/x.db"}),
     (WrongThread("claim", "/x.db"), "wrong_thread", {"op": "claim", "path": "/x.db"}),
     (WrongProcess("put", "/x.db"), "wrong_process", {"op": "put", "path": "/x.db"}),
 ]

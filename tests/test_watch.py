@@ -7,7 +7,9 @@ promise fails within the bound instead of hanging the suite.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
+import sqlite3
 import threading
 import time
 from typing import Any
@@ -21,6 +23,7 @@ from langgraph_fenced_sqlite import (
     FencedSqliteSaver,
     ReplayUnavailable,
     StoreClosed,
+    StoreError,
 )
 
 BOUND = 20.0
@@ -204,8 +207,11 @@ def test_close_releases_the_watch_connection(claimed: Any, db_path: str) -> None
     saver.append_events("t", token, [("e", {})])
     base = open_fds(db_path)
     watch = saver.watch("t", 0)
-    assert open_fds(db_path) > base
+    # A watch holds a connection only while it waits: none before the first
+    # iteration, none between iterations.
+    assert open_fds(db_path) == base
     assert next(watch).seq == 1
+    assert open_fds(db_path) == base
     watch.close()
     assert open_fds(db_path) == base
     with pytest.raises(StopIteration):
@@ -339,14 +345,95 @@ def test_watch_on_a_closed_store_raises(open_store: Any) -> None:
         saver.wait_events("t", 0, timeout=1)
 
 
-def test_watch_outlives_its_store(claimed: Any, open_store: Any) -> None:
-    """A watch keeps working after the store that made it closes (pinned)."""
-    # A watch has its own connection: closing the store that made it does not
-    # end it (pinned: users must close watches themselves).
+def test_closing_the_store_ends_its_watches(claimed: Any, open_store: Any, db_path: str) -> None:
+    """Closing a store ends its watches and closes their connections, GC or not.
+
+    Pinned the other way before: a watch kept its connection (and went on)
+    after its store closed, so an abandoned watch held a file descriptor until
+    the garbage collector found it.
+    """
     saver, token = claimed
     writer = open_store()
+    base = open_fds(db_path)
     watch = saver.watch("t", 0)
-    saver.close()
+    awatch = saver.awatch("t", 0)
     writer.append_events("t", token, [("e", {})])
-    with watch:
-        assert [e.seq for e in take(watch, 1)] == [1]
+    assert next(watch).seq == 1
+    blocked: list[Any] = []
+    consumer = threading.Thread(target=lambda: blocked.extend(watch))  # waits for seq 2
+    consumer.start()
+    time.sleep(0.1)  # let it block in its wait (not a timing assertion)
+    saver.close()
+    consumer.join(BOUND)
+    assert not consumer.is_alive() and blocked == []
+    with pytest.raises(StopIteration):
+        next(watch)
+    with pytest.raises(StopAsyncIteration):
+        asyncio.run(awatch.__anext__())
+    assert open_fds(db_path) == base - 1  # the store's own is gone; only the writer's left
+
+
+# --- raw sqlite3 errors and abandoned watches -------------------------------------------
+
+
+def _break_the_log(db_path: str) -> None:
+    conn = sqlite3.connect(db_path)
+    conn.execute("DROP TABLE events")  # a damaged file, as a waiter meets it
+    conn.commit()
+    conn.close()
+
+
+def test_waits_and_watches_raise_store_errors_not_sqlite3(claimed: Any, db_path: str) -> None:
+    """wait_events, await_events, watch and awatch on a damaged file raise StoreError.
+
+    They used to let the raw sqlite3.OperationalError through, where
+    events_after raises StoreError for the same file.
+    """
+    saver, token = claimed
+    watch = saver.watch("t", 0)
+    awatch = saver.awatch("t", 0)
+    _break_the_log(db_path)
+    with pytest.raises(StoreError) as caught:
+        saver.wait_events("t", 0, timeout=0.2)
+    assert "no such table" in str(caught.value) and db_path in str(caught.value)
+    with pytest.raises(StoreError) as sync_caught:
+        asyncio.run(saver.await_events("t", 0, timeout=0.2))
+    with pytest.raises(StoreError):
+        next(watch)
+    with pytest.raises(StoreError):
+        asyncio.run(awatch.__anext__())
+    with pytest.raises(StoreError):
+        saver.events_after("t", 0)
+    assert not isinstance(sync_caught.value, sqlite3.Error)
+    watch.close()
+    asyncio.run(awatch.aclose())
+    assert open_fds(db_path) == 1  # only the store's own connection is left
+
+
+def test_abandoned_watches_hold_no_connection(claimed: Any, db_path: str) -> None:
+    """A watch or awatch dropped mid-iteration holds no descriptor, with the GC off."""
+    saver, token = claimed
+    saver.append_events("t", token, [("e", {}), ("e", {})])
+    base = open_fds(db_path)
+    gc.disable()
+    try:
+        kept = saver.watch("t", 0)  # still referenced, never closed
+        assert next(kept).seq == 1
+        assert open_fds(db_path) == base
+        for _event in saver.watch("t", 0):
+            break
+        assert open_fds(db_path) == base
+
+        async def drop_awatch() -> None:
+            awatch = saver.awatch("t", 0)
+            assert (await awatch.__anext__()).seq == 1
+            async for _event in saver.awatch("t", 1):
+                break
+
+        asyncio.run(drop_awatch())
+        assert open_fds(db_path) == base
+        saver.close()
+        assert [e.seq for e in kept] == [2]  # what it had read, then the end
+        assert open_fds(db_path) == base - 1
+    finally:
+        gc.enable()
