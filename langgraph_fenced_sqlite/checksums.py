@@ -4,6 +4,12 @@ Invariant: a row's checksum is computed from exactly the cells it covers, in
 one fixed order, by this one function, on write (in Python) and in
 migrations (as the SQL function the engine registers); a read recomputes it
 and refuses the row on any difference, so damage is never decoded.
+
+What each row's checksum covers (and nothing else):
+
+- checkpoints: `(envelope, values_type, values_blob, metadata)`
+- writes: `(channel, type, blob)`
+- events: `(kind, data)`
 """
 
 from __future__ import annotations
@@ -12,21 +18,40 @@ import zlib
 
 __all__ = ["checksum"]
 
+_NULL = b"\xff\xff\xff\xff"
+# Prefixes a number. A damaged cell may hold one where text or a blob belongs;
+# `bytes(n)` would allocate n zero bytes (a huge n exhausts memory), and no
+# length prefix (< 2**32 - 2) can equal this marker or `_NULL`.
+_NUMBER = b"\xfe\xff\xff\xff"
 
-def checksum(*parts: str | bytes | None) -> int:
+
+def checksum(*parts: object) -> int:
     """Return the CRC-32 of `parts`, each length-prefixed, as stored beside a value.
 
     Length prefixes make the split between parts count: moving bytes from one
     cell to its neighbour changes the checksum. `None` and empty differ too.
     Every stored value's row carries this (CONTRACT §7); a read recomputes it,
     so a flipped bit, appended bytes or a cut cell is caught, never decoded.
+
+    Args:
+        *parts: Cell values as SQLite hands them over: `str`, `bytes`,
+            `None`, or (from a damaged cell) `int` / `float`.
+
+    Returns:
+        An unsigned 32-bit integer.
     """
     crc = 0
     for part in parts:
         if part is None:
-            crc = zlib.crc32(b"\xff\xff\xff\xff", crc)
+            crc = zlib.crc32(_NULL, crc)
             continue
-        data = part.encode("utf-8", "surrogatepass") if isinstance(part, str) else bytes(part)
+        if isinstance(part, str):
+            data = part.encode("utf-8", "surrogatepass")
+        elif isinstance(part, (bytes, bytearray, memoryview)):
+            data = bytes(part)
+        else:
+            crc = zlib.crc32(_NUMBER, crc)
+            data = repr(part).encode("ascii", "backslashreplace")
         crc = zlib.crc32(len(data).to_bytes(4, "little"), crc)
         crc = zlib.crc32(data, crc)
     return crc

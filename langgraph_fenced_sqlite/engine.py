@@ -65,6 +65,10 @@ def _primary_code(exc: sqlite3.Error) -> int | None:
     return int(code) & 0xFF
 
 
+def _lenient_text(data: bytes) -> str:
+    return data.decode("utf-8", "surrogateescape")
+
+
 def connect(path: str, busy_timeout: float, *, readonly: bool = False) -> sqlite3.Connection:
     """Open a connection with the package's pragmas applied.
 
@@ -95,6 +99,10 @@ def connect(path: str, busy_timeout: float, *, readonly: bool = False) -> sqlite
     except sqlite3.Error as exc:
         raise StoreError("open", path, message=f"open {path}: {exc}") from exc
     conn.create_function(schema.CHECKSUM_FUNCTION, -1, checksum, deterministic=True)
+    # A damaged TEXT cell may hold bytes that are not UTF-8: the default
+    # decoder raises for the whole query; this keeps them (as lone surrogates,
+    # never equal to what was written), so the row's checksum refuses it.
+    conn.text_factory = _lenient_text
     try:
         # A read first: a file that is not a database fails here, untouched.
         conn.execute(schema.GET_USER_VERSION).fetchone()
