@@ -305,6 +305,20 @@ def fetch_writes_for(
     return out
 
 
+_NONE = type(None)
+# (index in a checkpoint row, column, the SQL types it may hold as Python types)
+_ROW_TYPES = (
+    (3, "parent_checkpoint_id", (str, _NONE)),
+    (4, "envelope", (str,)),
+    (5, "values_type", (str,)),
+    (6, "values_blob", (bytes,)),
+    (7, "metadata", (str,)),
+    (8, "position", (int,)),
+    (9, "token", (int, _NONE)),
+    (10, "created_at", (int, float)),
+)
+
+
 def check_row(row: Row) -> None:
     """Check a checkpoint row's checksum and cell types before anything is decoded.
 
@@ -324,18 +338,9 @@ def check_row(row: Row) -> None:
             thread_id, cid, "checksum mismatch: the row was damaged or changed outside this library"
         )
     # A blob holding the envelope's bytes has the text's checksum: types count too.
-    for column, value, types in (
-        ("parent_checkpoint_id", row[3], (str, type(None))),
-        ("envelope", envelope, (str,)),
-        ("values_type", values_type, (str,)),
-        ("values_blob", values_blob, (bytes,)),
-        ("metadata", metadata, (str,)),
-        ("position", row[8], (int,)),
-        ("token", row[9], (int, type(None))),
-        ("created_at", row[10], (int, float)),
-    ):
-        if type(value) not in types:
-            raise UndecodableRow(thread_id, cid, f"{column} holds {type(value).__name__}")
+    for i, column, types in _ROW_TYPES:
+        if type(row[i]) not in types:
+            raise UndecodableRow(thread_id, cid, f"{column} holds {type(row[i]).__name__}")
 
 
 def decode_metadata(row: Row) -> dict[str, Any]:

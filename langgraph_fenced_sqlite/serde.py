@@ -302,7 +302,7 @@ def loads_json(text: Any, what: str = "JSON") -> Any:
             what, message=f"{what}: expected JSON text, got {type(text).__name__}"
         )
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
+        value = _JSON_DECODER.decode(text)
     except RecursionError:
         raise _too_deep(what) from None
     except (ValueError, TypeError) as exc:  # JSONDecodeError is a ValueError
@@ -314,6 +314,11 @@ def loads_json(text: Any, what: str = "JSON") -> Any:
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON data")
+
+
+# Built once, as `_JSON` is: `json.loads` with any option builds a decoder per
+# call, which doubled the cost of a `get_tuple`.
+_JSON_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 
 
 def _too_deep(what: str) -> SerializationError:
