@@ -15,9 +15,8 @@ from langgraph.checkpoint.base import CheckpointTuple
 
 from . import checkpoints as cps
 from . import schema
-from .claims import Claim
-from .errors import CheckpointNotFound, SerializationError, UndecodableRow
-from .serde import loads_json
+from .claims import Claim, claim_row
+from .errors import CheckpointNotFound, UndecodableRow
 from .validation import check_int, check_name
 
 if TYPE_CHECKING:
@@ -85,7 +84,8 @@ class InspectionAPI:
             "history_records", thread_id, checkpoint_ns, before, limit, False
         )
         out = []
-        for _, ns, cid, parent, _, _, _, metadata, position, token, created_at in rows:
+        for row in rows:
+            _, ns, cid, parent, _, _, _, _, position, token, created_at, _ = row
             record: dict[str, Any] = {
                 "checkpoint_ns": ns,
                 "checkpoint_id": cid,
@@ -95,10 +95,11 @@ class InspectionAPI:
                 "created_at": created_at,
             }
             try:
-                md = loads_json(metadata)
+                cps.check_row(row)
+                md = cps.decode_metadata(row)
                 record.update(step=md.get("step"), source=md.get("source"), run_id=md.get("run_id"))
-            except (ValueError, TypeError, AttributeError) as exc:
-                record["error"] = UndecodableRow(thread_id, cid, f"metadata: {exc}").to_dict()
+            except UndecodableRow as exc:
+                record["error"] = exc.to_dict()
             out.append(record)
         return out
 
@@ -139,7 +140,11 @@ class InspectionAPI:
     def claims(self) -> _list[Claim]:
         """Return every current claim, live or expired."""
         rows = self._engine.read("claims", lambda c: c.execute(schema.LIST_CLAIMS).fetchall())
-        return [Claim(t, h or "", tok, exp) for t, h, tok, exp, _ in rows]
+        out = []
+        for thread_id, *cells, _ in rows:
+            holder, token, expires_at = claim_row(thread_id, *cells)
+            out.append(Claim(thread_id, holder or "", token or 0, expires_at or 0.0))
+        return out
 
     def stats(self) -> dict[str, Any]:
         """Report the file's pragmas, schema version, counts and integrity."""
@@ -150,7 +155,8 @@ class InspectionAPI:
                 "journal_mode": conn.execute(schema.GET_JOURNAL_MODE).fetchone()[0],
                 "synchronous": conn.execute(schema.GET_SYNCHRONOUS).fetchone()[0],
                 "schema_version": conn.execute(schema.GET_USER_VERSION).fetchone()[0],
-                "token_counter": conn.execute(schema.GET_TOKEN_COUNTER).fetchone()[0],
+                # None when the counter row is missing (a damaged file).
+                "token_counter": (conn.execute(schema.GET_TOKEN_COUNTER).fetchone() or (None,))[0],
                 "integrity": [r[0] for r in conn.execute(schema.INTEGRITY_CHECK)],
                 "threads": threads,
                 "checkpoints": checkpoints,
@@ -211,10 +217,14 @@ class InspectionAPI:
         except UndecodableRow as exc:
             out["error"] = exc.to_dict()
             try:
-                out["metadata"] = loads_json(row[7])
-            except (ValueError, TypeError):
+                # Only from a row whose checksum holds: damaged metadata shown
+                # as if it were stored would be a different value.
+                cps.check_row(row)
+                out["metadata"] = cps.decode_metadata(row)
+            except UndecodableRow:
                 pass
-        for task_id, channel, type_, blob, task_path, idx in write_rows:
+        for w in write_rows:
+            task_id, channel, _, _, task_path, idx, _ = w
             write: dict[str, Any] = {
                 "task_id": task_id,
                 "task_path": task_path,
@@ -224,10 +234,9 @@ class InspectionAPI:
                 "error": None,
             }
             try:
-                write["value"] = self.serde.loads_typed((type_, blob))
-            except (SerializationError, ValueError, TypeError) as exc:
-                reason = f"write {task_id}/{idx} ({channel}): {exc}"
-                write["error"] = UndecodableRow(thread_id, cid, reason).to_dict()
+                write["value"] = cps.decode_write(self.serde, thread_id, cid, w)
+            except UndecodableRow as exc:
+                write["error"] = exc.to_dict()
             out["writes"].append(write)
         return out
 
@@ -254,7 +263,8 @@ def _thread_summaries(conn: Any) -> list[dict[str, Any]]:
                 "checkpoints": count,
                 "namespaces": sorted((namespaces or "").split(",")) if count else [],
                 "latest_step": step,
-                "last_activity": max(x for x in (last_cp, last_ev, 0.0) if x is not None),
+                # Only numbers count: a damaged cell must not fail the summary.
+                "last_activity": max(x for x in (last_cp, last_ev, 0.0) if type(x) in (int, float)),
                 "claim": None
                 if token is None
                 else {"holder": holder, "token": token, "expires_at": expires_at},

@@ -5,6 +5,10 @@ opened, check in CONTRACT §3's order (fence, then version/identity), and
 append their event in that same transaction; they never commit, so several
 callers' writes could later share one durable commit. Encoding and decoding
 happen outside the store's lock; history is append-only.
+
+Every row written here carries `checksums.checksum` of its value cells
+(CONTRACT §7), and every row read is checked against it before anything in it
+is decoded: damage is an `UndecodableRow`, never a different valid value.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from . import claims, events, schema
-from .errors import CheckpointConflict, SerializationError, UndecodableRow
+from .checksums import checksum
+from .errors import CheckpointConflict, FencedSqliteError, UndecodableRow
 from .serde import dumps_json, loads_json
 
 ENVELOPE_FORMAT = 1
@@ -47,6 +52,7 @@ class EncodedCheckpoint:
     source: str | None
     step: int | None
     run_id: str | None
+    checksum: int
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,7 @@ class EncodedWrite:
     type: str
     blob: bytes
     special: bool
+    checksum: int
 
 
 def encode_checkpoint(
@@ -77,18 +84,21 @@ def encode_checkpoint(
     md = get_serializable_checkpoint_metadata(config, metadata)
     run_id = md.get("run_id")
     step = md.get("step")
+    envelope_text = dumps_json(envelope, "checkpoint")
+    metadata_text = dumps_json(md, "metadata")
     return EncodedCheckpoint(
         thread_id=thread_id,
         checkpoint_ns=checkpoint_ns,
         checkpoint_id=checkpoint["id"],
         parent_id=config["configurable"].get("checkpoint_id"),
-        envelope=dumps_json(envelope, "checkpoint"),
+        envelope=envelope_text,
         values_type=values_type,
         values_blob=values_blob,
-        metadata=dumps_json(md, "metadata"),
+        metadata=metadata_text,
         source=md.get("source"),
         step=step if isinstance(step, int) and not isinstance(step, bool) else None,
         run_id=str(run_id) if run_id is not None else None,
+        checksum=checksum(envelope_text, values_type, values_blob, metadata_text),
     )
 
 
@@ -100,11 +110,9 @@ def encode_writes(
     for idx, (channel, value) in enumerate(writes):
         type_, blob = serde.dumps_typed(value)
         special = channel in WRITES_IDX_MAP
-        out.append(
-            EncodedWrite(
-                task_id, WRITES_IDX_MAP.get(channel, idx), task_path, channel, type_, blob, special
-            )
-        )
+        idx_ = WRITES_IDX_MAP.get(channel, idx)
+        sum_ = checksum(channel, type_, blob)
+        out.append(EncodedWrite(task_id, idx_, task_path, channel, type_, blob, special, sum_))
     return out
 
 
@@ -147,6 +155,7 @@ def put_txn(
             enc.run_id,
             token,
             now,
+            enc.checksum,
         ),
     ).rowcount
     if not inserted:
@@ -222,6 +231,7 @@ def put_writes_txn(
             position,
             run_id,
             token,
+            w.checksum,
         )
         if w.special:
             changed += conn.execute(schema.UPSERT_WRITE_LAST_WINS, (*params, unowned)).rowcount
@@ -246,9 +256,24 @@ def put_writes_txn(
 
 # --- reads --------------------------------------------------------------------------
 
-# One stored checkpoint row, as `schema._CHECKPOINT_COLUMNS` orders it.
-Row = tuple[str, str, str, str | None, str, str, bytes, str, int, int | None, float]
-WriteRow = tuple[str, str, str, bytes, str, int]
+# One stored checkpoint row, as `schema._CHECKPOINT_COLUMNS` orders it (the
+# cells are typed `Any`: a damaged file may hold any SQL value in any of them).
+Row = tuple[Any, ...]
+# One write row: (task_id, channel, type, blob, task_path, idx, checksum).
+WriteRow = tuple[Any, ...]
+
+# What a decode may raise from a hostile cell that passed its checksum (a row
+# forged with a valid one): each becomes an `UndecodableRow`.
+_DECODE_ERRORS = (
+    FencedSqliteError,
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    AttributeError,
+    RecursionError,
+    OverflowError,
+)
 
 
 def fetch_tuple(
@@ -275,31 +300,115 @@ def fetch_writes_for(
     if not rows:
         return out
     sql, params = schema.writes_of_checkpoints(list(out))
-    for t, ns, cid, task_id, channel, type_, blob, task_path, idx in conn.execute(sql, params):
-        out[(t, ns, cid)].append((task_id, channel, type_, blob, task_path, idx))
+    for t, ns, cid, *write in conn.execute(sql, params):
+        out[(t, ns, cid)].append(tuple(write))
     return out
+
+
+_NONE = type(None)
+# (index in a checkpoint row, column, the SQL types it may hold as Python types)
+_ROW_TYPES = (
+    (3, "parent_checkpoint_id", (str, _NONE)),
+    (4, "envelope", (str,)),
+    (5, "values_type", (str,)),
+    (6, "values_blob", (bytes,)),
+    (7, "metadata", (str,)),
+    (8, "position", (int,)),
+    (9, "token", (int, _NONE)),
+    (10, "created_at", (int, float)),
+)
+
+
+def check_row(row: Row) -> None:
+    """Check a checkpoint row's checksum and cell types before anything is decoded.
+
+    Raises:
+        UndecodableRow: the checksum is missing or does not hold, or a cell
+            holds the wrong SQL type.
+    """
+    thread_id, cid = row[0], row[2]
+    envelope, values_type, values_blob, metadata = row[4:8]
+    stored = row[11]
+    if stored is None:
+        raise UndecodableRow(
+            thread_id, cid, "the row has no checksum (written outside this library?)"
+        )
+    if stored != checksum(envelope, values_type, values_blob, metadata):
+        raise UndecodableRow(
+            thread_id, cid, "checksum mismatch: the row was damaged or changed outside this library"
+        )
+    # A blob holding the envelope's bytes has the text's checksum: types count too.
+    for i, column, types in _ROW_TYPES:
+        if type(row[i]) not in types:
+            raise UndecodableRow(thread_id, cid, f"{column} holds {type(row[i]).__name__}")
+
+
+def decode_metadata(row: Row) -> dict[str, Any]:
+    """Return a checked row's metadata, which must be a JSON object.
+
+    Raises:
+        UndecodableRow: the metadata is not a JSON object.
+    """
+    try:
+        md = loads_json(row[7], "metadata")
+    except FencedSqliteError as exc:
+        raise UndecodableRow(row[0], row[2], str(exc)) from exc
+    if not isinstance(md, dict):
+        raise UndecodableRow(row[0], row[2], f"metadata is JSON {type(md).__name__}, not an object")
+    return md
+
+
+def decode_write(serde: SerializerProtocol, thread_id: str, cid: str, write: WriteRow) -> Any:
+    """Return the value of one write row, checking its checksum and cells first.
+
+    Raises:
+        UndecodableRow: the row is damaged, or its value does not decode.
+    """
+    task_id, channel, type_, blob, _path, idx, stored = write
+    where = f"write {task_id!r:.60}/{idx!r:.20} ({channel!r:.60})"
+    if stored is None or stored != checksum(channel, type_, blob):
+        reason = "no checksum" if stored is None else "checksum mismatch"
+        raise UndecodableRow(thread_id, cid, f"{where}: {reason}: the row was damaged")
+    if type(task_id) is not str or type(channel) is not str or type(type_) is not str:
+        raise UndecodableRow(thread_id, cid, f"{where}: a key cell holds the wrong type")
+    if type(blob) is not bytes:
+        raise UndecodableRow(thread_id, cid, f"{where}: blob holds {type(blob).__name__}")
+    try:
+        return serde.loads_typed((type_, blob))
+    except _DECODE_ERRORS as exc:
+        raise UndecodableRow(thread_id, cid, f"{where}: {exc}") from exc
 
 
 def decode_tuple(
     serde: SerializerProtocol, row: Row, writes: Sequence[WriteRow]
 ) -> CheckpointTuple:
     """Rebuild a `CheckpointTuple`; a row that does not decode is `UndecodableRow`."""
-    thread_id, ns, cid, parent_id, envelope, values_type, values_blob, metadata = row[:8]
+    check_row(row)
+    thread_id, ns, cid, parent_id, envelope, values_type, values_blob = row[:7]
     try:
-        env = loads_json(envelope)
+        env = loads_json(envelope, "checkpoint envelope")
+        if not isinstance(env, dict):
+            raise UndecodableRow(
+                thread_id, cid, f"envelope is JSON {type(env).__name__}, not an object"
+            )
         fmt = env.pop("format", None)
         if fmt != ENVELOPE_FORMAT:
-            raise SerializationError(
-                f"envelope format {fmt!r}", message=f"unknown checkpoint envelope format {fmt!r}"
+            raise UndecodableRow(thread_id, cid, f"unknown checkpoint envelope format {fmt!r}")
+        if env.get("id") != cid:
+            # Checksums cover one row's cells, not which row they sit in.
+            raise UndecodableRow(thread_id, cid, "the envelope is another checkpoint's")
+        values = serde.loads_typed((values_type, values_blob))
+        if not isinstance(values, dict):
+            raise UndecodableRow(
+                thread_id, cid, f"channel_values is {type(values).__name__}, not a dict"
             )
-        env["channel_values"] = serde.loads_typed((values_type, values_blob))
-        pending = [
-            (task_id, channel, serde.loads_typed((type_, blob)))
-            for task_id, channel, type_, blob, _path, _idx in writes
-        ]
-        md = loads_json(metadata)
-    except (SerializationError, ValueError, TypeError, KeyError) as exc:
+        env["channel_values"] = values
+    except UndecodableRow:
+        raise
+    except _DECODE_ERRORS as exc:
         raise UndecodableRow(thread_id, cid, str(exc)) from exc
+    pending = [(w[0], w[1], decode_write(serde, thread_id, cid, w)) for w in writes]
+    md = decode_metadata(row)
     config: RunnableConfig = {
         "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}
     }
@@ -312,4 +421,54 @@ def decode_tuple(
                 "checkpoint_id": parent_id,
             }
         }
-    return CheckpointTuple(config, env, md, parent, pending)
+    return CheckpointTuple(config, env, md, parent, pending)  # type: ignore[arg-type]
+
+
+# A retention skeleton row: ns, id, parent, position, source, run_id,
+# created_at, step, delta counters and channel_versions (decoded objects).
+SkeletonRow = tuple[str, str, str | None, int, str | None, str | None, float, int | None, Any, Any]
+
+
+def read_skeleton(conn: sqlite3.Connection, thread_id: str) -> list[SkeletonRow]:
+    """Return what retention reasons about for each checkpoint of a thread, by position.
+
+    Each row's checksum is checked (in SQL, no blob leaves SQLite) and its
+    cells are typed before retention compares or decodes any of them.
+
+    Raises:
+        UndecodableRow: a row is damaged, or a cell has the wrong type or shape.
+    """
+    out: list[SkeletonRow] = []
+    for row in conn.execute(schema.CHECKPOINT_SKELETON, (thread_id,)):
+        ns, cid, parent, position, source, run_id, created, step, counters, versions = row[:10]
+        sealed, shaped = row[10:]
+        if not sealed:
+            raise UndecodableRow(
+                thread_id, cid, "checksum missing or mismatched: the row was damaged"
+            )
+        if not shaped:
+            raise UndecodableRow(thread_id, cid, "envelope or metadata is not a JSON object")
+        for column, value, types in (
+            ("parent_checkpoint_id", parent, (str, type(None))),
+            ("position", position, (int,)),
+            ("source", source, (str, type(None))),
+            ("run_id", run_id, (str, type(None))),
+            ("created_at", created, (int, float)),
+            ("step", step, (int, type(None))),
+        ):
+            if type(value) not in types:
+                raise UndecodableRow(thread_id, cid, f"{column} holds {type(value).__name__}")
+        try:
+            counters = None if counters is None else loads_json(counters, "delta counters")
+            versions = None if versions is None else loads_json(versions, "channel_versions")
+        except FencedSqliteError as exc:
+            raise UndecodableRow(thread_id, cid, str(exc)) from exc
+        if not isinstance(counters, (dict, type(None))) or not all(
+            isinstance(v, list) for v in (counters or {}).values()
+        ):
+            raise UndecodableRow(thread_id, cid, "metadata's delta counters have the wrong shape")
+        if not isinstance(versions, (dict, type(None))):
+            raise UndecodableRow(thread_id, cid, "envelope's channel_versions is not an object")
+        created = float(created)
+        out.append((ns, cid, parent, position, source, run_id, created, step, counters, versions))
+    return out

@@ -4,29 +4,64 @@ Invariant: a row's checksum is computed from exactly the cells it covers, in
 one fixed order, by this one function, on write (in Python) and in
 migrations (as the SQL function the engine registers); a read recomputes it
 and refuses the row on any difference, so damage is never decoded.
+
+What each row's checksum covers (and nothing else):
+
+- checkpoints: `(envelope, values_type, values_blob, metadata)`
+- writes: `(channel, type, blob)`
+- events: `(kind, data)`
 """
 
 from __future__ import annotations
 
+import struct
 import zlib
 
 __all__ = ["checksum"]
 
+_NULL = b"\xff\xff\xff\xff"
+# Prefixes a number. A damaged cell may hold one where text or a blob belongs;
+# `bytes(n)` would allocate n zero bytes (a huge n exhausts memory), and no
+# length prefix (< 2**32 - 2) can equal this marker or `_NULL`.
+_NUMBER = b"\xfe\xff\xff\xff"
+_LENGTH = struct.Struct("<I").pack
+_crc32 = zlib.crc32
 
-def checksum(*parts: str | bytes | None) -> int:
+
+def checksum(*parts: object) -> int:
     """Return the CRC-32 of `parts`, each length-prefixed, as stored beside a value.
 
     Length prefixes make the split between parts count: moving bytes from one
     cell to its neighbour changes the checksum. `None` and empty differ too.
     Every stored value's row carries this (CONTRACT §7); a read recomputes it,
     so a flipped bit, appended bytes or a cut cell is caught, never decoded.
+
+    Args:
+        *parts: Cell values as SQLite hands them over: `str`, `bytes`,
+            `None`, or (from a damaged cell) `int` / `float`.
+
+    Returns:
+        An unsigned 32-bit integer.
     """
+    # Every read runs this once per row: a strict encode first (the common
+    # case) keeps it near two crc32 calls per part.
     crc = 0
     for part in parts:
-        if part is None:
-            crc = zlib.crc32(b"\xff\xff\xff\xff", crc)
+        if isinstance(part, str):
+            try:
+                data = part.encode()
+            except UnicodeEncodeError:
+                # Lone surrogates: from a damaged TEXT cell read leniently.
+                data = part.encode("utf-8", "surrogatepass")
+        elif isinstance(part, bytes):
+            data = part
+        elif part is None:
+            crc = _crc32(_NULL, crc)
             continue
-        data = part.encode("utf-8", "surrogatepass") if isinstance(part, str) else bytes(part)
-        crc = zlib.crc32(len(data).to_bytes(4, "little"), crc)
-        crc = zlib.crc32(data, crc)
+        elif isinstance(part, (bytearray, memoryview)):
+            data = bytes(part)
+        else:
+            crc = _crc32(_NUMBER, crc)
+            data = repr(part).encode("ascii", "backslashreplace")
+        crc = _crc32(data, _crc32(_LENGTH(len(data)), crc))
     return crc

@@ -16,7 +16,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 
 from . import schema
-from .errors import StaleClaim, ThreadBusy, bad_argument
+from .errors import StaleClaim, StoreError, ThreadBusy, UndecodableRow, bad_argument
 
 __all__ = ["TOKEN_KEY", "Claim", "ThreadRow", "check_fence", "token_from_config"]
 
@@ -96,9 +96,68 @@ def token_from_config(config: RunnableConfig | None) -> int | None:
 
 
 def read_thread(conn: sqlite3.Connection, thread_id: str) -> ThreadRow | None:
-    """Return the thread's row, or None if the thread was never written or claimed."""
+    """Return the thread's row, or None if the thread was never written or claimed.
+
+    Raises:
+        UndecodableRow: a cell of the row holds the wrong SQL type.
+    """
     row = conn.execute(schema.GET_THREAD, (thread_id,)).fetchone()
-    return None if row is None else ThreadRow(*row)
+    if row is None:
+        return None
+    next_seq, floor, holder, token, expires_at = row
+    # Checked here, once, because every fence and claim decision compares
+    # these cells: text where a number belongs would raise TypeError from a
+    # comparison, or silently never match.
+    floor = _int_cell(thread_id, "floor", floor)  # first: next_seq derives from it
+    return ThreadRow(
+        _int_cell(thread_id, "next seq", next_seq),
+        floor,
+        _text_cell(thread_id, "holder", holder),
+        _int_cell(thread_id, "token", token, nullable=True),
+        _number_cell(thread_id, "expires_at", expires_at),
+    )
+
+
+def claim_row(
+    thread_id: str, holder: Any, token: Any, expires_at: Any
+) -> tuple[str | None, int | None, float | None]:
+    """Check a claim's cells as read from `threads`; return them typed.
+
+    Raises:
+        UndecodableRow: a cell holds the wrong SQL type.
+    """
+    return (
+        _text_cell(thread_id, "holder", holder),
+        _int_cell(thread_id, "token", token, nullable=True),
+        _number_cell(thread_id, "expires_at", expires_at),
+    )
+
+
+def _bad_cell(thread_id: str, column: str, value: Any, expected: str) -> UndecodableRow:
+    reason = f"threads.{column} holds {type(value).__name__} {value!r:.40}, expected {expected}"
+    return UndecodableRow(
+        thread_id, None, reason, message=f"thread {thread_id!r}: damaged thread row: {reason}"
+    )
+
+
+def _int_cell(thread_id: str, column: str, value: Any, *, nullable: bool = False) -> Any:
+    if (value is None and nullable) or type(value) is int:
+        return value
+    raise _bad_cell(thread_id, column, value, "an integer")
+
+
+def _text_cell(thread_id: str, column: str, value: Any) -> str | None:
+    if value is None or type(value) is str:
+        return value
+    raise _bad_cell(thread_id, column, value, "text")
+
+
+def _number_cell(thread_id: str, column: str, value: Any) -> float | None:
+    if value is None or type(value) is float:
+        return value
+    if type(value) is int:
+        return float(value)
+    raise _bad_cell(thread_id, column, value, "a number")
 
 
 def ensure_thread(conn: sqlite3.Connection, thread_id: str) -> ThreadRow:
@@ -170,7 +229,19 @@ def grant(
     row = ensure_thread(conn, thread_id)
     if not force and row.live(now):
         raise ThreadBusy(thread_id, row.holder, _latest(conn, thread_id))
-    token = conn.execute(schema.NEXT_TOKEN).fetchone()[0]
+    issued = conn.execute(schema.NEXT_TOKEN).fetchone()
+    if issued is None:
+        # Without its counter a file could issue a token twice: refuse to guess.
+        (path,) = conn.execute(schema.GET_MAIN_FILE).fetchone() or ("",)
+        raise StoreError(
+            "claim",
+            path,
+            message=(
+                f"claim on {path}: the token counter (meta 'token_counter') is missing "
+                "or not an integer; the file is damaged, and no token was issued"
+            ),
+        )
+    token = issued[0]
     expires_at = now + ttl
     conn.execute(schema.SET_CLAIM, (holder, token, expires_at, now, thread_id))
     return Claim(thread_id, holder, token, expires_at)
@@ -186,8 +257,8 @@ def renew(conn: sqlite3.Connection, thread_id: str, token: int, ttl: float, *, n
     if row is None:
         current = read_thread(conn, thread_id)
         raise StaleClaim(thread_id, token, None if current is None else current.token)
-    holder, token, expires_at = row
-    return Claim(thread_id, holder, token, expires_at)
+    holder, _, expires_at = claim_row(thread_id, *row)
+    return Claim(thread_id, holder or "", token, expires_at or 0.0)
 
 
 def release(conn: sqlite3.Connection, thread_id: str, token: int) -> bool:

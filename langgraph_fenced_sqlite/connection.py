@@ -198,4 +198,12 @@ def connect(path: str, busy_timeout: float, *, readonly: bool = False) -> sqlite
             ),
         ) from exc
     conn.create_function(schema.CHECKSUM_FUNCTION, -1, checksum, deterministic=True)
+    # A damaged TEXT cell may hold bytes that are not UTF-8: the default
+    # decoder raises for the whole query; this keeps them (as lone surrogates,
+    # never equal to what was written), so the row's checksum refuses it.
+    conn.text_factory = _lenient_text
     return conn
+
+
+def _lenient_text(data: bytes) -> str:
+    return data.decode("utf-8", "surrogateescape")

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import schema
+from .checksums import checksum
 from .claims import ThreadRow
-from .errors import ReplayUnavailable, bad_argument
+from .errors import ReplayUnavailable, SerializationError, UndecodableRow, bad_argument
 from .serde import dumps_json, loads_json
 
 __all__ = ["Event", "EventPoller"]
@@ -118,6 +119,7 @@ def append(
     """
     seqs: list[int] = []
     for seq, event in enumerate(events, start=row.next_seq):
+        data = dumps_json(dict(event.data), "event data")
         conn.execute(
             schema.INSERT_EVENT,
             (
@@ -126,9 +128,10 @@ def append(
                 event.kind,
                 event.checkpoint_ns,
                 event.checkpoint_id,
-                dumps_json(dict(event.data), "event data"),
+                data,
                 token,
                 now,
+                checksum(event.kind, data),
             ),
         )
         seqs.append(seq)
@@ -140,18 +143,72 @@ def read_after(conn: sqlite3.Connection, thread_id: str, after_seq: int, limit: 
 
     Raises:
         ReplayUnavailable: `after_seq + 1` is below the thread's floor.
+        UndecodableRow: an event row is damaged (its checksum does not hold,
+            or a cell has the wrong type or shape); `checkpoint_id` is None
+            and the message names the seq.
     """
     floor_row = conn.execute(schema.GET_FLOOR, (thread_id,)).fetchone()
     if floor_row is None:
         return []
-    floor = floor_row[0]
+    floor = _floor_of(thread_id, floor_row)[0]
     if after_seq + 1 < floor:
         raise ReplayUnavailable(thread_id, floor)
     rows = conn.execute(schema.EVENTS_AFTER, (thread_id, after_seq, limit)).fetchall()
-    return [
-        Event(thread_id, seq, kind, loads_json(data), ns, cid, token, ts)
-        for seq, kind, ns, cid, data, token, ts in rows
-    ]
+    return [decode_event(thread_id, row) for row in rows]
+
+
+def decode_event(thread_id: str, row: tuple[Any, ...]) -> Event:
+    """Rebuild an `Event` from an `EVENTS_AFTER` row, checking its checksum first.
+
+    Raises:
+        UndecodableRow: the checksum does not hold (or is missing), or a cell
+            has the wrong type, or `data` is not a JSON object.
+    """
+    seq, kind, ns, cid, data, token, ts, stored = row
+
+    def bad(reason: str) -> UndecodableRow:
+        where = f"event seq {seq!r:.40}"
+        return UndecodableRow(
+            thread_id,
+            None,
+            f"{where}: {reason}",
+            message=f"thread {thread_id!r} {where} does not decode: {reason}",
+        )
+
+    if type(seq) is not int:
+        raise bad(f"seq holds {type(seq).__name__}, expected an integer")
+    # The checksum first: nothing of a damaged row is decoded or trusted.
+    if stored is None:
+        raise bad("the row has no checksum (written outside this library?)")
+    if stored != checksum(kind, data):
+        raise bad("checksum mismatch: the row was damaged or changed outside this library")
+    for column, value, types in (
+        ("kind", kind, (str,)),
+        ("checkpoint_ns", ns, (str, type(None))),
+        ("checkpoint_id", cid, (str, type(None))),
+        ("token", token, (int, type(None))),
+        ("ts", ts, (int, float)),
+    ):
+        if type(value) not in types:
+            raise bad(f"{column} holds {type(value).__name__}")
+    try:
+        decoded = loads_json(data, "event data")
+    except SerializationError as exc:
+        raise bad(str(exc)) from exc
+    if not isinstance(decoded, dict):
+        raise bad(f"data is JSON {type(decoded).__name__}, expected an object")
+    return Event(thread_id, seq, kind, decoded, ns, cid, token, float(ts))
+
+
+def _floor_of(thread_id: str, row: tuple[Any, ...]) -> tuple[int, int]:
+    # GET_FLOOR's (floor, next_seq); text there would break the arithmetic.
+    floor, next_seq = row
+    if type(floor) is not int or type(next_seq) is not int:
+        reason = f"threads.floor holds {type(floor).__name__} {floor!r:.40}, expected an integer"
+        raise UndecodableRow(
+            thread_id, None, reason, message=f"thread {thread_id!r}: damaged thread row: {reason}"
+        )
+    return floor, next_seq
 
 
 def raise_floor(conn: sqlite3.Connection, thread_id: str, before_seq: int) -> int:
@@ -163,7 +220,7 @@ def raise_floor(conn: sqlite3.Connection, thread_id: str, before_seq: int) -> in
     row = conn.execute(schema.GET_FLOOR, (thread_id,)).fetchone()
     if row is None:
         return 1
-    floor, next_seq = row
+    floor, next_seq = _floor_of(thread_id, row)
     target = min(before_seq, next_seq)
     if target > floor:
         conn.execute(schema.SET_FLOOR, (target, thread_id, target))

@@ -13,11 +13,11 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
-from . import claims, events, schema
+from . import checkpoints, claims, events, schema
 from .clock import to_seconds
 from .errors import bad_argument
-from .serde import loads_json
 
 __all__ = ["PruneResult", "RetentionPolicy", "Retraction"]
 
@@ -113,12 +113,12 @@ def _skeleton(conn: sqlite3.Connection, thread_id: str) -> list[_Node]:
     return [
         _Node(ns, cid, parent, pos, source, run_id, created, step, _replays(counters, versions))
         for ns, cid, parent, pos, source, run_id, created, step, counters, versions in (
-            conn.execute(schema.CHECKPOINT_SKELETON, (thread_id,))
+            checkpoints.read_skeleton(conn, thread_id)
         )
     ]
 
 
-def _replays(counters: str | None, versions: str | None) -> bool:
+def _replays(counters: dict[str, Any] | None, versions: dict[str, Any] | None) -> bool:
     # DeltaChannel (beta) stores deltas between snapshots. LangGraph rebuilds
     # a delta channel that has a version here but no stored value by walking
     # the ancestors' writes back to a snapshot (`_delta_channels_to_replay`).
@@ -127,10 +127,9 @@ def _replays(counters: str | None, versions: str | None) -> bool:
     # counter grows every step, so counting it would keep all history.
     if not counters:
         return False
-    versioned = loads_json(versions) or {} if versions else {}
+    versioned = versions or {}
     return any(
-        name in versioned and any(part for part in value)
-        for name, value in (loads_json(counters) or {}).items()
+        name in versioned and any(part for part in value) for name, value in counters.items()
     )
 
 

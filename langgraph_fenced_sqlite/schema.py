@@ -112,24 +112,34 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # incarnation is never silently shown a gap), and the run id a claim was
     # granted for (what `strategy="rollback"` retracts; events may be pruned).
     # Existing rows get their checksums here, computed by the function the
-    # engine registers on every connection (CHECKSUM_FUNCTION).
+    # engine registers on every connection (CHECKSUM_FUNCTION). Cells go in as
+    # blobs: the same bytes as the text's UTF-8 (so the same checksum), but a
+    # damaged cell that is not UTF-8 cannot fail the Python function.
     (
         "ALTER TABLE checkpoints ADD COLUMN checksum INTEGER",
         "ALTER TABLE writes ADD COLUMN checksum INTEGER",
         "ALTER TABLE events ADD COLUMN checksum INTEGER",
         "ALTER TABLE threads ADD COLUMN incarnation INTEGER NOT NULL DEFAULT 1",
         "ALTER TABLE threads ADD COLUMN run_id TEXT",
-        "UPDATE checkpoints SET checksum = "
-        "lgfs_checksum(envelope, values_type, values_blob, metadata)",
-        "UPDATE writes SET checksum = lgfs_checksum(channel, type, blob)",
-        "UPDATE events SET checksum = lgfs_checksum(kind, data)",
+        "UPDATE checkpoints SET checksum = lgfs_checksum(CAST(envelope AS BLOB), "
+        "CAST(values_type AS BLOB), CAST(values_blob AS BLOB), CAST(metadata AS BLOB))",
+        "UPDATE writes SET checksum = "
+        "lgfs_checksum(CAST(channel AS BLOB), CAST(type AS BLOB), CAST(blob AS BLOB))",
+        "UPDATE events SET checksum = lgfs_checksum(CAST(kind AS BLOB), CAST(data AS BLOB))",
     ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
-# The SQL name and arity of `serde.checksum`, registered by the engine on
+# Recompute every row's checksum from its cells: migration 1 -> 2's last three
+# statements, named so that tests which plant a hostile row on purpose can
+# give it a valid checksum (and so test what lies behind the checksum).
+BACKFILL_CHECKSUMS: tuple[str, ...] = MIGRATIONS[1][-3:]
+
+# The SQL name of `checksums.checksum` (any arity), registered by the engine on
 # every connection it opens (migrations use it to checksum existing rows).
+# What each table's checksum covers is listed in `checksums`; the statements
+# below write and read the `checksum` column beside those cells.
 CHECKSUM_FUNCTION = "lgfs_checksum"
 
 # --- file identity -----------------------------------------------------------
@@ -180,7 +190,12 @@ GET_THREAD = (
     f"SELECT {_NEXT_SEQ_OF}, t.floor, t.holder, t.token, t.expires_at "
     "FROM threads t WHERE t.thread_id = ?"
 )
-NEXT_TOKEN = "UPDATE meta SET value = value + 1 WHERE key = 'token_counter' RETURNING value"
+# Only an integer counter counts up: SQLite would turn text into 0 + 1 and
+# issue token 1 again, so a damaged counter gives no row (an error) instead.
+NEXT_TOKEN = (
+    "UPDATE meta SET value = value + 1 WHERE key = 'token_counter' "
+    "AND typeof(value) = 'integer' RETURNING value"
+)
 GET_TOKEN_COUNTER = "SELECT value FROM meta WHERE key = 'token_counter'"
 SET_CLAIM = (
     "UPDATE threads SET holder = ?, token = ?, expires_at = ?, claimed_at = ? WHERE thread_id = ?"
@@ -199,18 +214,20 @@ LIST_CLAIMS = (
 )
 SET_FLOOR = "UPDATE threads SET floor = ? WHERE thread_id = ? AND floor < ?"
 DELETE_THREAD_ROW = "DELETE FROM threads WHERE thread_id = ?"
+# The file a connection has open (`main`'s path), for errors raised below the engine.
+GET_MAIN_FILE = "SELECT file FROM pragma_database_list WHERE name = 'main'"
 
 # --- checkpoints -----------------------------------------------------------------
 
 _CHECKPOINT_COLUMNS = (
     "thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, envelope, "
-    "values_type, values_blob, metadata, position, token, created_at"
+    "values_type, values_blob, metadata, position, token, created_at, checksum"
 )
 INSERT_CHECKPOINT = (
     "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, position, "
     "parent_checkpoint_id, envelope, values_type, values_blob, metadata, source, "
-    "step, run_id, token, created_at) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+    "step, run_id, token, created_at, checksum) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
 )
 GET_CHECKPOINT_BY_ID = (
     f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints "
@@ -242,12 +259,21 @@ HISTORY_PAGE = (
     "WHERE thread_id = ? AND checkpoint_ns = ? AND position < ? "
     "ORDER BY position DESC LIMIT ?"
 )
-# Rows that retention and retraction reason about (no blobs; the last column
-# is the envelope's channel_versions object, as JSON text).
+# Rows that retention and retraction reason about (no blobs leave SQLite; the
+# two JSON columns are the metadata's delta counters and the envelope's
+# channel_versions, as JSON text). The last two columns say whether the row's
+# checksum holds (computed in SQL by the registered function) and whether both
+# JSON cells are objects; JSON is only extracted from those, so a damaged cell
+# is reported, not an SQL error ("malformed JSON") or a silently empty value.
+_IS_OBJECT = "CASE WHEN json_valid({0}) THEN json_type({0}) = 'object' ELSE 0 END"
 CHECKPOINT_SKELETON = (
     "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, position, source, "
-    "run_id, created_at, step, json_extract(metadata, '$.counters_since_delta_snapshot'), "
-    "json_extract(envelope, '$.channel_versions') "
+    "run_id, created_at, step, CASE WHEN json_valid(metadata) "
+    "THEN json_extract(metadata, '$.counters_since_delta_snapshot') END, "
+    "CASE WHEN json_valid(envelope) THEN json_extract(envelope, '$.channel_versions') END, "
+    f"checksum IS {CHECKSUM_FUNCTION}(CAST(envelope AS BLOB), CAST(values_type AS BLOB), "
+    "CAST(values_blob AS BLOB), CAST(metadata AS BLOB)), "
+    f"{_IS_OBJECT.format('metadata')} AND {_IS_OBJECT.format('envelope')} "
     "FROM checkpoints WHERE thread_id = ? ORDER BY position"
 )
 DELETE_CHECKPOINT = (
@@ -262,19 +288,19 @@ CHECKPOINTS_OF_RUN = (
 COPY_CHECKPOINT = (
     "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, position, "
     "parent_checkpoint_id, envelope, values_type, values_blob, metadata, source, "
-    "step, run_id, token, created_at) "
+    "step, run_id, token, created_at, checksum) "
     "SELECT ?, checkpoint_ns, checkpoint_id, ?, parent_checkpoint_id, "
     "envelope, values_type, values_blob, metadata, source, step, run_id, NULL, "
-    "created_at FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
+    "created_at, checksum FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
     "AND checkpoint_id = ?"
 )
 
 # --- writes ------------------------------------------------------------------------
 
-_WRITE_VALUES = "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_WRITE_VALUES = "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _WRITE_INSERT = (
     "INSERT INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
-    "task_path, channel, type, blob, position, run_id, token) "
+    "task_path, channel, type, blob, position, run_id, token, checksum) "
 )
 # Regular writes: first writer wins per (task_id, idx); a retry is a no-op.
 INSERT_WRITE_FIRST_WINS = _WRITE_INSERT + _WRITE_VALUES + " ON CONFLICT DO NOTHING"
@@ -286,14 +312,15 @@ INSERT_WRITE_FIRST_WINS = _WRITE_INSERT + _WRITE_VALUES + " ON CONFLICT DO NOTHI
 UPSERT_WRITE_LAST_WINS = (
     _WRITE_INSERT + _WRITE_VALUES + " ON CONFLICT DO UPDATE SET task_path = excluded.task_path, "
     "channel = excluded.channel, type = excluded.type, blob = excluded.blob, "
-    "position = excluded.position, run_id = excluded.run_id, token = excluded.token "
+    "position = excluded.position, run_id = excluded.run_id, token = excluded.token, "
+    "checksum = excluded.checksum "
     "WHERE (coalesce(excluded.token, 0) >= coalesce(writes.token, 0) OR ?) "
     # An identical retry changes nothing (and so appends no event).
     "AND (writes.channel IS NOT excluded.channel OR writes.type IS NOT excluded.type "
     "OR writes.blob IS NOT excluded.blob OR writes.task_path IS NOT excluded.task_path)"
 )
 WRITES_OF_CHECKPOINT = (
-    "SELECT task_id, channel, type, blob, task_path, idx FROM writes "
+    "SELECT task_id, channel, type, blob, task_path, idx, checksum FROM writes "
     "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? "
     "ORDER BY task_path, task_id, idx"
 )
@@ -307,9 +334,9 @@ DELETE_WRITES_FROM_POSITION = "DELETE FROM writes WHERE thread_id = ? AND positi
 # Copy the writes of one source checkpoint, at the position its copy got.
 COPY_WRITES_OF_CHECKPOINT = (
     "INSERT INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
-    "task_path, channel, type, blob, position, run_id, token) "
+    "task_path, channel, type, blob, position, run_id, token, checksum) "
     "SELECT ?, checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel, type, "
-    "blob, ?, run_id, NULL FROM writes WHERE thread_id = ? AND checkpoint_ns = ? "
+    "blob, ?, run_id, NULL, checksum FROM writes WHERE thread_id = ? AND checkpoint_ns = ? "
     "AND checkpoint_id = ?"
 )
 # Every (namespace, checkpoint) that has writes in a thread, oldest write first.
@@ -327,7 +354,8 @@ def writes_of_checkpoints(keys: Sequence[tuple[str, str, str]]) -> tuple[str, li
 
     Returns:
         `(sql, params)`; rows are `(thread_id, checkpoint_ns, checkpoint_id,
-        task_id, channel, type, blob, task_path, idx)` in `writes_sort_key` order.
+        task_id, channel, type, blob, task_path, idx, checksum)` in
+        `writes_sort_key` order.
     """
     values = ", ".join("(?, ?, ?)" for _ in keys)
     params: list[Any] = [part for key in keys for part in key]
@@ -335,7 +363,7 @@ def writes_of_checkpoints(keys: Sequence[tuple[str, str, str]]) -> tuple[str, li
     # as a scan of the whole writes table; the join seeks the primary key.
     sql = (
         "SELECT w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.channel, "
-        f"w.type, w.blob, w.task_path, w.idx FROM (VALUES {values}) AS k "
+        f"w.type, w.blob, w.task_path, w.idx, w.checksum FROM (VALUES {values}) AS k "
         "JOIN writes AS w ON w.thread_id = k.column1 AND w.checkpoint_ns = k.column2 "
         "AND w.checkpoint_id = k.column3 ORDER BY w.task_path, w.task_id, w.idx"
     )
@@ -383,7 +411,13 @@ def list_checkpoints(
         where.append("checkpoint_id < ?")
         params.append(before_id)
     for key, value in (metadata_filter or {}).items():
-        where.append("json_extract(metadata, ?) IS json_extract(?, '$')")
+        # Rows whose metadata is not a JSON object match, so that reading
+        # them reports the damage (UndecodableRow) instead of an SQL error
+        # for the whole query, or silently leaving them out.
+        where.append(
+            "CASE WHEN NOT json_valid(metadata) THEN 1 WHEN json_type(metadata) <> 'object' "
+            "THEN 1 ELSE json_extract(metadata, ?) IS json_extract(?, '$') END"
+        )
         params.extend([_json_path(key), _json_literal(value)])
     if after_key is not None:
         where.append("(checkpoint_id, thread_id, checkpoint_ns) < (?, ?, ?)")
@@ -417,10 +451,10 @@ def _json_literal(value: Any) -> str:
 
 INSERT_EVENT = (
     "INSERT INTO events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data, "
-    "token, ts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    "token, ts, checksum) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 EVENTS_AFTER = (
-    "SELECT seq, kind, checkpoint_ns, checkpoint_id, data, token, ts FROM events "
+    "SELECT seq, kind, checkpoint_ns, checkpoint_id, data, token, ts, checksum FROM events "
     "WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?"
 )
 GET_FLOOR = f"SELECT t.floor, {_NEXT_SEQ_OF} FROM threads t WHERE t.thread_id = ?"

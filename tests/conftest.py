@@ -114,3 +114,17 @@ def read_bytes(path: str) -> bytes:
     """Return a file's bytes."""
     with open(path, "rb") as f:
         return f.read()
+
+
+def reseal(conn: Any) -> None:
+    """Give every row of a plain sqlite3 connection's file a valid checksum again.
+
+    For tests that plant a hostile row on purpose and test what lies behind
+    the checksum (a forger who knows the format recomputes it).
+    """
+    from langgraph_fenced_sqlite import schema
+    from langgraph_fenced_sqlite.checksums import checksum
+
+    conn.create_function(schema.CHECKSUM_FUNCTION, -1, checksum, deterministic=True)
+    for statement in schema.BACKFILL_CHECKSUMS:
+        conn.execute(statement)

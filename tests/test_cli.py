@@ -22,7 +22,7 @@ import time
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from conftest import dump, read_bytes
+from conftest import dump, read_bytes, reseal
 from langgraph.graph import START, StateGraph
 from langgraph.types import Command, interrupt
 
@@ -220,6 +220,7 @@ def test_show_reports_an_undecodable_row_as_an_error_for_that_row(copy: str, cli
             "UPDATE writes SET type = 'pickle' WHERE thread_id = 'order-2' AND channel = ?",
             ("__interrupt__",),
         )
+        reseal(conn)
     conn.close()
     done = lgfs("show", copy, "order-2", "--json")
     assert done.returncode == 1 and "Traceback" not in done.stderr
@@ -233,6 +234,7 @@ def test_show_reports_an_undecodable_row_as_an_error_for_that_row(copy: str, cli
     conn = sqlite3.connect(copy)
     with conn:
         conn.execute("UPDATE checkpoints SET values_type = 'pickle' WHERE thread_id = 'order-2'")
+        reseal(conn)
     conn.close()
     text = cli("show", copy, "order-2")
     assert text.returncode == 1

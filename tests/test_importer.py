@@ -31,6 +31,7 @@ from langgraph_fenced_sqlite import (
     UnsupportedFormat,
     import_sqlitesaver,
 )
+from langgraph_fenced_sqlite.checksums import checksum
 
 THREADS = ("done", "waiting", "forked")
 
@@ -138,6 +139,24 @@ def test_import_gives_the_same_history_for_every_thread(source: str, tmp_path: A
         assert "update" in {s.metadata["source"] for s in forked}
         waiting = ours.get_state(cfg("waiting"))
         assert waiting.interrupts and waiting.interrupts[0].value["question"] == "ship it?"
+
+
+def test_imported_rows_carry_the_checksum_of_their_cells(source: str, tmp_path: Any) -> None:
+    dest = str(tmp_path / "fenced.db")
+    with FencedSqliteSaver(dest) as fenced:
+        import_sqlitesaver(source, fenced)
+    conn = sqlite3.connect(dest)
+    covered = {
+        "checkpoints": "envelope, values_type, values_blob, metadata",
+        "writes": "channel, type, blob",
+        "events": "kind, data",
+    }
+    try:
+        for table, cells in covered.items():
+            rows = conn.execute(f"SELECT checksum, {cells} FROM {table}").fetchall()
+            assert rows and all(row[0] == checksum(*row[1:]) for row in rows), table
+    finally:
+        conn.close()
 
 
 def test_import_reads_the_source_only(source: str, tmp_path: Any) -> None:

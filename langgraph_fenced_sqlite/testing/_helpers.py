@@ -214,3 +214,31 @@ def raises(exc_type: type[BaseException], fn: Callable[..., Any], *args: Any, **
 
 def event_seqs(events: list[Any]) -> list[int]:
     return [e.seq for e in events]
+
+
+# --- cases 30, 34, 35 (cases_input, cases_edges_data): planting rows ----------------------
+
+
+def plant(path: str, sql: str, params: tuple[Any, ...] = (), *, reseal: bool = False) -> None:
+    """Change rows of `path` with plain sqlite3, as damage or an attacker would.
+
+    Args:
+        path: The database file.
+        sql: One statement; it must change at least one row.
+        params: Its parameters.
+        reseal: Then give every row a valid checksum again, as a forger who
+            knows the format would: what lies behind the checksum is tested.
+    """
+    from .. import schema
+    from ..checksums import checksum
+
+    conn = sqlite3.connect(path)
+    try:
+        conn.create_function(schema.CHECKSUM_FUNCTION, -1, checksum, deterministic=True)
+        assert conn.execute(sql, params).rowcount >= 1, sql
+        if reseal:
+            for statement in schema.BACKFILL_CHECKSUMS:
+                conn.execute(statement)
+        conn.commit()
+    finally:
+        conn.close()

@@ -1,0 +1,243 @@
+"""Stored data integrity: checksums on every insert, checked on every read, and cells
+of any shape giving package errors (CONTRACT §7; contract cases 34 and 35 hold the rest).
+
+Damage is planted with plain sqlite3, as a failing disk or another tool would.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import pytest
+from conftest import reseal
+
+from langgraph_fenced_sqlite import FencedSqliteSaver, UndecodableRow, serde
+from langgraph_fenced_sqlite.checksums import checksum
+from langgraph_fenced_sqlite.errors import SerializationError
+from langgraph_fenced_sqlite.schema import MIGRATIONS
+from langgraph_fenced_sqlite.serde import dumps_json, loads_json
+from langgraph_fenced_sqlite.testing._helpers import plain_config, values_checkpoint
+
+# serde.MAX_JSON_DEPTH, the documented bound (checked below).
+MAX_JSON_DEPTH = 200
+
+# What each table's checksum covers, in order (checksums.py).
+_COVERED = {
+    "checkpoints": ("envelope", "values_type", "values_blob", "metadata"),
+    "writes": ("channel", "type", "blob"),
+    "events": ("kind", "data"),
+}
+
+
+def _rows_with_checksums(path: str) -> dict[str, list[tuple[int | None, int]]]:
+    """Return, per table, each row's (stored checksum, checksum of its cells)."""
+    conn = sqlite3.connect(path)
+    try:
+        return {
+            table: [
+                (row[0], checksum(*row[1:]))
+                for row in conn.execute(f"SELECT checksum, {', '.join(cells)} FROM {table}")
+            ]
+            for table, cells in _COVERED.items()
+        }
+    finally:
+        conn.close()
+
+
+def _plant(path: str, sql: str, params: tuple[Any, ...] = (), *, sealed: bool = False) -> None:
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute(sql, params).rowcount >= 1
+        if sealed:
+            reseal(conn)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _fill(store: FencedSqliteSaver, thread_id: str = "t") -> dict[str, Any]:
+    """Write one of everything that has a checksum; return the configs."""
+    first = store.put(
+        plain_config(thread_id),
+        values_checkpoint({"a": "ü" * 10}),
+        {"source": "input", "step": -1},
+        {},
+    )
+    second = store.put(
+        first, values_checkpoint({"a": "b", "n": [1, 2]}), {"source": "loop", "step": 0}, {}
+    )
+    store.put_writes(second, [("a", "x"), ("n", b"\x00\xff")], "task-1")
+    # A special channel is last-writer-wins: its upsert must rewrite the checksum too.
+    store.put_writes(second, [("__interrupt__", "first")], "task-2")
+    store.put_writes(second, [("__interrupt__", "second, longer")], "task-2")
+    claim = store.claim(thread_id, "alice", 60)
+    store.append_events(thread_id, claim.token, [("mine", {"k": "v"})])
+    store.release(thread_id, claim.token)
+    return {"first": first, "second": second}
+
+
+def _assert_all_sealed(path: str) -> None:
+    for table, rows in _rows_with_checksums(path).items():
+        assert rows, table
+        for stored, computed in rows:
+            assert stored == computed, (table, stored, computed)
+
+
+def test_every_insert_stores_the_checksum_of_its_cells(open_store: Any, db_path: str) -> None:
+    store = open_store()
+    _fill(store)
+    _assert_all_sealed(db_path)
+
+
+def test_copy_thread_copies_checksums_so_the_copy_reads(open_store: Any, db_path: str) -> None:
+    store = open_store()
+    configs = _fill(store)
+    store.copy_thread("t", "copy")
+    _assert_all_sealed(db_path)
+    original = store.get_tuple(configs["second"])
+    copied = store.get_tuple(plain_config("copy"))
+    assert original is not None and copied is not None
+    assert copied.checkpoint == original.checkpoint
+    assert copied.pending_writes == original.pending_writes
+
+
+def test_a_blob_that_decodes_to_a_non_dict_is_undecodable(open_store: Any, db_path: str) -> None:
+    store = open_store()
+    configs = _fill(store)
+    cid = configs["second"]["configurable"]["checkpoint_id"]
+    # 0x07 is the msgpack integer 7; ormsgpack ignores the bytes after it.
+    _plant(db_path, "UPDATE checkpoints SET values_blob = x'076a756e6b'", sealed=True)
+    with pytest.raises(UndecodableRow) as info:
+        store.get_tuple(configs["second"])
+    assert info.value.checkpoint_id == cid and "dict" in info.value.reason
+
+
+def test_trailing_bytes_after_the_value_are_undecodable(open_store: Any, db_path: str) -> None:
+    store = open_store()
+    configs = _fill(store)
+    _plant(db_path, "UPDATE checkpoints SET values_blob = CAST(values_blob || x'00c0' AS BLOB)")
+    with pytest.raises(UndecodableRow, match="checksum"):
+        store.get_tuple(configs["second"])
+    with pytest.raises(UndecodableRow, match="checksum"):
+        list(store.list(plain_config("t")))
+
+
+def test_a_row_with_no_checksum_is_undecodable(open_store: Any, db_path: str) -> None:
+    store = open_store()
+    configs = _fill(store)
+    for sql in (
+        "UPDATE checkpoints SET checksum = NULL",
+        "UPDATE writes SET checksum = NULL WHERE channel = 'a'",
+    ):
+        _plant(db_path, sql)
+        with pytest.raises(UndecodableRow, match="no checksum"):
+            store.get_tuple(configs["second"])
+        _plant(db_path, "UPDATE checkpoints SET checksum = 0", sealed=True)
+    _plant(db_path, "UPDATE events SET checksum = NULL WHERE seq = 1")
+    with pytest.raises(UndecodableRow, match="seq 1"):
+        store.events_after("t", 0)
+
+
+def test_a_watch_meets_a_damaged_event_as_undecodable(open_store: Any, db_path: str) -> None:
+    store = open_store()
+    _fill(store)
+    count = len(store.events_after("t", 0))
+    _plant(db_path, "UPDATE events SET data = '{\"k\":\"w\"}' WHERE kind = 'mine'")
+    # Bounded: a watch that read the damage as a value would wait forever after it.
+    with store.watch("t", 0) as watch, pytest.raises(UndecodableRow, match="seq"):
+        for _n, _event in zip(range(count), watch, strict=False):
+            pass
+
+
+def test_a_schema_1_file_migrates_with_valid_checksums(open_store: Any, tmp_path: Any) -> None:
+    """Rows a version-1 store wrote read back equal after migration, then are checked."""
+    source = str(tmp_path / "v2.db")
+    v1 = str(tmp_path / "v1.db")
+    store = open_store(source)
+    configs = _fill(store)
+    expected = store.get_tuple(configs["second"])
+    expected_list = list(store.list(plain_config("t")))
+    expected_events = store.events_after("t", 0)
+    store.close()
+    # The v1 schema, with the cells v1 code wrote: encoding has not changed
+    # since, so copying the v1 columns of these rows is what v1 wrote.
+    conn = sqlite3.connect(v1)
+    for statement in MIGRATIONS[0]:
+        conn.execute(statement)
+    conn.execute("PRAGMA application_id = 1279739475")
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute("ATTACH DATABASE ? AS v2", (source,))
+    for table in ("meta", "threads", "checkpoints", "writes", "events"):
+        columns = [r[1] for r in conn.execute(f"PRAGMA main.table_info({table})")]
+        names = ", ".join(columns)
+        conn.execute(f"DELETE FROM main.{table}")
+        conn.execute(f"INSERT INTO main.{table} ({names}) SELECT {names} FROM v2.{table}")
+    conn.commit()
+    conn.execute("DETACH DATABASE v2")
+    conn.close()
+    migrated = open_store(v1)
+    assert migrated.get_tuple(configs["second"]) == expected
+    assert list(migrated.list(plain_config("t"))) == expected_list
+    assert migrated.events_after("t", 0) == expected_events
+    _assert_all_sealed(v1)
+    # The backfilled checksums are checked, as those of new rows are.
+    _plant(v1, "UPDATE checkpoints SET metadata = replace(metadata, 'loop', 'lopp')")
+    with pytest.raises(UndecodableRow, match="checksum"):
+        migrated.get_tuple(configs["second"])
+
+
+def test_a_number_in_a_covered_cell_never_allocates_its_value(open_store: Any) -> None:
+    # bytes(n) would allocate n bytes: a damaged cell holding 2**62 must not.
+    assert checksum(2**62) != checksum(b"") and checksum(1.5) != checksum("1.5")
+    assert checksum("abc") == checksum(b"abc")  # text goes in as its UTF-8
+
+
+def test_a_huge_number_in_a_cell_is_undecodable(open_store: Any, db_path: str) -> None:
+    store = open_store()
+    configs = _fill(store)
+    _plant(db_path, "UPDATE checkpoints SET values_blob = 4611686018427387904")
+    with pytest.raises(UndecodableRow):
+        store.get_tuple(configs["second"])
+
+
+@pytest.mark.parametrize(
+    "text",
+    [b"{}", 5, None, 1.5, "NaN", '{"a": Infinity}', "{", "1" * 5000, "[" * 100_000],
+)
+def test_loads_json_raises_only_serialization_errors(text: Any) -> None:
+    with pytest.raises(SerializationError):
+        loads_json(text)
+
+
+def test_json_nesting_is_bounded_on_read_and_on_write() -> None:
+    assert getattr(serde, "MAX_JSON_DEPTH", None) == MAX_JSON_DEPTH
+    ok: Any = []
+    for _ in range(MAX_JSON_DEPTH - 1):
+        ok = [ok]
+    assert loads_json(dumps_json(ok, "x")) == ok
+    deep = [ok]
+    with pytest.raises(SerializationError, match=f"deeper than {MAX_JSON_DEPTH}") as info:
+        dumps_json(deep, "metadata")
+    assert "metadata" in str(info.value)
+    with pytest.raises(SerializationError, match="deeper"):
+        loads_json("[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1), "event data")
+    very: Any = []
+    for _ in range(100_000):
+        very = [very]
+    with pytest.raises(SerializationError, match="deeper"):
+        dumps_json(very, "metadata")
+
+
+def test_deep_metadata_is_refused_at_put_changing_nothing(open_store: Any, db_path: str) -> None:
+    store = open_store()
+    _fill(store)
+    conn = sqlite3.connect(db_path)
+    before = conn.execute("SELECT count(*) FROM checkpoints").fetchone()
+    deep: Any = {}
+    for _ in range(MAX_JSON_DEPTH + 5):
+        deep = {"d": deep}
+    with pytest.raises(SerializationError, match="metadata"):
+        store.put(plain_config("u"), values_checkpoint(), {"source": "input", "deep": deep}, {})
+    assert conn.execute("SELECT count(*) FROM checkpoints").fetchone() == before
+    conn.close()
