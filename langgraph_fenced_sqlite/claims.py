@@ -65,7 +65,9 @@ class ThreadRow:
     """A thread's next event seq, floor and claim, read inside a transaction.
 
     `next_seq` is also the position of the commit being made: every commit
-    appends at least one event, and takes its first event's seq.
+    appends at least one event, and takes its first event's seq. `run_id` is
+    the run the claim was granted for (`begin_run`), and `incarnation` counts
+    the thread's lives: `delete_thread` raises it (CONTRACT §4).
     """
 
     next_seq: int
@@ -73,6 +75,8 @@ class ThreadRow:
     holder: str | None
     token: int | None
     expires_at: float | None
+    run_id: str | None = None
+    incarnation: int = 1
 
     def live(self, now: float) -> bool:
         """Whether a claim exists and `now < expires_at`."""
@@ -161,8 +165,13 @@ def grant(
     *,
     now: float,
     force: bool,
+    run_id: str | None = None,
 ) -> Claim:
     """Grant a claim with a new token; unless `force`, only if none is live.
+
+    Args:
+        run_id: The run the claim is for, recorded on the claim (None for a
+            plain claim or takeover; a replaced claim's run id goes with it).
 
     Raises:
         ThreadBusy: a live claim exists and `force` is false (nothing changes).
@@ -172,7 +181,7 @@ def grant(
         raise ThreadBusy(thread_id, row.holder, _latest(conn, thread_id))
     token = conn.execute(schema.NEXT_TOKEN).fetchone()[0]
     expires_at = now + ttl
-    conn.execute(schema.SET_CLAIM, (holder, token, expires_at, now, thread_id))
+    conn.execute(schema.SET_CLAIM, (holder, token, expires_at, now, run_id, thread_id))
     return Claim(thread_id, holder, token, expires_at)
 
 

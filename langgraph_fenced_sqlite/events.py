@@ -38,6 +38,8 @@ class Event:
         checkpoint_id: The checkpoint it concerns, if any.
         token: The fencing token of the write, if fenced.
         ts: Store-clock seconds since the epoch at commit.
+        incarnation: The thread's incarnation (1, then one more after each
+            `delete_thread`); `(incarnation, seq)` is a reader's position.
     """
 
     thread_id: str
@@ -48,6 +50,7 @@ class Event:
     checkpoint_id: str | None = None
     token: int | None = None
     ts: float = 0.0
+    incarnation: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         """Return the event as a JSON-ready dict."""
@@ -60,6 +63,7 @@ class Event:
             "checkpoint_id": self.checkpoint_id,
             "token": self.token,
             "ts": self.ts,
+            "incarnation": self.incarnation,
         }
 
 
@@ -135,27 +139,59 @@ def append(
     return seqs
 
 
-def read_after(conn: sqlite3.Connection, thread_id: str, after_seq: int, limit: int) -> list[Event]:
+def read_after(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    after_seq: int,
+    limit: int,
+    incarnation: int | None = None,
+) -> list[Event]:
     """Return up to `limit` events with `seq > after_seq`, ascending.
 
+    A position is `(incarnation, after_seq)`. A bare seq (`incarnation=None`)
+    is a position in incarnation 1, the only one until a `delete_thread`;
+    `after_seq=0` without an incarnation reads the current one from its start.
+
     Raises:
-        ReplayUnavailable: `after_seq + 1` is below the thread's floor.
+        ReplayUnavailable: `after_seq + 1` is below the thread's floor, or the
+            position is of another incarnation than the thread's (its
+            `incarnation` field names the current one: resume from 0 there).
     """
-    floor_row = conn.execute(schema.GET_FLOOR, (thread_id,)).fetchone()
-    if floor_row is None:
+    bounds = conn.execute(schema.GET_REPLAY_BOUNDS, (thread_id,)).fetchone()
+    if bounds is None:
         return []
-    floor = floor_row[0]
+    floor, current = bounds
+    wanted = incarnation if incarnation is not None else (1 if after_seq > 0 else current)
+    if wanted != current:
+        raise ReplayUnavailable(
+            thread_id,
+            floor,
+            current,
+            message=(
+                f"thread {thread_id!r} is in incarnation {current} (it was deleted and "
+                f"re-created); a position in incarnation {wanted} cannot be resumed: "
+                f"read again from seq 0 with incarnation={current}"
+            ),
+        )
     if after_seq + 1 < floor:
-        raise ReplayUnavailable(thread_id, floor)
+        raise ReplayUnavailable(thread_id, floor, current)
     rows = conn.execute(schema.EVENTS_AFTER, (thread_id, after_seq, limit)).fetchall()
+    # Every stored event is of the current incarnation: `delete_thread`
+    # removes the old one's in the transaction that raises the number.
     return [
-        Event(thread_id, seq, kind, loads_json(data), ns, cid, token, ts)
+        Event(thread_id, seq, kind, loads_json(data), ns, cid, token, ts, current)
         for seq, kind, ns, cid, data, token, ts in rows
     ]
 
 
-def raise_floor(conn: sqlite3.Connection, thread_id: str, before_seq: int) -> int:
+def raise_floor(
+    conn: sqlite3.Connection, thread_id: str, before_seq: int, *, incarnation: int | None = None
+) -> int:
     """Raise the floor to `min(before_seq, next_seq)` and drop events below it.
+
+    Args:
+        incarnation: The incarnation `before_seq` is a seq of; if the thread
+            is in another one, nothing changes (None: the current one).
 
     Returns:
         The floor afterwards (never lower than before).
@@ -164,6 +200,12 @@ def raise_floor(conn: sqlite3.Connection, thread_id: str, before_seq: int) -> in
     if row is None:
         return 1
     floor, next_seq = row
+    if incarnation is not None:
+        (current,) = conn.execute(schema.GET_REPLAY_BOUNDS, (thread_id,)).fetchone()[1:]
+        if current != incarnation:
+            # Every event of that incarnation is gone already; the seq says
+            # nothing about the current one's, which its reader has not seen.
+            return int(floor)
     target = min(before_seq, next_seq)
     if target > floor:
         conn.execute(schema.SET_FLOOR, (target, thread_id, target))
@@ -194,13 +236,15 @@ class EventPoller:
         """Close the poller's connection."""
         self._conn.close()
 
-    def _poll(self, thread_id: str, after_seq: int, limit: int) -> list[Event]:
+    def _poll(
+        self, thread_id: str, after_seq: int, limit: int, incarnation: int | None = None
+    ) -> list[Event]:
         current = self._conn.execute(schema.GET_DATA_VERSION).fetchone()[0]
         if current == self._version:
             return []
         self._conn.execute("BEGIN")
         try:
-            events = read_after(self._conn, thread_id, after_seq, limit)
+            events = read_after(self._conn, thread_id, after_seq, limit, incarnation)
         finally:
             self._conn.execute("COMMIT")
         # Only remember the version once nothing was found: a caller asking
@@ -216,6 +260,7 @@ class EventPoller:
         limit: int,
         timeout: float,
         stop: threading.Event | None = None,
+        incarnation: int | None = None,
     ) -> list[Event]:
         """Return events after `after_seq`, waiting up to `timeout` for some.
 
@@ -224,7 +269,7 @@ class EventPoller:
         deadline = time.monotonic() + timeout
         self._version = None
         while True:
-            events = self._poll(thread_id, after_seq, limit)
+            events = self._poll(thread_id, after_seq, limit, incarnation)
             if events:
                 return events
             remaining = deadline - time.monotonic()
@@ -244,6 +289,7 @@ class EventPoller:
         limit: int,
         timeout: float,
         stop: asyncio.Event | None = None,
+        incarnation: int | None = None,
     ) -> list[Event]:
         """Async twin of `wait`; cancelling the awaiting task ends it at once.
 
@@ -258,7 +304,7 @@ class EventPoller:
             # A data_version probe and an indexed read take microseconds and
             # do not wait for writers (WAL readers never block), so they run
             # on the loop rather than paying a thread hop per poll.
-            events = self._poll(thread_id, after_seq, limit)
+            events = self._poll(thread_id, after_seq, limit, incarnation)
             if events:
                 return events
             remaining = deadline - time.monotonic()

@@ -63,13 +63,19 @@ def begin_run_txn(
             take over; nothing changes.
     """
     before = claims.read_thread(conn, thread_id)
-    claim = claims.grant(conn, thread_id, holder, ttl, now=now, force=strategy in _TAKE_OVER)
+    claim = claims.grant(
+        conn, thread_id, holder, ttl, now=now, force=strategy in _TAKE_OVER, run_id=run_id
+    )
     new: list[events.NewEvent] = []
     if before is not None and before.token is not None:
         # A claim existed (live, or expired and left by a crashed holder): its
         # holder is fenced off from now on. Log that from this side, since
         # the superseded run can no longer write anything.
-        old_run = superseded_run_id(conn, thread_id, before.token)
+        old_run = before.run_id
+        if old_run is None:
+            # A claim granted before the claim row recorded its run (schema
+            # 1 files): its `run_started` event, if compaction left it.
+            old_run = superseded_run_id(conn, thread_id, before.token)
         info: dict[str, Any] = {
             "run_id": old_run,
             "token": before.token,

@@ -2,6 +2,8 @@
 
 Invariant: a watch resumes each wait from the last seq it delivered, so a
 subscriber sees every event once with no gap, or gets `ReplayUnavailable`.
+It remembers the incarnation of the first event it delivers, so a thread
+deleted and re-created under it is `ReplayUnavailable`, never a silent gap.
 """
 
 from __future__ import annotations
@@ -21,11 +23,20 @@ _WAIT_SLICE = 5.0
 class EventWatch(Iterator[Event]):
     """A blocking iterator over a thread's events; `close()` ends it promptly."""
 
-    def __init__(self, poller: EventPoller, thread_id: str, after_seq: int, batch: int) -> None:
+    def __init__(
+        self,
+        poller: EventPoller,
+        thread_id: str,
+        after_seq: int,
+        batch: int,
+        incarnation: int | None = None,
+    ) -> None:
         self._poller = poller
         self.thread_id = thread_id
         self.last_seq = after_seq
         """The seq of the last event delivered."""
+        self.incarnation = incarnation
+        """The incarnation of the events delivered (None until the first)."""
         self._batch = batch
         self._buffer: list[Event] = []
         self._stop = threading.Event()
@@ -52,6 +63,7 @@ class EventWatch(Iterator[Event]):
                     limit=self._batch,
                     timeout=_WAIT_SLICE,
                     stop=self._stop,
+                    incarnation=self.incarnation,
                 )
         finally:
             with self._lock:
@@ -59,7 +71,7 @@ class EventWatch(Iterator[Event]):
                 if self._stop.is_set():
                     self._finish()
         event = self._buffer.pop(0)
-        self.last_seq = event.seq
+        self.last_seq, self.incarnation = event.seq, event.incarnation
         return event
 
     def close(self) -> None:
@@ -88,11 +100,20 @@ class EventWatch(Iterator[Event]):
 class AsyncEventWatch(AsyncIterator[Event]):
     """An async iterator over a thread's events; cancel the task or `aclose()` it."""
 
-    def __init__(self, poller: EventPoller, thread_id: str, after_seq: int, batch: int) -> None:
+    def __init__(
+        self,
+        poller: EventPoller,
+        thread_id: str,
+        after_seq: int,
+        batch: int,
+        incarnation: int | None = None,
+    ) -> None:
         self._poller = poller
         self.thread_id = thread_id
         self.last_seq = after_seq
         """The seq of the last event delivered."""
+        self.incarnation = incarnation
+        """The incarnation of the events delivered (None until the first)."""
         self._batch = batch
         self._buffer: list[Event] = []
         self._closed = False
@@ -118,13 +139,14 @@ class AsyncEventWatch(AsyncIterator[Event]):
                     limit=self._batch,
                     timeout=_WAIT_SLICE,
                     stop=self._stop,
+                    incarnation=self.incarnation,
                 )
         finally:
             self._iterating = False
             if self._closed:
                 self._finish()
         event = self._buffer.pop(0)
-        self.last_seq = event.seq
+        self.last_seq, self.incarnation = event.seq, event.incarnation
         return event
 
     async def aclose(self) -> None:
