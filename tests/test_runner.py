@@ -542,6 +542,22 @@ def test_a_plain_claim_after_a_run_carries_no_run_id(
     assert runs.count("t1") == before
 
 
+def test_taking_over_a_re_created_thread_works(
+    runner: FencedRunner, store: FencedSqliteSaver
+) -> None:
+    """Superseding a plain claim in a later incarnation of a thread reads that incarnation."""
+    runner.invoke(inp("t1"), cfg(run_id="t1"))
+    store.delete_thread("t")
+    runner.invoke(inp("t2"), cfg(run_id="t2"))
+    manual = store.claim("t", "manual", 30)
+    # More events than one page of the scan for the superseded run's id.
+    store.append_events("t", manual.token, [("note", {})] * 100)
+    result = runner.invoke(inp("t3"), cfg(run_id="t3"), strategy="rollback")
+    assert result["log"][-3:] == ["t3:first", "t3:slow", "t3:last"]
+    superseded = next(e for e in all_events(store) if e.kind == "run_superseded")
+    assert superseded.data["run_id"] is None and superseded.incarnation == 2
+
+
 def test_rollback_of_a_foreign_claim_retracts_nothing(
     runner: FencedRunner, store: FencedSqliteSaver
 ) -> None:
