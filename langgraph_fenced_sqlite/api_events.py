@@ -27,11 +27,18 @@ if TYPE_CHECKING:
 __all__ = ["EventsAPI"]
 
 
-def _position(after_seq: int | Event, incarnation: int | None) -> tuple[int, int | None]:
+def _position(
+    thread_id: str, after_seq: int | Event, incarnation: int | None
+) -> tuple[int, int | None]:
     """Return `(seq, incarnation)` of a reader's position; bad input names the argument."""
     if incarnation is not None:
         check_int(incarnation, "incarnation", minimum=1)
     if isinstance(after_seq, Event):
+        if after_seq.thread_id != thread_id:
+            raise bad_argument(
+                "after_seq",
+                f"an event of thread {after_seq.thread_id!r} is no position in {thread_id!r}",
+            )
         if incarnation is not None and incarnation != after_seq.incarnation:
             raise bad_argument(
                 "incarnation",
@@ -98,7 +105,7 @@ class EventsAPI:
                 error's `incarnation` is the current one: read it from 0).
         """
         check_name(thread_id, "thread_id")
-        seq, inc = _position(after_seq, incarnation)
+        seq, inc = _position(thread_id, after_seq, incarnation)
         check_int(limit, "limit", minimum=1)
         return self._engine.read(
             "events_after", lambda c: events.read_after(c, thread_id, seq, limit, inc)
@@ -173,7 +180,7 @@ class EventsAPI:
         incarnation: int | None,
     ) -> tuple[int, int | None]:
         check_name(thread_id, "thread_id")
-        position = _position(after_seq, incarnation)
+        position = _position(thread_id, after_seq, incarnation)
         check_int(limit, "limit", minimum=1)
         to_seconds(timeout, "timeout")
         self._engine.run("wait_events", lambda c: None)  # closed/forked stores fail here

@@ -149,5 +149,10 @@ def delete_unclaimed_txn(
     Raises:
         ThreadBusy: the thread has a live claim; nothing is deleted.
     """
+    existed = claims.read_thread(conn, thread_id) is not None
     claims.grant(conn, thread_id, holder, ttl, now=now, force=False)
     retention.delete_thread_txn(conn, thread_id)
+    if not existed:
+        # The claim created the row; a thread that never existed has no
+        # reader to warn, so it leaves no tombstone behind.
+        conn.execute(schema.DELETE_THREAD_ROW, (thread_id,))

@@ -182,6 +182,8 @@ LIST_CLAIMS = (
     "WHERE token IS NOT NULL ORDER BY thread_id"
 )
 SET_FLOOR = "UPDATE threads SET floor = ? WHERE thread_id = ? AND floor < ?"
+# Only for a row made in the same transaction (a thread that never existed).
+DELETE_THREAD_ROW = "DELETE FROM threads WHERE thread_id = ?"
 # A thread row that is more than a tombstone: in its first incarnation, or
 # claimed, compacted, or holding events or checkpoints. Every commit appends
 # an event, so a re-created thread shows up at its first commit.

@@ -336,6 +336,11 @@ def test_compact_events_of_an_old_incarnation_changes_nothing(store: FencedSqlit
     assert store.compact_events("t", 3, incarnation=2) == 3
     with pytest.raises(ValueError, match="incarnation"):
         store.events_after("t", 0, incarnation=0)
+    (first,) = store.events_after("t", 2, 1)
+    with pytest.raises(ValueError, match="incarnation"):
+        store.events_after("t", first, incarnation=1)  # the event says 2
+    with pytest.raises(ValueError, match="after_seq"):
+        store.events_after("u", first)  # another thread's event
 
 
 def test_token_key_in_config_fences_puts(store: FencedSqliteSaver) -> None:

@@ -634,6 +634,19 @@ def test_delete_thread_refuses_a_live_run(
     assert all_events(store)[0].seq == 1
 
 
+def test_deleting_a_thread_that_never_existed_leaves_no_row(
+    runner: FencedRunner, store: FencedSqliteSaver
+) -> None:
+    """The runner's delete of an unknown id claims it, and leaves nothing behind."""
+    runner.delete_thread("never-there")
+    con = sqlite3.connect(store.path)
+    try:
+        assert con.execute("SELECT count(*) FROM threads").fetchone() == (0,)
+    finally:
+        con.close()
+    assert store.events_after("never-there", 5) == []
+
+
 # --- the benchmark cannot rot ------------------------------------------------------------
 
 
