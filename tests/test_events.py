@@ -336,7 +336,7 @@ def test_compact_events_of_an_old_incarnation_changes_nothing(store: FencedSqlit
     assert store.compact_events("t", 3, incarnation=2) == 3
     with pytest.raises(ValueError, match="incarnation"):
         store.events_after("t", 0, incarnation=0)
-    (first,) = store.events_after("t", 2, 1)
+    (first,) = store.events_after("t", 2, 1, incarnation=2)
     with pytest.raises(ValueError, match="incarnation"):
         store.events_after("t", first, incarnation=1)  # the event says 2
     with pytest.raises(ValueError, match="after_seq"):
