@@ -298,15 +298,14 @@ def delete_all_checkpoints_txn(
         return PruneResult(thread_id)
     removed = [(n.ns, n.cid) for n in _skeleton(conn, thread_id)]
     writes = conn.execute(schema.THREAD_WRITE_COUNT, (thread_id,)).fetchone()[0]
-    if not removed and not writes:
-        return PruneResult(thread_id, [], row.floor)
     conn.execute(schema.DELETE_THREAD_CHECKPOINTS, (thread_id,))
     conn.execute(schema.DELETE_THREAD_WRITES, (thread_id,))
     floor = events.raise_floor(conn, thread_id, row.next_seq)
-    data = {"strategy": "delete", "checkpoints": [list(k) for k in removed], "writes": writes}
-    # The floor is now next_seq, and no event is left: the thread row read
-    # above still gives the next seq.
-    events.append(conn, thread_id, row, [events.NewEvent("pruned", data)], token=token, now=now)
+    if removed or writes or floor > row.floor:
+        data = {"strategy": "delete", "checkpoints": [list(k) for k in removed], "writes": writes}
+        # The floor is now next_seq and no event is left, so the thread row
+        # read above still gives the next seq.
+        events.append(conn, thread_id, row, [events.NewEvent("pruned", data)], token=token, now=now)
     return PruneResult(thread_id, removed, floor, floor - row.floor)
 
 

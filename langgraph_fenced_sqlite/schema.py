@@ -259,9 +259,6 @@ DELETE_CHECKPOINT = (
     "DELETE FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
 )
 DELETE_THREAD_CHECKPOINTS = "DELETE FROM checkpoints WHERE thread_id = ?"
-CHECKPOINTS_OF_RUN = (
-    "SELECT thread_id, checkpoint_ns, checkpoint_id FROM checkpoints WHERE run_id = ?"
-)
 # Every thread holding a checkpoint or a write of a run (both indexed by run).
 THREADS_OF_RUN = (
     "SELECT thread_id FROM checkpoints WHERE run_id = ? "
@@ -334,7 +331,6 @@ DELETE_WRITES_OF_CHECKPOINT = (
 )
 DELETE_THREAD_WRITES = "DELETE FROM writes WHERE thread_id = ?"
 DELETE_WRITES_OF_RUN = "DELETE FROM writes WHERE thread_id = ? AND run_id = ?"
-DELETE_WRITES_OF_RUN_ANY_THREAD = "DELETE FROM writes WHERE run_id = ?"
 DELETE_WRITES_FROM_POSITION = "DELETE FROM writes WHERE thread_id = ? AND position >= ?"
 # Orphan writes: their checkpoint is not stored, and they were committed
 # before the latest checkpoint of their namespace. LangGraph sends a step's

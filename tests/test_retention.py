@@ -873,3 +873,17 @@ def test_prune_keeps_the_pending_writes_a_resume_needs(store: FencedSqliteSaver)
         store.prune([config["configurable"]["thread_id"]])
         out = graph.invoke(Command(resume="because"), config, durability=durability)
         assert out["log"] == ["start", "a", "b", "because"]
+
+
+def test_prune_delete_of_a_thread_with_only_events_drops_them(store: FencedSqliteSaver) -> None:
+    """strategy='delete' on a thread with events but no checkpoints still empties its log."""
+    claim = store.claim("t", "w", 60)
+    store.append_events("t", claim.token, [("note", {})] * 3)
+    (result,) = store.prune(["t"], strategy="delete", token=claim.token)
+    assert (result.checkpoints, result.floor, result.events_removed) == ([], 4, 3)
+    (pruned,) = store.events_after("t", 3, 10)
+    assert (pruned.seq, pruned.kind, pruned.data) == (
+        4,
+        "pruned",
+        {"strategy": "delete", "checkpoints": [], "writes": 0},
+    )
