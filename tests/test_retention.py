@@ -875,6 +875,59 @@ def test_prune_keeps_the_pending_writes_a_resume_needs(store: FencedSqliteSaver)
         assert out["log"] == ["start", "a", "b", "because"]
 
 
+def test_concurrent_prunes_never_take_an_in_flight_steps_writes(store: FencedSqliteSaver) -> None:
+    """Prunes racing real async-durability runs keep every write a resume needs."""
+    import threading
+
+    calls = {"a": 0}
+    failing = {"b": True}
+
+    def a(state: Branches) -> dict[str, Any]:
+        calls["a"] += 1
+        return {"log": ["a"]}
+
+    def b(state: Branches) -> dict[str, Any]:
+        if failing["b"]:
+            raise RuntimeError("b fails")
+        return {"log": ["b"]}
+
+    g = StateGraph(Branches)
+    g.add_node("a", a)
+    g.add_node("b", b)
+    g.add_edge(START, "a")
+    g.add_edge(START, "b")
+    g.add_edge("a", END)
+    g.add_edge("b", END)
+    graph = g.compile(checkpointer=store)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def pruner() -> None:
+        while not stop.is_set():
+            try:
+                store.prune([f"t{i}" for i in range(10)])
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+                return
+
+    th = threading.Thread(target=pruner)
+    th.start()
+    try:
+        for i in range(10):
+            config: Any = {"configurable": {"thread_id": f"t{i}"}}
+            calls["a"], failing["b"] = 0, True
+            with pytest.raises(RuntimeError):
+                graph.invoke({"log": [str(i)]}, config, durability="async")
+            failing["b"] = False
+            out = graph.invoke(None, config, durability="async")
+            assert calls["a"] == 1, f"run {i}: a ran again, its pending write was pruned"
+            assert sorted(out["log"]) == sorted([str(i), "a", "b"])
+    finally:
+        stop.set()
+        th.join(60)
+    assert not errors
+
+
 def test_prune_delete_of_a_thread_with_only_events_drops_them(store: FencedSqliteSaver) -> None:
     """strategy='delete' on a thread with events but no checkpoints still empties its log."""
     claim = store.claim("t", "w", 60)
