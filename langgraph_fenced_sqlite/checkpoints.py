@@ -211,12 +211,16 @@ def put_writes_txn(
     """Store pending writes and their one event; return how many rows changed.
 
     Regular writes are first-writer-wins per `(task_id, idx)`; special
-    channels are last-writer-wins among writers whose token is not older.
+    channels are last-writer-wins among writers whose token is not older,
+    and an unfenced write the fence accepted (no live claim) always wins.
     """
     row = claims.check_fence(conn, thread_id, token, now=now, require_claim=require_claim)
     position = row.next_seq
     changed = 0
-    unowned = row.token is None
+    # An unfenced write got past the fence only if no claim is live (none,
+    # released, or expired unreplaced): it then replaces special-channel
+    # writes whatever token they carry, or it would be accepted and dropped.
+    unfenced = token is None
     for w in writes:
         params = (
             thread_id,
@@ -234,7 +238,7 @@ def put_writes_txn(
             w.checksum,
         )
         if w.special:
-            changed += conn.execute(schema.UPSERT_WRITE_LAST_WINS, (*params, unowned)).rowcount
+            changed += conn.execute(schema.UPSERT_WRITE_LAST_WINS, (*params, unfenced)).rowcount
         else:
             changed += conn.execute(schema.INSERT_WRITE_FIRST_WINS, params).rowcount
     if changed:

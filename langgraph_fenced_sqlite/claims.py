@@ -65,7 +65,9 @@ class ThreadRow:
     """A thread's next event seq, floor and claim, read inside a transaction.
 
     `next_seq` is also the position of the commit being made: every commit
-    appends at least one event, and takes its first event's seq.
+    appends at least one event, and takes its first event's seq. `run_id` is
+    the run the claim was granted for (`begin_run`), and `incarnation` counts
+    the thread's lives: `delete_thread` raises it (CONTRACT §4).
     """
 
     next_seq: int
@@ -73,6 +75,8 @@ class ThreadRow:
     holder: str | None
     token: int | None
     expires_at: float | None
+    run_id: str | None = None
+    incarnation: int = 1
 
     def live(self, now: float) -> bool:
         """Whether a claim exists and `now < expires_at`."""
@@ -104,7 +108,7 @@ def read_thread(conn: sqlite3.Connection, thread_id: str) -> ThreadRow | None:
     row = conn.execute(schema.GET_THREAD, (thread_id,)).fetchone()
     if row is None:
         return None
-    next_seq, floor, holder, token, expires_at = row
+    next_seq, floor, holder, token, expires_at, run_id, incarnation = row
     # Checked here, once, because every fence and claim decision compares
     # these cells: text where a number belongs would raise TypeError from a
     # comparison, or silently never match.
@@ -115,6 +119,8 @@ def read_thread(conn: sqlite3.Connection, thread_id: str) -> ThreadRow | None:
         _text_cell(thread_id, "holder", holder),
         _int_cell(thread_id, "token", token, nullable=True),
         _number_cell(thread_id, "expires_at", expires_at),
+        _text_cell(thread_id, "run_id", run_id),
+        _int_cell(thread_id, "incarnation", incarnation),
     )
 
 
@@ -220,8 +226,13 @@ def grant(
     *,
     now: float,
     force: bool,
+    run_id: str | None = None,
 ) -> Claim:
     """Grant a claim with a new token; unless `force`, only if none is live.
+
+    Args:
+        run_id: The run the claim is for, recorded on the claim (None for a
+            plain claim or takeover; a replaced claim's run id goes with it).
 
     Raises:
         ThreadBusy: a live claim exists and `force` is false (nothing changes).
@@ -243,7 +254,7 @@ def grant(
         )
     token = issued[0]
     expires_at = now + ttl
-    conn.execute(schema.SET_CLAIM, (holder, token, expires_at, now, thread_id))
+    conn.execute(schema.SET_CLAIM, (holder, token, expires_at, now, run_id, thread_id))
     return Claim(thread_id, holder, token, expires_at)
 
 

@@ -220,18 +220,25 @@ class CheckpointNotFound(FencedSqliteError, LookupError):
 class ReplayUnavailable(FencedSqliteError):
     """Raise when events below a thread's replay floor are asked for.
 
+    Also raised for a position of another incarnation than the thread's
+    (`delete_thread` re-created it and numbering restarted at 1).
+
     Attributes:
         thread_id: The thread read.
         floor: The lowest seq still stored; resume from `floor - 1` or later.
+        incarnation: The thread's current incarnation: resume with it.
     """
 
     code = "replay_unavailable"
-    _fields: ClassVar[tuple[str, ...]] = ("thread_id", "floor")
+    _fields: ClassVar[tuple[str, ...]] = ("thread_id", "floor", "incarnation")
     thread_id: str
     floor: int
+    incarnation: int
 
-    def __init__(self, thread_id: str, floor: int, *, message: str | None = None) -> None:
-        super().__init__(thread_id, floor, message=message)
+    def __init__(
+        self, thread_id: str, floor: int, incarnation: int = 1, *, message: str | None = None
+    ) -> None:
+        super().__init__(thread_id, floor, incarnation, message=message)
 
     def _default_message(self) -> str:
         return f"events of thread {self.thread_id!r} before seq {self.floor} were compacted away"

@@ -39,6 +39,8 @@ class Event:
         checkpoint_id: The checkpoint it concerns, if any.
         token: The fencing token of the write, if fenced.
         ts: Store-clock seconds since the epoch at commit.
+        incarnation: The thread's incarnation (1, then one more after each
+            `delete_thread`); `(incarnation, seq)` is a reader's position.
     """
 
     thread_id: str
@@ -49,6 +51,7 @@ class Event:
     checkpoint_id: str | None = None
     token: int | None = None
     ts: float = 0.0
+    incarnation: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         """Return the event as a JSON-ready dict."""
@@ -61,6 +64,7 @@ class Event:
             "checkpoint_id": self.checkpoint_id,
             "token": self.token,
             "ts": self.ts,
+            "incarnation": self.incarnation,
         }
 
 
@@ -138,26 +142,52 @@ def append(
     return seqs
 
 
-def read_after(conn: sqlite3.Connection, thread_id: str, after_seq: int, limit: int) -> list[Event]:
+def read_after(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    after_seq: int,
+    limit: int,
+    incarnation: int | None = None,
+) -> list[Event]:
     """Return up to `limit` events with `seq > after_seq`, ascending.
 
+    A position is `(incarnation, after_seq)`. A bare seq (`incarnation=None`)
+    is a position in incarnation 1, the only one until a `delete_thread`;
+    `after_seq=0` without an incarnation reads the current one from its start.
+
     Raises:
-        ReplayUnavailable: `after_seq + 1` is below the thread's floor.
+        ReplayUnavailable: `after_seq + 1` is below the thread's floor, or the
+            position is of another incarnation than the thread's (its
+            `incarnation` field names the current one: resume from 0 there).
         UndecodableRow: an event row is damaged (its checksum does not hold,
             or a cell has the wrong type or shape); `checkpoint_id` is None
             and the message names the seq.
     """
-    floor_row = conn.execute(schema.GET_FLOOR, (thread_id,)).fetchone()
-    if floor_row is None:
+    bounds = conn.execute(schema.GET_REPLAY_BOUNDS, (thread_id,)).fetchone()
+    if bounds is None:
         return []
-    floor = _floor_of(thread_id, floor_row)[0]
+    floor, current = _floor_of(thread_id, bounds)
+    wanted = incarnation if incarnation is not None else (1 if after_seq > 0 else current)
+    if wanted != current:
+        raise ReplayUnavailable(
+            thread_id,
+            floor,
+            current,
+            message=(
+                f"thread {thread_id!r} is in incarnation {current} (it was deleted and "
+                f"re-created); a position in incarnation {wanted} cannot be resumed: "
+                f"read again from seq 0 with incarnation={current}"
+            ),
+        )
     if after_seq + 1 < floor:
-        raise ReplayUnavailable(thread_id, floor)
+        raise ReplayUnavailable(thread_id, floor, current)
     rows = conn.execute(schema.EVENTS_AFTER, (thread_id, after_seq, limit)).fetchall()
-    return [decode_event(thread_id, row) for row in rows]
+    # Every stored event is of the current incarnation: `delete_thread`
+    # removes the old one's in the transaction that raises the number.
+    return [decode_event(thread_id, row, current) for row in rows]
 
 
-def decode_event(thread_id: str, row: tuple[Any, ...]) -> Event:
+def decode_event(thread_id: str, row: tuple[Any, ...], incarnation: int = 1) -> Event:
     """Rebuild an `Event` from an `EVENTS_AFTER` row, checking its checksum first.
 
     Raises:
@@ -197,11 +227,12 @@ def decode_event(thread_id: str, row: tuple[Any, ...]) -> Event:
         raise bad(str(exc)) from exc
     if not isinstance(decoded, dict):
         raise bad(f"data is JSON {type(decoded).__name__}, expected an object")
-    return Event(thread_id, seq, kind, decoded, ns, cid, token, float(ts))
+    return Event(thread_id, seq, kind, decoded, ns, cid, token, float(ts), incarnation)
 
 
 def _floor_of(thread_id: str, row: tuple[Any, ...]) -> tuple[int, int]:
-    # GET_FLOOR's (floor, next_seq); text there would break the arithmetic.
+    # GET_FLOOR's (floor, next_seq), GET_REPLAY_BOUNDS' (floor, incarnation):
+    # text there would break the arithmetic.
     floor, next_seq = row
     if type(floor) is not int or type(next_seq) is not int:
         reason = f"threads.floor holds {type(floor).__name__} {floor!r:.40}, expected an integer"
@@ -211,8 +242,14 @@ def _floor_of(thread_id: str, row: tuple[Any, ...]) -> tuple[int, int]:
     return floor, next_seq
 
 
-def raise_floor(conn: sqlite3.Connection, thread_id: str, before_seq: int) -> int:
+def raise_floor(
+    conn: sqlite3.Connection, thread_id: str, before_seq: int, *, incarnation: int | None = None
+) -> int:
     """Raise the floor to `min(before_seq, next_seq)` and drop events below it.
+
+    Args:
+        incarnation: The incarnation `before_seq` is a seq of; if the thread
+            is in another one, nothing changes (None: the current one).
 
     Returns:
         The floor afterwards (never lower than before).
@@ -221,6 +258,14 @@ def raise_floor(conn: sqlite3.Connection, thread_id: str, before_seq: int) -> in
     if row is None:
         return 1
     floor, next_seq = _floor_of(thread_id, row)
+    if incarnation is not None:
+        current = _floor_of(
+            thread_id, conn.execute(schema.GET_REPLAY_BOUNDS, (thread_id,)).fetchone()
+        )[1]
+        if current != incarnation:
+            # Every event of that incarnation is gone already; the seq says
+            # nothing about the current one's, which its reader has not seen.
+            return floor
     target = min(before_seq, next_seq)
     if target > floor:
         conn.execute(schema.SET_FLOOR, (target, thread_id, target))
@@ -288,7 +333,9 @@ class EventPoller:
             finally:
                 self._lock.release()
 
-    def _poll(self, thread_id: str, after_seq: int, limit: int) -> list[Event] | None:
+    def _poll(
+        self, thread_id: str, after_seq: int, limit: int, incarnation: int | None = None
+    ) -> list[Event] | None:
         """Return new events ([] if none), or None once the poller is closed.
 
         Raises:
@@ -306,7 +353,7 @@ class EventPoller:
                         self._conn = connect(self.path, self._busy_timeout, readonly=True)
                         if self.trace is not None:
                             self._conn.set_trace_callback(self.trace)
-                    return self._read(thread_id, after_seq, limit)
+                    return self._read(thread_id, after_seq, limit, incarnation)
                 except sqlite3.Error as exc:
                     raise translate("wait_events", self.path, exc) from exc
         finally:
@@ -317,7 +364,9 @@ class EventPoller:
         self._version = None
         self._release_after_poll = False
 
-    def _read(self, thread_id: str, after_seq: int, limit: int) -> list[Event]:
+    def _read(
+        self, thread_id: str, after_seq: int, limit: int, incarnation: int | None
+    ) -> list[Event]:
         conn = self._conn
         assert conn is not None
         current = conn.execute(schema.GET_DATA_VERSION).fetchone()[0]
@@ -325,7 +374,7 @@ class EventPoller:
             return []
         conn.execute("BEGIN")
         try:
-            events = read_after(conn, thread_id, after_seq, limit)
+            events = read_after(conn, thread_id, after_seq, limit, incarnation)
         finally:
             conn.execute("COMMIT")
         # Only remember the version once nothing was found: a caller asking
@@ -341,6 +390,7 @@ class EventPoller:
         limit: int,
         timeout: float,
         stop: threading.Event | None = None,
+        incarnation: int | None = None,
     ) -> list[Event]:
         """Return events after `after_seq`, waiting up to `timeout` for some.
 
@@ -350,7 +400,7 @@ class EventPoller:
         self._begin_wait()
         try:
             while True:
-                events = self._poll(thread_id, after_seq, limit)
+                events = self._poll(thread_id, after_seq, limit, incarnation)
                 if events is None:
                     return []
                 if events:
@@ -371,6 +421,7 @@ class EventPoller:
         limit: int,
         timeout: float,
         stop: asyncio.Event | None = None,
+        incarnation: int | None = None,
     ) -> list[Event]:
         """Async twin of `wait`; cancelling the awaiting task ends it at once.
 
@@ -384,7 +435,9 @@ class EventPoller:
             while True:
                 if self._closed or (stop is not None and stop.is_set()):
                     return []
-                events = await asyncio.to_thread(self._poll, thread_id, after_seq, limit)
+                events = await asyncio.to_thread(
+                    self._poll, thread_id, after_seq, limit, incarnation
+                )
                 if events is None:
                     return []
                 if events:

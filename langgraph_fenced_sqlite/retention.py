@@ -5,6 +5,10 @@ the engine opened. Pruning keeps the latest checkpoint of every namespace and
 every ancestor a kept checkpoint still needs (the parent chain back to a delta
 snapshot), and moves the replay floor only up. Retraction is fenced and
 removes one run's checkpoints and writes, nothing committed before it began.
+Whatever removes or replaces a thread's whole history or a run's
+(`delete_for_runs`, `prune(strategy="delete")`, `copy_thread`) is fenced like
+a write (`claims.check_fence`, on every thread it touches, before anything
+changes) and logs an event naming what it did on each thread.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 
 from . import checkpoints, claims, events, schema
 from .clock import to_seconds
-from .errors import bad_argument
+from .errors import CheckpointConflict, bad_argument
 
 __all__ = ["PruneResult", "RetentionPolicy", "Retraction"]
 
@@ -65,12 +69,16 @@ class PruneResult:
         checkpoints: `(checkpoint_ns, checkpoint_id)` of removed checkpoints.
         floor: The replay floor afterwards.
         events_removed: How many events went below the floor.
+        writes_removed: How many orphan writes went (writes whose checkpoint
+            is not stored, older than their namespace's latest checkpoint);
+            the writes of removed checkpoints go with them uncounted.
     """
 
     thread_id: str
     checkpoints: list[tuple[str, str]] = field(default_factory=list)
     floor: int = 1
     events_removed: int = 0
+    writes_removed: int = 0
 
 
 @dataclass(frozen=True)
@@ -195,8 +203,12 @@ def prune_txn(
         if policy.max_events is not None:
             target = max(target, next_seq - policy.max_events)
         new_floor = min(target, next_seq) if target > floor else floor
-        return PruneResult(thread_id, removed, new_floor, new_floor - floor)
+        orphans = conn.execute(schema.COUNT_ORPHAN_WRITES, (thread_id,)).fetchone()[0]
+        return PruneResult(thread_id, removed, new_floor, new_floor - floor, orphans)
     _remove(conn, thread_id, removed)
+    # After the checkpoints: the latest of each namespace is kept, so which
+    # writes are orphans does not depend on what was just removed.
+    orphans = conn.execute(schema.DELETE_ORPHAN_WRITES, (thread_id,)).rowcount
     target = floor
     if removed:
         # Events go with their checkpoints: the floor moves up to the first
@@ -211,7 +223,7 @@ def prune_txn(
     if policy.max_events is not None:
         target = max(target, next_seq - policy.max_events)
     new_floor = events.raise_floor(conn, thread_id, target) if target > floor else floor
-    return PruneResult(thread_id, removed, new_floor, max(0, new_floor - floor))
+    return PruneResult(thread_id, removed, new_floor, max(0, new_floor - floor), orphans)
 
 
 def _first_event_of(
@@ -245,52 +257,157 @@ def _past_last_event_of(
         after = rows[-1][0]
 
 
-def delete_all_checkpoints_txn(conn: sqlite3.Connection, thread_id: str) -> None:
-    """LangGraph's `prune(strategy="delete")`: every checkpoint, write and event."""
+def fence_existing(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    token: int | None,
+    *,
+    now: float,
+    require_claim: bool,
+) -> claims.ThreadRow | None:
+    """Fence a write on `thread_id`; None when it is unknown and no token is given.
+
+    An unknown thread holds nothing to remove, so an unfenced call passes it
+    by without creating its row; a token is checked even there (a token on an
+    unclaimed thread is `StaleClaim`).
+    """
+    if token is None and claims.read_thread(conn, thread_id) is None:
+        return None
+    return claims.check_fence(conn, thread_id, token, now=now, require_claim=require_claim)
+
+
+def delete_all_checkpoints_txn(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    token: int | None,
+    *,
+    now: float,
+    require_claim: bool,
+) -> PruneResult:
+    """LangGraph's `prune(strategy="delete")`: every checkpoint, write and event.
+
+    Fenced: a live claim that is not `token`'s refuses it (`ThreadBusy`, or
+    `StaleClaim` for a wrong token) before anything changes. The floor moves
+    past every event, then one `pruned` event names what went, so a reader
+    learns why the log jumped.
+    """
+    row = fence_existing(conn, thread_id, token, now=now, require_claim=require_claim)
+    if row is None:
+        return PruneResult(thread_id)
+    removed = [(n.ns, n.cid) for n in _skeleton(conn, thread_id)]
+    writes = conn.execute(schema.THREAD_WRITE_COUNT, (thread_id,)).fetchone()[0]
     conn.execute(schema.DELETE_THREAD_CHECKPOINTS, (thread_id,))
     conn.execute(schema.DELETE_THREAD_WRITES, (thread_id,))
-    events.raise_floor(conn, thread_id, 1 << 62)
+    floor = events.raise_floor(conn, thread_id, row.next_seq)
+    if removed or writes or floor > row.floor:
+        data = {"strategy": "delete", "checkpoints": [list(k) for k in removed], "writes": writes}
+        # The floor is now next_seq and no event is left, so the thread row
+        # read above still gives the next seq.
+        events.append(conn, thread_id, row, [events.NewEvent("pruned", data)], token=token, now=now)
+    return PruneResult(thread_id, removed, floor, floor - row.floor)
 
 
 def delete_thread_txn(conn: sqlite3.Connection, thread_id: str) -> None:
-    """Remove checkpoints, writes, events, floor and claim of one thread."""
+    """Remove checkpoints, writes, events, floor and claim of one thread.
+
+    The thread row stays as a tombstone of the next incarnation (floor 1, no
+    claim), so a reader of the old one gets `ReplayUnavailable` instead of
+    the new one's seqs as if they followed its own. An unknown thread: nothing.
+    """
+    # First: whether the thread is more than a tombstone depends on its rows.
+    conn.execute(schema.TOMBSTONE_THREAD, (thread_id, thread_id))
     conn.execute(schema.DELETE_THREAD_CHECKPOINTS, (thread_id,))
     conn.execute(schema.DELETE_THREAD_WRITES, (thread_id,))
     conn.execute(schema.DELETE_THREAD_EVENTS, (thread_id,))
-    conn.execute(schema.DELETE_THREAD_ROW, (thread_id,))
 
 
-def delete_for_runs_txn(conn: sqlite3.Connection, run_ids: Sequence[str]) -> None:
-    """Remove the checkpoints (with their writes) and writes of the given runs."""
-    for run_id in run_ids:
-        for thread_id, ns, cid in conn.execute(schema.CHECKPOINTS_OF_RUN, (run_id,)).fetchall():
-            _remove(conn, thread_id, [(ns, cid)])
-        conn.execute(schema.DELETE_WRITES_OF_RUN_ANY_THREAD, (run_id,))
+def delete_for_runs_txn(
+    conn: sqlite3.Connection,
+    run_ids: Sequence[str],
+    token: int | None,
+    *,
+    now: float,
+    require_claim: bool,
+) -> dict[str, int]:
+    """Remove the checkpoints (with their writes) and writes of the given runs.
+
+    Every thread holding a row of those runs is fenced first (with `token`,
+    or unfenced); the first refusal raises and nothing changes. Each thread
+    then gets one `runs_deleted` event naming what went.
+
+    Returns:
+        The seq of each affected thread's event, by thread id.
+    """
+    runs = list(dict.fromkeys(run_ids))
+    touched: dict[str, list[str]] = {}
+    for run_id in runs:
+        for (thread_id,) in conn.execute(schema.THREADS_OF_RUN, (run_id, run_id)).fetchall():
+            touched.setdefault(thread_id, []).append(run_id)
+    rows = {
+        t: claims.check_fence(conn, t, token, now=now, require_claim=require_claim)
+        for t in sorted(touched)
+    }
+    seqs: dict[str, int] = {}
+    for thread_id, row in rows.items():
+        removed: list[tuple[str, str]] = []
+        writes = 0
+        for run_id in touched[thread_id]:
+            keys = conn.execute(schema.CHECKPOINTS_OF_RUN_IN_THREAD, (thread_id, run_id)).fetchall()
+            removed.extend((ns, cid) for ns, cid in keys)
+            writes += _remove(conn, thread_id, keys)
+            writes += conn.execute(schema.DELETE_WRITES_OF_RUN, (thread_id, run_id)).rowcount
+        data = {
+            "run_ids": touched[thread_id],
+            "checkpoints": [list(k) for k in removed],
+            "writes": writes,
+        }
+        (seqs[thread_id],) = events.append(
+            conn, thread_id, row, [events.NewEvent("runs_deleted", data)], token=token, now=now
+        )
+    return seqs
 
 
 def copy_thread_txn(
-    conn: sqlite3.Connection, source: str, target: str, *, now: float, require_claim: bool
+    conn: sqlite3.Connection,
+    source: str,
+    target: str,
+    token: int | None,
+    *,
+    now: float,
+    require_claim: bool,
 ) -> int:
     """Copy every checkpoint and write of `source` into `target`, in commit order.
 
-    Each copied checkpoint is a new commit of the target: it takes the
-    target's next position and appends a `checkpoint` event naming the source
-    (positions are event seqs, so the log and positions stay contiguous and
-    ordered); a last `copied` event sums the copy up.
+    Fenced on the target. Each copied checkpoint is a new commit of the
+    target: it takes the target's next position and appends a `checkpoint`
+    event naming the source (positions are event seqs, so the log and
+    positions stay contiguous and ordered); a last `copied` event names what
+    was copied. Idempotent: a checkpoint the target already holds identically
+    (an earlier copy) is left as it is, and so is a write it already has;
+    when nothing at all is new, nothing is appended.
 
     Returns:
         How many checkpoints were copied.
+
+    Raises:
+        CheckpointConflict: the target holds a different checkpoint under an
+            id of the source's (named in the message); nothing changes.
     """
-    row = claims.check_fence(conn, target, None, now=now, require_claim=require_claim)
+    row = claims.check_fence(conn, target, token, now=now, require_claim=require_claim)
     new: list[events.NewEvent] = []
-    copied: set[tuple[str, str]] = set()
+    copied: list[tuple[str, str]] = []
+    clashes: list[tuple[str, str]] = []
+    before = conn.total_changes
     for node in _skeleton(conn, source):
         position = row.next_seq + len(new)
-        conn.execute(schema.COPY_CHECKPOINT, (target, position, source, node.ns, node.cid))
-        conn.execute(
-            schema.COPY_WRITES_OF_CHECKPOINT, (target, position, source, node.ns, node.cid)
-        )
-        copied.add((node.ns, node.cid))
+        args = (target, position, source, node.ns, node.cid)
+        if not conn.execute(schema.COPY_CHECKPOINT, args).rowcount:
+            same = conn.execute(schema.COPY_IDENTITY, (source, target, node.ns, node.cid))
+            if not same.fetchone()[0]:
+                clashes.append((node.ns, node.cid))
+            continue
+        conn.execute(schema.COPY_WRITES_OF_CHECKPOINT, args)
+        copied.append((node.ns, node.cid))
         data = {
             "step": node.step,
             "source": node.source,
@@ -298,15 +415,39 @@ def copy_thread_txn(
             "copied_from": source,
         }
         new.append(events.NewEvent("checkpoint", data, node.ns, node.cid))
-    # Writes whose checkpoint the source never stored (LangGraph sends writes
-    # first) come along too, at the position after the last copied commit.
+    if clashes:
+        names = ", ".join(f"{ns!r}/{cid!r}" for ns, cid in clashes)
+        ns, cid = clashes[0]
+        raise CheckpointConflict(
+            target,
+            ns,
+            cid,
+            cid,
+            message=(
+                f"copy_thread {source!r} -> {target!r}: the target already holds different "
+                f"checkpoints under the ids (namespace/id) {names}; nothing was copied"
+            ),
+        )
+    # Writes of checkpoints the target already had, and writes whose
+    # checkpoint the source never stored (LangGraph sends writes first), land
+    # at the position of the `copied` commit, after the last copied one.
     position = row.next_seq + len(new)
+    done = set(copied)
     for ns, cid in conn.execute(schema.WRITE_KEYS_OF_THREAD, (source,)).fetchall():
-        if (ns, cid) not in copied:
+        if (ns, cid) not in done:
             conn.execute(schema.COPY_WRITES_OF_CHECKPOINT, (target, position, source, ns, cid))
-    new.append(events.NewEvent("copied", {"source_thread_id": source, "checkpoints": len(new)}))
-    events.append(conn, target, row, new, token=None, now=now)
-    return len(new) - 1
+    changed = conn.total_changes - before
+    if not changed:
+        return 0  # everything was copied before: a no-op, no event
+    summary: dict[str, Any] = {
+        "source_thread_id": source,
+        "checkpoints": len(copied),
+        "copied": [list(k) for k in copied],
+        "writes": changed - len(copied),
+    }
+    new.append(events.NewEvent("copied", summary))
+    events.append(conn, target, row, new, token=token, now=now)
+    return len(copied)
 
 
 def retract_txn(

@@ -26,17 +26,21 @@ _SCAN_PAGE = 64  # events read per step when looking for a superseded run
 _INTERRUPT = "__interrupt__"
 
 
-def superseded_run_id(conn: sqlite3.Connection, thread_id: str, token: int) -> str | None:
+def superseded_run_id(
+    conn: sqlite3.Connection, thread_id: str, token: int, incarnation: int
+) -> str | None:
     """Return the run id a run logged under `token`, scanning back from the end.
 
     The `run_started` event commits with its claim, so it is the first event
     under that token: the scan stops at the first older token it meets.
+    `incarnation` is the thread's current one (the scan's positions are in it).
     """
     floor, next_seq = conn.execute(schema.GET_FLOOR, (thread_id,)).fetchone()
     hi = next_seq - 1
     while hi >= floor:
         lo = max(floor, hi - _SCAN_PAGE + 1)
-        for event in reversed(events.read_after(conn, thread_id, lo - 1, hi - lo + 1)):
+        page = events.read_after(conn, thread_id, lo - 1, hi - lo + 1, incarnation)
+        for event in reversed(page):
             if event.token == token and event.kind == "run_started":
                 run_id = event.data.get("run_id")
                 return run_id if isinstance(run_id, str) else None
@@ -63,13 +67,19 @@ def begin_run_txn(
             take over; nothing changes.
     """
     before = claims.read_thread(conn, thread_id)
-    claim = claims.grant(conn, thread_id, holder, ttl, now=now, force=strategy in _TAKE_OVER)
+    claim = claims.grant(
+        conn, thread_id, holder, ttl, now=now, force=strategy in _TAKE_OVER, run_id=run_id
+    )
     new: list[events.NewEvent] = []
     if before is not None and before.token is not None:
         # A claim existed (live, or expired and left by a crashed holder): its
         # holder is fenced off from now on. Log that from this side, since
         # the superseded run can no longer write anything.
-        old_run = superseded_run_id(conn, thread_id, before.token)
+        old_run = before.run_id
+        if old_run is None:
+            # A claim granted before the claim row recorded its run (schema
+            # 1 files): its `run_started` event, if compaction left it.
+            old_run = superseded_run_id(conn, thread_id, before.token, before.incarnation)
         info: dict[str, Any] = {
             "run_id": old_run,
             "token": before.token,
@@ -139,5 +149,10 @@ def delete_unclaimed_txn(
     Raises:
         ThreadBusy: the thread has a live claim; nothing is deleted.
     """
+    existed = claims.read_thread(conn, thread_id) is not None
     claims.grant(conn, thread_id, holder, ttl, now=now, force=False)
     retention.delete_thread_txn(conn, thread_id)
+    if not existed:
+        # The claim created the row; a thread that never existed has no
+        # reader to warn, so it leaves no tombstone behind.
+        conn.execute(schema.DELETE_THREAD_ROW, (thread_id,))

@@ -5,9 +5,10 @@ store's lock, then runs one engine job; each async twin is one line that runs
 the sync method through one thread hop. `list`/`alist` fetch a page per job
 and yield outside it, so a caller may use the saver inside the loop.
 
-This module holds the LangGraph methods, retraction and retention; claims,
-the event log and history/inspection live in `api_claims.py`,
-`api_events.py` and `api_inspect.py`, mixed into the one class.
+This module holds the LangGraph methods; claims, the event log,
+history/inspection and deletion/retention/retraction live in
+`api_claims.py`, `api_events.py`, `api_inspect.py` and `api_retention.py`,
+mixed into the one class.
 """
 
 from __future__ import annotations
@@ -30,17 +31,17 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from . import checkpoints as cps
-from . import retention, schema
+from . import schema
 from .api_claims import ClaimsAPI
 from .api_events import EventsAPI
 from .api_inspect import InspectionAPI
+from .api_retention import RetentionAPI
 from .claims import token_from_config
 from .clock import Clock, to_seconds
 from .engine import Engine
 from .errors import bad_argument
-from .retention import PruneResult, RetentionPolicy, Retraction
 from .serde import DataOnlySerializer, TypeKey
-from .validation import check_int, check_limit, check_name, config_target
+from .validation import check_limit, check_name, config_target
 
 __all__ = ["FencedSqliteSaver"]
 
@@ -50,7 +51,10 @@ _PAGE = 100
 _list = builtins.list
 
 
-class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver[str]):
+# `prune`/`aprune` (RetentionAPI) return a report where LangGraph's return None.
+class FencedSqliteSaver(  # type: ignore[misc]
+    ClaimsAPI, EventsAPI, InspectionAPI, RetentionAPI, BaseCheckpointSaver[str]
+):
     """A LangGraph checkpointer on one SQLite file with claims and fencing.
 
     Pass it to `graph.compile(checkpointer=...)`; sync and async graphs alike.
@@ -393,106 +397,6 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
         """Async twin of `put_writes`."""
         return await self._engine.arun(self.put_writes, config, writes, task_id, task_path)
 
-    def delete_thread(self, thread_id: str) -> None:
-        """Remove a thread's checkpoints, writes, events, floor and claim.
-
-        The id then names a new thread whose events start at 1. The store
-        checks no claim (`FencedRunner.delete_thread` does).
-        """
-        check_name(thread_id, "thread_id")
-        self._engine.write("delete_thread", lambda c: retention.delete_thread_txn(c, thread_id))
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        """Async twin of `delete_thread`."""
-        return await self._engine.arun(self.delete_thread, thread_id)
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Remove every checkpoint and write made by the given runs."""
-        ids = [check_name(r, "run_ids[]") for r in _as_list(run_ids, "run_ids")]
-        if ids:
-            self._engine.write("delete_for_runs", lambda c: retention.delete_for_runs_txn(c, ids))
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Async twin of `delete_for_runs`."""
-        return await self._engine.arun(self.delete_for_runs, run_ids)
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Copy every checkpoint and write of one thread into another."""
-        src = check_name(source_thread_id, "source_thread_id")
-        dst = check_name(target_thread_id, "target_thread_id")
-        now = self.clock.now()
-        self._engine.write(
-            "copy_thread",
-            lambda c: retention.copy_thread_txn(
-                c, src, dst, now=now, require_claim=self.require_claim
-            ),
-        )
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Async twin of `copy_thread`."""
-        return await self._engine.arun(self.copy_thread, source_thread_id, target_thread_id)
-
-    def prune(  # type: ignore[override]  # returns a report where LangGraph's returns None
-        self,
-        thread_ids: Sequence[str],
-        *,
-        strategy: str | RetentionPolicy = "keep_latest",
-        dry_run: bool = False,
-    ) -> _list[PruneResult]:
-        """Remove old history from each thread, one transaction per thread.
-
-        Args:
-            thread_ids: The threads to prune.
-            strategy: `"keep_latest"` (the latest checkpoint of each namespace
-                and what it needs), `"delete"` (every checkpoint and event),
-                or a `RetentionPolicy`.
-            dry_run: Only report what would be removed.
-
-        Returns:
-            One `PruneResult` per thread.
-        """
-        ids = [check_name(t, "thread_ids[]") for t in _as_list(thread_ids, "thread_ids")]
-        if isinstance(strategy, RetentionPolicy):
-            policy, latest_only = strategy, False
-        elif strategy == "keep_latest":
-            policy, latest_only = RetentionPolicy(), True
-        elif strategy == "delete":
-            policy, latest_only = None, False
-        else:
-            raise bad_argument(
-                "strategy",
-                f"expected 'keep_latest', 'delete' or a RetentionPolicy, got {strategy!r}",
-            )
-        return [self._prune_one(t, policy, latest_only, dry_run) for t in ids]
-
-    def _prune_one(
-        self, thread_id: str, policy: RetentionPolicy | None, latest_only: bool, dry_run: bool
-    ) -> PruneResult:
-        if policy is None:
-            if dry_run:
-                raise bad_argument("dry_run", "not supported with strategy='delete'")
-            self._engine.write(
-                "prune", lambda c: retention.delete_all_checkpoints_txn(c, thread_id)
-            )
-            return PruneResult(thread_id)
-        now = self.clock.now()
-        return self._engine.write(
-            "prune",
-            lambda c: retention.prune_txn(
-                c, thread_id, policy, now=now, keep_latest_only=latest_only, dry_run=dry_run
-            ),
-        )
-
-    async def aprune(  # type: ignore[override]  # returns a report, as `prune` does
-        self,
-        thread_ids: Sequence[str],
-        *,
-        strategy: str | RetentionPolicy = "keep_latest",
-        dry_run: bool = False,
-    ) -> _list[PruneResult]:
-        """Async twin of `prune`."""
-        return await self._engine.arun(self.prune, thread_ids, strategy=strategy, dry_run=dry_run)
-
     def get_next_version(self, current: str | None, channel: None = None) -> str:
         """Return the next channel version: a zero-padded counter plus a random suffix."""
         if current is None:
@@ -502,39 +406,6 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
         else:
             current_v = int(current.split(".")[0])
         return f"{current_v + 1:032}.{random.random():016}"
-
-    # --- retraction -------------------------------------------------------------------------
-
-    def retract_turn(self, thread_id: str, token: int, *, run_id: str | None = None) -> Retraction:
-        """Remove one turn (a run's checkpoints and writes, all namespaces).
-
-        Without `run_id`, the run that wrote the latest root checkpoint goes;
-        where checkpoints carry no run id, everything from the newest root
-        `input` checkpoint on. Appends a `retracted` event.
-
-        Raises:
-            StaleClaim: `token` is not the thread's claim (nothing changes).
-        """
-        check_name(thread_id, "thread_id")
-        check_int(token, "token")
-        if run_id is not None:
-            check_name(run_id, "run_id")
-        now = self.clock.now()
-        return self._engine.write(
-            "retract_turn", lambda c: retention.retract_txn(c, thread_id, token, run_id, now=now)
-        )
-
-    async def aretract_turn(
-        self, thread_id: str, token: int, *, run_id: str | None = None
-    ) -> Retraction:
-        """Async twin of `retract_turn`."""
-        return await self._engine.arun(self.retract_turn, thread_id, token, run_id=run_id)
-
-
-def _as_list(value: Any, name: str) -> list[Any]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise bad_argument(name, "expected a list of strings")
-    return list(value)
 
 
 class _Opener(AbstractContextManager, AbstractAsyncContextManager):

@@ -187,8 +187,8 @@ _NEXT_SEQ_OF = (
     "WHERE e.thread_id = t.thread_id), 0) + 1)"
 )
 GET_THREAD = (
-    f"SELECT {_NEXT_SEQ_OF}, t.floor, t.holder, t.token, t.expires_at "
-    "FROM threads t WHERE t.thread_id = ?"
+    f"SELECT {_NEXT_SEQ_OF}, t.floor, t.holder, t.token, t.expires_at, t.run_id, "
+    "t.incarnation FROM threads t WHERE t.thread_id = ?"
 )
 # Only an integer counter counts up: SQLite would turn text into 0 + 1 and
 # issue token 1 again, so a damaged counter gives no row (an error) instead.
@@ -197,8 +197,12 @@ NEXT_TOKEN = (
     "AND typeof(value) = 'integer' RETURNING value"
 )
 GET_TOKEN_COUNTER = "SELECT value FROM meta WHERE key = 'token_counter'"
+# `run_id` is the run the claim was granted for (`begin_run`), NULL for a
+# plain claim or takeover: `strategy="rollback"` retracts that run even after
+# its `run_started` event was compacted or pruned away.
 SET_CLAIM = (
-    "UPDATE threads SET holder = ?, token = ?, expires_at = ?, claimed_at = ? WHERE thread_id = ?"
+    "UPDATE threads SET holder = ?, token = ?, expires_at = ?, claimed_at = ?, run_id = ? "
+    "WHERE thread_id = ?"
 )
 RENEW_CLAIM = (
     "UPDATE threads SET expires_at = ? WHERE thread_id = ? AND token = ? "
@@ -206,16 +210,37 @@ RENEW_CLAIM = (
 )
 RELEASE_CLAIM = (
     "UPDATE threads SET holder = NULL, token = NULL, expires_at = NULL, "
-    "claimed_at = NULL WHERE thread_id = ? AND token = ?"
+    "claimed_at = NULL, run_id = NULL WHERE thread_id = ? AND token = ?"
 )
 LIST_CLAIMS = (
     "SELECT thread_id, holder, token, expires_at, claimed_at FROM threads "
     "WHERE token IS NOT NULL ORDER BY thread_id"
 )
 SET_FLOOR = "UPDATE threads SET floor = ? WHERE thread_id = ? AND floor < ?"
+# Only for a row made in the same transaction (a thread that never existed).
 DELETE_THREAD_ROW = "DELETE FROM threads WHERE thread_id = ?"
 # The file a connection has open (`main`'s path), for errors raised below the engine.
 GET_MAIN_FILE = "SELECT file FROM pragma_database_list WHERE name = 'main'"
+# A thread row that is more than a tombstone: in its first incarnation, or
+# claimed, compacted, or holding events or checkpoints. Every commit appends
+# an event, so a re-created thread shows up at its first commit.
+_NOT_TOMBSTONE = (
+    "(t.incarnation = 1 OR t.token IS NOT NULL OR t.floor > 1 "
+    "OR EXISTS (SELECT 1 FROM events e WHERE e.thread_id = t.thread_id) "
+    "OR EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = t.thread_id))"
+)
+# `delete_thread` keeps the row as a tombstone of the next incarnation (floor
+# back at 1, no claim) instead of deleting it: a reader holding a position of
+# the old incarnation must learn that numbering restarted (CONTRACT §4).
+# Run before the thread's rows are deleted; a bare tombstone is left as it is
+# (deleting it again gives no reader anything to miss). Tokens come from the
+# file's counter, so they stay monotonic regardless. Parameters: the id twice.
+TOMBSTONE_THREAD = (
+    "UPDATE threads SET incarnation = incarnation + 1, floor = 1, holder = NULL, "
+    "token = NULL, expires_at = NULL, claimed_at = NULL, run_id = NULL WHERE thread_id = ? "
+    f"AND thread_id IN (SELECT t.thread_id FROM threads t WHERE t.thread_id = ? "
+    f"AND {_NOT_TOMBSTONE})"
+)
 
 # --- checkpoints -----------------------------------------------------------------
 
@@ -280,11 +305,22 @@ DELETE_CHECKPOINT = (
     "DELETE FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
 )
 DELETE_THREAD_CHECKPOINTS = "DELETE FROM checkpoints WHERE thread_id = ?"
-CHECKPOINTS_OF_RUN = (
-    "SELECT thread_id, checkpoint_ns, checkpoint_id FROM checkpoints WHERE run_id = ?"
+# Every thread holding a checkpoint or a write of a run (both indexed by run).
+THREADS_OF_RUN = (
+    "SELECT thread_id FROM checkpoints WHERE run_id = ? "
+    "UNION SELECT thread_id FROM writes WHERE run_id = ?"
 )
-# Copy one checkpoint of the source thread (`?` 3 and 4) into the target
-# thread (`?` 1) at a new position (`?` 2), as a new commit of the target.
+# Which of a thread's checkpoints a run wrote, oldest first.
+CHECKPOINTS_OF_RUN_IN_THREAD = (
+    "SELECT checkpoint_ns, checkpoint_id FROM checkpoints WHERE thread_id = ? AND run_id = ? "
+    "ORDER BY position"
+)
+THREAD_WRITE_COUNT = "SELECT count(*) FROM writes WHERE thread_id = ?"
+# Copy one checkpoint of the source thread (`?` 3, 4 and 5) into the target
+# thread (`?` 1) at a new position (`?` 2), as a new commit of the target. An
+# id the target already has is left alone (no row changes): the caller then
+# compares the two (COPY_IDENTITY) and refuses a different one. The checksum
+# covers the content only, so it is copied as it is.
 COPY_CHECKPOINT = (
     "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, position, "
     "parent_checkpoint_id, envelope, values_type, values_blob, metadata, source, "
@@ -292,7 +328,16 @@ COPY_CHECKPOINT = (
     "SELECT ?, checkpoint_ns, checkpoint_id, ?, parent_checkpoint_id, "
     "envelope, values_type, values_blob, metadata, source, step, run_id, NULL, "
     "created_at, checksum FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
-    "AND checkpoint_id = ?"
+    "AND checkpoint_id = ? ON CONFLICT DO NOTHING"
+)
+# Whether the target's checkpoint (`?` 1-3) is the source's (`?` 4) exactly.
+COPY_IDENTITY = (
+    "SELECT (t.parent_checkpoint_id IS s.parent_checkpoint_id AND t.envelope = s.envelope "
+    "AND t.values_type = s.values_type AND t.values_blob = s.values_blob "
+    "AND t.metadata = s.metadata) FROM checkpoints t JOIN checkpoints s "
+    "ON s.thread_id = ? AND s.checkpoint_ns = t.checkpoint_ns "
+    "AND s.checkpoint_id = t.checkpoint_id "
+    "WHERE t.thread_id = ? AND t.checkpoint_ns = ? AND t.checkpoint_id = ?"
 )
 
 # --- writes ------------------------------------------------------------------------
@@ -305,10 +350,13 @@ _WRITE_INSERT = (
 # Regular writes: first writer wins per (task_id, idx); a retry is a no-op.
 INSERT_WRITE_FIRST_WINS = _WRITE_INSERT + _WRITE_VALUES + " ON CONFLICT DO NOTHING"
 # Special channels (WRITES_IDX_MAP): last writer wins, but never over a write
-# made under a greater token, so a stale owner cannot displace the current one.
-# The last parameter is true when the thread has no claim at all (released or
-# never taken): then nobody owns it, and an unfenced writer may replace a
-# former owner's write.
+# made under a greater token, so a stale owner cannot displace the current one
+# (the fence, checked first in the same transaction, already refuses a stale
+# token; this guard keeps that true of the row itself). The last parameter is
+# true for an unfenced write the fence accepted: no claim is live (none,
+# released, or expired unreplaced), so nobody's fence protects the stored
+# write, and an accepted write must take effect (CONTRACT §3), not be
+# silently dropped under an expired holder's token.
 UPSERT_WRITE_LAST_WINS = (
     _WRITE_INSERT + _WRITE_VALUES + " ON CONFLICT DO UPDATE SET task_path = excluded.task_path, "
     "channel = excluded.channel, type = excluded.type, blob = excluded.blob, "
@@ -329,15 +377,30 @@ DELETE_WRITES_OF_CHECKPOINT = (
 )
 DELETE_THREAD_WRITES = "DELETE FROM writes WHERE thread_id = ?"
 DELETE_WRITES_OF_RUN = "DELETE FROM writes WHERE thread_id = ? AND run_id = ?"
-DELETE_WRITES_OF_RUN_ANY_THREAD = "DELETE FROM writes WHERE run_id = ?"
 DELETE_WRITES_FROM_POSITION = "DELETE FROM writes WHERE thread_id = ? AND position >= ?"
+# Orphan writes: their checkpoint is not stored, and they were committed
+# before the latest checkpoint of their namespace. LangGraph sends a step's
+# writes BEFORE the put of their checkpoint, so writes for the next,
+# not-yet-stored checkpoint of an in-flight step are newer than the latest
+# stored one and stay; a namespace with no checkpoint keeps its writes.
+_ORPHAN_WRITES = (
+    "FROM writes WHERE thread_id = ? AND NOT EXISTS (SELECT 1 FROM checkpoints c "
+    "WHERE c.thread_id = writes.thread_id AND c.checkpoint_ns = writes.checkpoint_ns "
+    "AND c.checkpoint_id = writes.checkpoint_id) AND position < (SELECT max(l.position) "
+    "FROM checkpoints l WHERE l.thread_id = writes.thread_id "
+    "AND l.checkpoint_ns = writes.checkpoint_ns)"
+)
+COUNT_ORPHAN_WRITES = "SELECT count(*) " + _ORPHAN_WRITES
+DELETE_ORPHAN_WRITES = "DELETE " + _ORPHAN_WRITES
 # Copy the writes of one source checkpoint, at the position its copy got.
+# A write the target already has for that key stays (first writer wins), so
+# copying again adds nothing.
 COPY_WRITES_OF_CHECKPOINT = (
     "INSERT INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
     "task_path, channel, type, blob, position, run_id, token, checksum) "
     "SELECT ?, checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel, type, "
     "blob, ?, run_id, NULL, checksum FROM writes WHERE thread_id = ? AND checkpoint_ns = ? "
-    "AND checkpoint_id = ?"
+    "AND checkpoint_id = ? ON CONFLICT DO NOTHING"
 )
 # Every (namespace, checkpoint) that has writes in a thread, oldest write first.
 WRITE_KEYS_OF_THREAD = (
@@ -458,6 +521,8 @@ EVENTS_AFTER = (
     "WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?"
 )
 GET_FLOOR = f"SELECT t.floor, {_NEXT_SEQ_OF} FROM threads t WHERE t.thread_id = ?"
+# What a reader's position is checked against: floor and incarnation.
+GET_REPLAY_BOUNDS = "SELECT floor, incarnation FROM threads WHERE thread_id = ?"
 DELETE_EVENTS_BELOW = "DELETE FROM events WHERE thread_id = ? AND seq < ?"
 DELETE_THREAD_EVENTS = "DELETE FROM events WHERE thread_id = ?"
 EVENT_SEQS_OF_CHECKPOINTS = (
@@ -478,7 +543,7 @@ THREAD_SUMMARIES = (
     "(SELECT c.step FROM checkpoints c WHERE c.thread_id = t.thread_id "
     " AND c.checkpoint_ns = '' ORDER BY c.position DESC LIMIT 1), "
     "(SELECT max(e.ts) FROM events e WHERE e.thread_id = t.thread_id) "
-    "FROM threads t"
+    f"FROM threads t WHERE {_NOT_TOMBSTONE}"
 )
 TABLE_COUNTS = (
     "SELECT (SELECT count(*) FROM threads), (SELECT count(*) FROM checkpoints), "

@@ -5,6 +5,8 @@ subscriber sees every event once with no gap, or gets `ReplayUnavailable`.
 A watch holds a connection only while it waits for events (see
 `EventPoller`): one dropped between iterations holds none, and closing the
 watch, or the store it came from, ends a wait in progress promptly.
+It remembers the incarnation of the first event it delivers, so a thread
+deleted and re-created under it is `ReplayUnavailable`, never a silent gap.
 """
 
 from __future__ import annotations
@@ -27,11 +29,20 @@ class EventWatch(Iterator[Event]):
     Iteration ends (StopIteration) once the watch or its store is closed.
     """
 
-    def __init__(self, poller: EventPoller, thread_id: str, after_seq: int, batch: int) -> None:
+    def __init__(
+        self,
+        poller: EventPoller,
+        thread_id: str,
+        after_seq: int,
+        batch: int,
+        incarnation: int | None = None,
+    ) -> None:
         self._poller = poller
         self.thread_id = thread_id
         self.last_seq = after_seq
         """The seq of the last event delivered."""
+        self.incarnation = incarnation
+        """The incarnation of the events delivered (None until the first)."""
         self._batch = batch
         self._buffer: list[Event] = []
         self._stop = threading.Event()
@@ -49,9 +60,10 @@ class EventWatch(Iterator[Event]):
                 limit=self._batch,
                 timeout=_WAIT_SLICE,
                 stop=self._stop,
+                incarnation=self.incarnation,
             )
         event = self._buffer.pop(0)
-        self.last_seq = event.seq
+        self.last_seq, self.incarnation = event.seq, event.incarnation
         return event
 
     def close(self) -> None:
@@ -75,11 +87,20 @@ class AsyncEventWatch(AsyncIterator[Event]):
     Iteration ends (StopAsyncIteration) once the watch or its store is closed.
     """
 
-    def __init__(self, poller: EventPoller, thread_id: str, after_seq: int, batch: int) -> None:
+    def __init__(
+        self,
+        poller: EventPoller,
+        thread_id: str,
+        after_seq: int,
+        batch: int,
+        incarnation: int | None = None,
+    ) -> None:
         self._poller = poller
         self.thread_id = thread_id
         self.last_seq = after_seq
         """The seq of the last event delivered."""
+        self.incarnation = incarnation
+        """The incarnation of the events delivered (None until the first)."""
         self._batch = batch
         self._buffer: list[Event] = []
         # aclose() from another task while one awaits a poll: the awaiting
@@ -99,9 +120,10 @@ class AsyncEventWatch(AsyncIterator[Event]):
                 limit=self._batch,
                 timeout=_WAIT_SLICE,
                 stop=self._stop,
+                incarnation=self.incarnation,
             )
         event = self._buffer.pop(0)
-        self.last_seq = event.seq
+        self.last_seq, self.incarnation = event.seq, event.incarnation
         return event
 
     async def aclose(self) -> None:

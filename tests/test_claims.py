@@ -281,3 +281,46 @@ def test_unfenced_special_write_replaces_a_released_owners_write(store: Any) -> 
         {},
     )
     assert store.get_tuple(cfg).pending_writes == [("task", "__resume__", "new answer")]
+
+
+# --- special-channel writes after expiry (contract case 33) -------------------------------------
+
+
+def _interrupt_write(store: FencedSqliteSaver, cid: str, value: str, claim: Claim | None) -> None:
+    conf: dict[str, Any] = {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": cid}
+    config = claim.config(**conf) if claim else {"configurable": conf}
+    store.put_writes(config, [("__interrupt__", value)], "task-1")  # type: ignore[arg-type]
+
+
+def _pending(store: FencedSqliteSaver) -> list[tuple[str, str, Any]]:
+    tup = store.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
+    assert tup is not None
+    return [tuple(w) for w in tup.pending_writes]  # type: ignore[misc]
+
+
+def test_an_accepted_unfenced_special_write_after_expiry_takes_effect(
+    store: FencedSqliteSaver, clock: ManualClock
+) -> None:
+    """An unfenced __interrupt__ write accepted after the claim expired is what readers see."""
+    claim = store.claim("t", "w", 10)
+    cid = uuid6_at(1)
+    _put(store, cid, claim=claim, source="input")
+    _interrupt_write(store, cid, "owner's", claim)
+    clock.advance(10)  # expired, nobody took over: unfenced writes are accepted
+    seqs = [e.seq for e in store.events_after("t", 0, 100)]
+    _interrupt_write(store, cid, "after expiry", None)
+    # It used to return normally and leave the expired holder's row in place.
+    assert _pending(store) == [("task-1", "__interrupt__", "after expiry")]
+    (event,) = store.events_after("t", seqs[-1], 100)
+    assert (event.kind, event.token) == ("writes", None)
+    # The holder of the expired claim is still current, so it may write again.
+    _interrupt_write(store, cid, "owner again", claim)
+    assert _pending(store) == [("task-1", "__interrupt__", "owner again")]
+    # A stale writer never displaces the current owner's write.
+    successor = store.take_over("t", "w2", 60)
+    _interrupt_write(store, cid, "successor's", successor)
+    with pytest.raises(StaleClaim):
+        _interrupt_write(store, cid, "stale", claim)
+    with pytest.raises(ThreadBusy):
+        _interrupt_write(store, cid, "unfenced under a live claim", None)
+    assert _pending(store) == [("task-1", "__interrupt__", "successor's")]

@@ -74,7 +74,11 @@ EXAMPLES: list[tuple[FencedSqliteError, str, dict[str, Any]]] = [
         "checkpoint_not_found",
         {"thread_id": "t", "checkpoint_id": "cp-x"},
     ),
-    (ReplayUnavailable("t", 42), "replay_unavailable", {"thread_id": "t", "floor": 42}),
+    (
+        ReplayUnavailable("t", 42, 3),
+        "replay_unavailable",
+        {"thread_id": "t", "floor": 42, "incarnation": 3},
+    ),
     (SerializationError("app.Thing"), "serialization_error", {"type_name": "app.Thing"}),
     (
         UndecodableRow("t", "cp-1", "tag 'pickle' is refused"),

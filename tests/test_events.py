@@ -21,6 +21,7 @@ from langgraph_fenced_sqlite import (
     Event,
     FencedSqliteSaver,
     ManualClock,
+    ReplayUnavailable,
     SerializationError,
     StaleClaim,
 )
@@ -156,6 +157,7 @@ def test_event_fields_and_clock(open_store: Any, clock: ManualClock) -> None:
         "checkpoint_id": None,
         "token": claim.token,
         "ts": clock.now(),
+        "incarnation": 1,
     }
     assert json.loads(json.dumps(event.to_dict())) == event.to_dict()
 
@@ -265,19 +267,80 @@ async def test_async_twins_of_the_log(store: FencedSqliteSaver) -> None:
 
 
 def test_a_deleted_thread_does_not_rewind_a_waiting_subscriber(store: FencedSqliteSaver) -> None:
-    """A subscriber past seq n skips a recreated thread's first n events (pinned)."""
-    # Pinned, and surprising: after delete_thread the id's events restart at
-    # 1, but a subscriber that had reached seq 3 keeps asking for seq > 3. It
-    # gets no ReplayUnavailable (the new thread's floor is 1) and silently
-    # skips the new thread's first events. Subscribers must restart from 0
-    # after deleting a thread; nothing in the log tells them to.
+    """A subscriber past seq n of a deleted thread is told, never shown seqs > n of the new one."""
+    # After delete_thread the id's events restart at 1 in incarnation 2. A
+    # subscriber that had reached seq 3 of incarnation 1 used to get seq 4 of
+    # the new thread and silently skip its 1-3 (CONTRACT §4, case 31).
     claim = store.claim("t", "w", 60)
     store.append_events("t", claim.token, [("old", {})] * 3)
+    last_old = store.events_after("t", 0, 10)[-1]
+    assert (last_old.seq, last_old.incarnation) == (3, 1)
     store.delete_thread("t")
     fresh = store.claim("t", "w", 60)
     store.append_events("t", fresh.token, [("new", {"i": i}) for i in range(1, 5)])
-    assert [e.data["i"] for e in store.wait_events("t", 3, timeout=BOUND)] == [4]
-    assert [e.seq for e in store.events_after("t", 0, 10)] == [1, 2, 3, 4]
+    # A bare seq is a position in incarnation 1; the last Event, or the
+    # incarnation spelled out, say the same. Each is refused, naming the new one.
+    for call in (
+        lambda: store.wait_events("t", 3, timeout=BOUND),
+        lambda: store.wait_events("t", last_old, timeout=BOUND),
+        lambda: store.events_after("t", 3, 10, incarnation=1),
+        lambda: store.events_after("t", last_old),
+    ):
+        with pytest.raises(ReplayUnavailable) as info:
+            call()
+        assert (info.value.thread_id, info.value.incarnation, info.value.floor) == ("t", 2, 1)
+    # Restarting from 0 in the incarnation the error names gives every event.
+    new = store.events_after("t", 0, 10, incarnation=info.value.incarnation)
+    assert [(e.seq, e.incarnation, e.data["i"]) for e in new] == [
+        (1, 2, 1),
+        (2, 2, 2),
+        (3, 2, 3),
+        (4, 2, 4),
+    ]
+    assert [e.seq for e in store.events_after("t", new[1])] == [3, 4]
+    assert [e.seq for e in store.wait_events("t", new[2], timeout=BOUND)] == [4]
+
+
+def test_a_deleted_thread_is_a_tombstone_not_a_thread(store: FencedSqliteSaver) -> None:
+    """After delete_thread the id is not listed until it is used again; tokens keep rising."""
+    claim = store.claim("t", "w", 60)
+    store.append_events("t", claim.token, [("old", {})])
+    store.delete_thread("t")
+    store.delete_thread("never-there")  # an unknown thread: nothing happens
+    assert [t["thread_id"] for t in store.threads()] == []
+    assert store.events_after("t", 0, 10) == [] and store.current_claim("t") is None
+    assert store.events_after("never-there", 0, 10) == []
+    fresh = store.claim("t", "w", 60)
+    assert fresh.token > claim.token
+    store.append_events("t", fresh.token, [("new", {})])
+    (summary,) = store.threads()
+    assert (summary["thread_id"], summary["next_seq"], summary["floor"]) == ("t", 2, 1)
+    (event,) = store.events_after("t", 0, 10)
+    assert (event.seq, event.incarnation) == (1, 2)
+    store.delete_thread("t")
+    store.delete_thread("t")  # twice: still one incarnation further, not two
+    again = store.claim("t", "w", 60)
+    store.append_events("t", again.token, [("third", {})])
+    assert store.events_after("t", 0, 10)[0].incarnation == 3
+
+
+def test_compact_events_of_an_old_incarnation_changes_nothing(store: FencedSqliteSaver) -> None:
+    """Compacting at a position of an earlier incarnation leaves the new one's events alone."""
+    claim = store.claim("t", "w", 60)
+    store.append_events("t", claim.token, [("old", {})] * 5)
+    store.delete_thread("t")
+    fresh = store.claim("t", "w", 60)
+    store.append_events("t", fresh.token, [("new", {})] * 3)
+    assert store.compact_events("t", 5, incarnation=1) == 1
+    assert [e.seq for e in store.events_after("t", 0, 10)] == [1, 2, 3]
+    assert store.compact_events("t", 3, incarnation=2) == 3
+    with pytest.raises(ValueError, match="incarnation"):
+        store.events_after("t", 0, incarnation=0)
+    (first,) = store.events_after("t", 2, 1, incarnation=2)
+    with pytest.raises(ValueError, match="incarnation"):
+        store.events_after("t", first, incarnation=1)  # the event says 2
+    with pytest.raises(ValueError, match="after_seq"):
+        store.events_after("u", first)  # another thread's event
 
 
 def test_token_key_in_config_fences_puts(store: FencedSqliteSaver) -> None:

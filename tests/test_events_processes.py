@@ -156,3 +156,23 @@ def test_a_stale_child_writer_spends_no_seq(watched: Any) -> None:
     assert proc.returncode != 0 and "StaleClaim" in err
     fresh = saver.take_over("t", "newer", 600)
     assert saver.append_events("t", fresh.token, [("e", {})]) == [1]
+
+
+def test_child_watch_learns_its_thread_was_deleted_and_re_created(watched: Any) -> None:
+    """A watcher in another process gets ReplayUnavailable naming the new incarnation."""
+    saver, token = watched
+    saver.append_events("t", token, [("old", {"i": i}) for i in range(3)])
+    watcher = LineReader(spawn("watch", path=saver.path, thread_id="t", timeout=BOUND))
+    assert watcher.next_line(BOUND) == {"ready": True}
+    assert [watcher.next_line(BOUND)["seq"] for _ in range(3)] == [1, 2, 3]
+    saver.delete_thread("t")
+    fresh = saver.claim("t", "parent", 600)
+    saver.append_events("t", fresh.token, [("new", {"i": i}) for i in range(5)])
+    # It used to go on with seqs 4 and 5 of the new thread, skipping its 1-3.
+    assert watcher.next_line(BOUND) == {
+        "replay_unavailable": True,
+        "incarnation": 2,
+        "floor": 1,
+        "last_seq": 3,
+    }
+    assert watcher.finish(BOUND) == 0

@@ -15,17 +15,19 @@ from datetime import timedelta
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from conftest import dump
 from langgraph.channels import DeltaChannel
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_fenced_sqlite import (
+    CheckpointConflict,
     FencedSqliteSaver,
     ManualClock,
     PruneResult,
     ReplayUnavailable,
     RetentionPolicy,
-    StoreError,
+    StaleClaim,
     ThreadBusy,
 )
 
@@ -218,14 +220,18 @@ async def test_aprune_delete_strategy_removes_history_but_not_the_thread(
     run(graph, "t", "one")
     claim = store.claim("t", "w", 60)
     next_seq = store.events_after("t", 0, 1000)[-1].seq + 1
-    (result,) = await store.aprune(["t"], strategy="delete")
+    # The claim holder passes its token (unfenced, it is refused: case 32).
+    (result,) = await store.aprune(["t"], strategy="delete", token=claim.token)
     assert isinstance(result, PruneResult)
     assert snapshot(store, "t") == {}
     with pytest.raises(ReplayUnavailable) as info:
         store.events_after("t", 0, 10)
     assert info.value.floor == next_seq
+    # What is left of the log says what went, at the next seq.
+    (pruned,) = store.events_after("t", next_seq - 1, 10)
+    assert (pruned.seq, pruned.kind, pruned.token) == (next_seq, "pruned", claim.token)
     assert store.current_claim("t") == claim
-    assert store.append_events("t", claim.token, [("e", {})]) == [next_seq]
+    assert store.append_events("t", claim.token, [("e", {})]) == [next_seq + 1]
 
 
 def test_prune_several_threads_leaves_others_alone(store: FencedSqliteSaver) -> None:
@@ -362,9 +368,15 @@ def test_copy_thread_copies_history_in_order_as_commits_of_the_target(
     ]
     assert [(e.checkpoint_ns, e.checkpoint_id) for e in copies] == src_commits
     assert all(e.kind == "checkpoint" and e.data["copied_from"] == "src" for e in copies)
+    n_writes = sum(len(w) for _, _, _, w in source.values())
     assert (copied.kind, copied.data) == (
         "copied",
-        {"source_thread_id": "src", "checkpoints": len(src_commits)},
+        {
+            "source_thread_id": "src",
+            "checkpoints": len(src_commits),
+            "copied": [list(k) for k in src_commits],
+            "writes": n_writes,
+        },
     )
     # The target goes on by itself.
     out = run(graph, "dst", "three")
@@ -375,7 +387,7 @@ def test_copy_thread_copies_history_in_order_as_commits_of_the_target(
 def test_copy_thread_into_a_claimed_or_overlapping_target_changes_nothing(
     store: FencedSqliteSaver,
 ) -> None:
-    """copy_thread into a claimed target, or of ids already there, changes nothing."""
+    """copy_thread into a claimed target changes nothing; copying again is a no-op."""
     put_chain(store, "src", 2)
     claim = store.claim("dst", "w", 60)
     with pytest.raises(ThreadBusy):  # an unfenced write meets a live claim
@@ -384,12 +396,51 @@ def test_copy_thread_into_a_claimed_or_overlapping_target_changes_nothing(
     store.release("dst", claim.token)
     store.copy_thread("src", "dst")
     before, events = snapshot(store, "dst"), store.events_after("dst", 0, 100)
-    # Pinned: copying the same ids again is refused by the primary key (a
-    # StoreError), in one transaction, so nothing is half-copied.
-    with pytest.raises(StoreError, match="copy_thread"):
-        store.copy_thread("src", "dst")
+    # Copying the same ids again used to fail with "store_error: UNIQUE
+    # constraint failed"; now the rows already there are left alone, and
+    # with nothing new, nothing (not even an event) is appended.
+    store.copy_thread("src", "dst")
     assert snapshot(store, "dst") == before
     assert store.events_after("dst", 0, 100) == events
+
+
+def test_copy_thread_adds_only_what_the_target_lacks(store: FencedSqliteSaver) -> None:
+    """Copying again after the source grew copies only its new checkpoints and writes."""
+    graph = log_graph(store)
+    run(graph, "src", "one")
+    store.copy_thread("src", "dst")
+    first = {e.seq for e in store.events_after("dst", 0, 1000)}
+    run(graph, "src", "two")
+    store.copy_thread("src", "dst")
+    assert snapshot(store, "dst") == snapshot(store, "src")
+    new = [e for e in store.events_after("dst", 0, 1000) if e.seq not in first]
+    *copies, copied = new
+    assert copied.kind == "copied" and copied.data["checkpoints"] == len(copies) > 0
+    assert [list(k) for k in ((e.checkpoint_ns, e.checkpoint_id) for e in copies)] == (
+        copied.data["copied"]
+    )
+    values = graph.get_state({"configurable": {"thread_id": "src"}}).values
+    assert graph.get_state({"configurable": {"thread_id": "dst"}}).values == values
+
+
+def test_copy_thread_onto_different_checkpoints_names_them_and_changes_nothing(
+    store: FencedSqliteSaver,
+) -> None:
+    """A target holding different checkpoints under the source's ids is a CheckpointConflict."""
+    checkpoint = empty_checkpoint()
+    for thread, value in (("src", "a"), ("dst", "b")):
+        cp = {**checkpoint, "channel_values": {"v": value}, "channel_versions": {"v": 1}}
+        store.put(
+            {"configurable": {"thread_id": thread, "checkpoint_ns": ""}},
+            cp,  # type: ignore[arg-type]
+            {"source": "input", "step": -1, "parents": {}},
+            {},
+        )
+    before = dump(store.path)
+    with pytest.raises(CheckpointConflict, match=checkpoint["id"]) as info:
+        store.copy_thread("src", "dst")
+    assert (info.value.thread_id, info.value.checkpoint_ns) == ("dst", "")
+    assert dump(store.path) == before
 
 
 async def test_acopy_thread(store: FencedSqliteSaver) -> None:
@@ -585,3 +636,307 @@ def test_floor_after_prune_never_goes_down(store: FencedSqliteSaver) -> None:
     store.compact_events("t", 5)
     (result,) = store.prune(["t"], strategy=RetentionPolicy(max_checkpoints=4, max_events=50))
     assert result.floor == 5 == floor_of(store, "t")
+
+
+# --- fencing of LangGraph's extended methods (contract case 32) ---------------------------------
+
+
+def owner_run(graph: Any, claim: Any, text: str, run_id: str) -> Any:
+    """Run the graph under `claim` (fenced writes), as run `run_id`."""
+    return graph.invoke({"log": [text]}, claim.config({"metadata": {"run_id": run_id}}))
+
+
+def test_history_removal_refuses_someone_elses_live_claim(store: FencedSqliteSaver) -> None:
+    """delete_for_runs, prune('delete'), copy_thread under a live claim: ThreadBusy, no change."""
+    graph = log_graph(store)
+    run(graph, "src", "other")
+    claim = store.claim("t", "owner", 60)
+    r1 = str(uuid.uuid4())
+    owner_run(graph, claim, "one", r1)
+    before = dump(store.path)
+    # These used to delete the owner's checkpoints (its next put then failed
+    # with CheckpointConflict) and log nothing.
+    for call in (
+        lambda: store.delete_for_runs([r1]),
+        lambda: store.prune(["t"], strategy="delete"),
+        lambda: store.copy_thread("src", "t"),
+    ):
+        with pytest.raises(ThreadBusy) as info:
+            call()
+        assert (info.value.thread_id, info.value.holder) == ("t", "owner")
+        assert dump(store.path) == before
+    # The owner goes on undisturbed.
+    out = owner_run(graph, claim, "two", str(uuid.uuid4()))
+    assert out["log"][0] == "one" and "two" in out["log"]
+
+
+def test_history_removal_with_the_owners_token_acts_and_logs(store: FencedSqliteSaver) -> None:
+    """With the holder's token each method acts and logs an event naming what it did."""
+    graph = log_graph(store)
+    run(graph, "src", "other")
+    claim = store.claim("t", "owner", 60)
+    r1, r2 = str(uuid.uuid4()), str(uuid.uuid4())
+    owner_run(graph, claim, "one", r1)
+    owner_run(graph, claim, "two", r2)
+    of_r2 = sorted(k for k, v in snapshot(store, "t").items() if v[2].get("run_id") == r2)
+    n_writes = sum(len(snapshot(store, "t")[k][3]) for k in of_r2)
+
+    store.delete_for_runs([r2], token=claim.token)
+    assert all(v[2].get("run_id") == r1 for v in snapshot(store, "t").values())
+    last = store.events_after("t", 0, 1000)[-1]
+    assert (last.kind, last.token) == ("runs_deleted", claim.token)
+    assert last.data["run_ids"] == [r2]
+    assert sorted(tuple(k) for k in last.data["checkpoints"]) == of_r2
+    assert last.data["writes"] >= n_writes
+    # The owner's next run continues from r1's end.
+    out = owner_run(graph, claim, "three", str(uuid.uuid4()))
+    assert out["log"][0] == "one" and "three" in out["log"] and "two" not in out["log"]
+
+    store.copy_thread("src", "t", token=claim.token)
+    copied = store.events_after("t", 0, 1000)[-1]
+    assert (copied.kind, copied.token, copied.data["source_thread_id"]) == (
+        "copied",
+        claim.token,
+        "src",
+    )
+    assert sorted(tuple(k) for k in copied.data["copied"]) == sorted(snapshot(store, "src"))
+
+    gone = sorted(snapshot(store, "t"))
+    (result,) = store.prune(["t"], strategy="delete", token=claim.token)
+    assert sorted(result.checkpoints) == gone and snapshot(store, "t") == {}
+    (pruned,) = store.events_after("t", result.floor - 1, 10)
+    assert (pruned.kind, pruned.token, pruned.data["strategy"]) == ("pruned", claim.token, "delete")
+    assert sorted(tuple(k) for k in pruned.data["checkpoints"]) == gone
+    assert store.current_claim("t") == claim
+
+
+def test_a_token_that_is_not_the_claim_is_stale_and_changes_nothing(
+    open_store: Any, clock: ManualClock
+) -> None:
+    """A stale token, or a token on another thread the call touches, is StaleClaim."""
+    store = open_store()
+    graph = log_graph(store)
+    old = store.claim("t", "first", 10)
+    clock.advance(10)
+    current = store.take_over("t", "second", 60)
+    r1 = str(uuid.uuid4())
+    owner_run(graph, current, "one", r1)
+    run(graph, "u", "one", r1)  # the same run id on an unclaimed thread
+    before = dump(store.path)
+    for call in (
+        lambda: store.delete_for_runs([r1], token=old.token),
+        # A token is one claim's: a call that touches another thread too
+        # (here "u", which has no claim) is refused as a whole.
+        lambda: store.delete_for_runs([r1], token=current.token),
+        lambda: store.prune(["t"], strategy="delete", token=old.token),
+        lambda: store.prune(["t", "u"], strategy="delete", token=current.token),
+        lambda: store.prune(["u"], strategy="keep_latest", token=current.token),
+        lambda: store.copy_thread("u", "t", token=old.token),
+    ):
+        with pytest.raises(StaleClaim):
+            call()
+        assert dump(store.path) == before
+    # Unfenced, a thread under a live claim is refused even when listed with free ones.
+    with pytest.raises(ThreadBusy):
+        store.prune(["u", "t"], strategy="delete")
+    assert dump(store.path) == before
+    store.release("t", current.token)
+    store.delete_for_runs([r1])
+    for thread in ("t", "u"):
+        assert snapshot(store, thread) == {}
+        last = store.events_after(thread, 0, 1000)[-1]
+        assert (last.kind, last.token, last.data["run_ids"]) == ("runs_deleted", None, [r1])
+
+
+async def test_async_twins_take_the_token(store: FencedSqliteSaver) -> None:
+    """adelete_for_runs, aprune and acopy_thread accept the holder's token."""
+    graph = log_graph(store)
+    run(graph, "src", "other")
+    claim = store.claim("t", "owner", 60)
+    r1 = str(uuid.uuid4())
+    owner_run(graph, claim, "one", r1)
+    with pytest.raises(ThreadBusy):
+        await store.adelete_for_runs([r1])
+    await store.adelete_for_runs([r1], token=claim.token)
+    await store.acopy_thread("src", "t", token=claim.token)
+    (result,) = await store.aprune(["t"], strategy="delete", token=claim.token)
+    (pruned,) = store.events_after("t", result.floor - 1, 10)
+    assert pruned.kind == "pruned" and snapshot(store, "t") == {}
+
+
+# --- orphan writes ------------------------------------------------------------------------------
+
+
+def writes_of(store: FencedSqliteSaver, thread_id: str) -> list[tuple[Any, ...]]:
+    con = sqlite3.connect(store.path)
+    try:
+        return con.execute(
+            "SELECT checkpoint_ns, checkpoint_id, task_id, idx FROM writes WHERE thread_id = ? "
+            "ORDER BY 1, 2, 3, 4",
+            (thread_id,),
+        ).fetchall()
+    finally:
+        con.close()
+
+
+def late_writes(store: FencedSqliteSaver, thread_id: str, checkpoint_id: str, size: int) -> None:
+    config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    config["configurable"]["checkpoint_id"] = checkpoint_id
+    store.put_writes(config, [("log", ["x" * size])], str(uuid.uuid4()))  # type: ignore[arg-type]
+
+
+def test_prune_removes_writes_whose_checkpoint_is_gone(store: FencedSqliteSaver) -> None:
+    """Late writes for a pruned checkpoint go at the first prune after a newer checkpoint."""
+    graph = log_graph(store)
+    run(graph, "t", "one")
+    before = set(snapshot(store, "t"))
+    store.prune(["t"])
+    doomed = sorted(cid for ns, cid in before - set(snapshot(store, "t")) if ns == "")
+    assert len(doomed) == 3
+    # Slow tasks of old steps send their writes after the prune removed
+    # their checkpoints: 2 MB no checkpoint will ever read.
+    for cid in doomed:
+        late_writes(store, "t", cid, 700_000)
+    orphans = writes_of(store, "t")
+    assert len(orphans) == 3
+    # Not yet: they are newer than the latest checkpoint, as writes for the
+    # next, not-yet-stored checkpoint of an in-flight step would be.
+    (result,) = store.prune(["t"])
+    assert result.writes_removed == 0 and writes_of(store, "t") == orphans
+    run(graph, "t", "two")
+    (dry,) = store.prune(["t"], dry_run=True)
+    assert dry.writes_removed == 3
+    (result,) = store.prune(["t"])
+    assert result.writes_removed == 3
+    assert not set(orphans) & set(writes_of(store, "t"))
+    assert "two" in graph.get_state({"configurable": {"thread_id": "t"}}).values["log"]
+
+
+def test_prune_keeps_writes_sent_before_their_checkpoint(store: FencedSqliteSaver) -> None:
+    """Writes for a checkpoint not stored yet (LangGraph writes first) survive a prune."""
+    put_chain(store, "t", 3)
+    latest = store.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
+    assert latest is not None
+    nxt = empty_checkpoint()
+    late_writes(store, "t", nxt["id"], 10)
+    store.prune(["t"], strategy=RetentionPolicy(max_checkpoints=1))
+    store.put(latest.config, nxt, {"source": "loop", "step": 3}, {})
+    tup = store.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
+    assert tup is not None and tup.checkpoint["id"] == nxt["id"]
+    assert [w[1] for w in tup.pending_writes] == ["log"]
+
+
+class Branches(TypedDict):
+    """Two parallel branches' state."""
+
+    log: Annotated[list[str], operator.add]
+
+
+def test_prune_keeps_the_pending_writes_a_resume_needs(store: FencedSqliteSaver) -> None:
+    """After a failed superstep and an interrupt, prune keeps what resuming needs."""
+    from langgraph.types import Command, interrupt
+
+    calls: dict[str, int] = {"a": 0}
+    failing = {"b": True}
+
+    def a(state: Branches) -> dict[str, Any]:
+        calls["a"] += 1
+        return {"log": ["a"]}
+
+    def b(state: Branches) -> dict[str, Any]:
+        if failing["b"]:
+            raise RuntimeError("b fails")
+        return {"log": ["b"]}
+
+    def ask(state: Branches) -> dict[str, Any]:
+        return {"log": [interrupt("why?")]}
+
+    g = StateGraph(Branches)
+    g.add_node("a", a)
+    g.add_node("b", b)
+    g.add_node("ask", ask)
+    g.add_edge(START, "a")
+    g.add_edge(START, "b")
+    g.add_edge("a", "ask")
+    g.add_edge("b", "ask")
+    g.add_edge("ask", END)
+    graph = g.compile(checkpointer=store)
+    for durability in ("sync", "async"):
+        config: Any = {"configurable": {"thread_id": f"t-{durability}"}}
+        calls["a"], failing["b"] = 0, True
+        with pytest.raises(RuntimeError):
+            graph.invoke({"log": ["start"]}, config, durability=durability)
+        store.prune([config["configurable"]["thread_id"]])
+        failing["b"] = False
+        graph.invoke(None, config, durability=durability)
+        assert calls["a"] == 1  # a's pending write survived: it did not run again
+        store.prune([config["configurable"]["thread_id"]])
+        out = graph.invoke(Command(resume="because"), config, durability=durability)
+        assert out["log"] == ["start", "a", "b", "because"]
+
+
+def test_concurrent_prunes_never_take_an_in_flight_steps_writes(store: FencedSqliteSaver) -> None:
+    """Prunes racing real async-durability runs keep every write a resume needs."""
+    import threading
+
+    calls = {"a": 0}
+    failing = {"b": True}
+
+    def a(state: Branches) -> dict[str, Any]:
+        calls["a"] += 1
+        return {"log": ["a"]}
+
+    def b(state: Branches) -> dict[str, Any]:
+        if failing["b"]:
+            raise RuntimeError("b fails")
+        return {"log": ["b"]}
+
+    g = StateGraph(Branches)
+    g.add_node("a", a)
+    g.add_node("b", b)
+    g.add_edge(START, "a")
+    g.add_edge(START, "b")
+    g.add_edge("a", END)
+    g.add_edge("b", END)
+    graph = g.compile(checkpointer=store)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def pruner() -> None:
+        while not stop.is_set():
+            try:
+                store.prune([f"t{i}" for i in range(10)])
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+                return
+
+    th = threading.Thread(target=pruner)
+    th.start()
+    try:
+        for i in range(10):
+            config: Any = {"configurable": {"thread_id": f"t{i}"}}
+            calls["a"], failing["b"] = 0, True
+            with pytest.raises(RuntimeError):
+                graph.invoke({"log": [str(i)]}, config, durability="async")
+            failing["b"] = False
+            out = graph.invoke(None, config, durability="async")
+            assert calls["a"] == 1, f"run {i}: a ran again, its pending write was pruned"
+            assert sorted(out["log"]) == sorted([str(i), "a", "b"])
+    finally:
+        stop.set()
+        th.join(60)
+    assert not errors
+
+
+def test_prune_delete_of_a_thread_with_only_events_drops_them(store: FencedSqliteSaver) -> None:
+    """strategy='delete' on a thread with events but no checkpoints still empties its log."""
+    claim = store.claim("t", "w", 60)
+    store.append_events("t", claim.token, [("note", {})] * 3)
+    (result,) = store.prune(["t"], strategy="delete", token=claim.token)
+    assert (result.checkpoints, result.floor, result.events_removed) == ([], 4, 3)
+    (pruned,) = store.events_after("t", 3, 10)
+    assert (pruned.seq, pruned.kind, pruned.data) == (
+        4,
+        "pruned",
+        {"strategy": "delete", "checkpoints": [], "writes": 0},
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -17,7 +18,13 @@ from langgraph.config import get_stream_writer
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
-from langgraph_fenced_sqlite import FencedRunner, FencedSqliteSaver, StaleClaim, ThreadBusy
+from langgraph_fenced_sqlite import (
+    FencedRunner,
+    FencedSqliteSaver,
+    RetentionPolicy,
+    StaleClaim,
+    ThreadBusy,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_KINDS = ("run_started", "run_completed", "run_interrupted", "run_failed", "run_superseded")
@@ -486,6 +493,71 @@ def test_rollback_removes_exactly_the_superseded_run(
     assert any(e.kind == "retracted" for e in all_events(store)) is wrote
 
 
+@pytest.mark.parametrize("forget", ["compact_events", "prune"])
+def test_rollback_finds_the_superseded_run_after_its_events_are_gone(
+    runner: FencedRunner, store: FencedSqliteSaver, gate: Gate, forget: str
+) -> None:
+    """Rollback retracts the superseded run by the claim's run id, not by its run_started event."""
+    runner.invoke(inp("t1"), cfg(run_id="t1"))
+    old, out = in_thread(runner.invoke, inp("t2", block=True), cfg(run_id="t2"))
+    assert gate.entered.wait(30)
+    assert "t2" in [c.metadata["run_id"] for c in store.history("t", limit=100)]
+    # The superseded run's run_started event goes: it used to be the only
+    # way rollback found the run, so nothing was retracted.
+    if forget == "compact_events":
+        floor = store.compact_events("t", all_events(store)[-1].seq + 1)
+    else:
+        (pruned,) = store.prune(["t"], strategy=RetentionPolicy(max_events=0))
+        floor = pruned.floor
+    assert all(e.kind != "run_started" for e in store.events_after("t", floor - 1, 1000))
+    result = runner.invoke(inp("t3"), cfg(run_id="t3"), strategy="rollback")
+    gate.opened.set()
+    old.join(30)
+    assert isinstance(out.get("error"), StaleClaim)
+    assert result["log"] == ["t1:first", "t1:slow", "t1:last", "t3:first", "t3:slow", "t3:last"]
+    assert "t2" not in [c.metadata["run_id"] for c in store.history("t", limit=100)]
+    superseded = next(
+        e for e in store.events_after("t", floor - 1, 1000) if e.kind == "run_superseded"
+    )
+    assert superseded.data["run_id"] == "t2" and superseded.data["retracted_checkpoints"] > 0
+
+
+def test_a_plain_claim_after_a_run_carries_no_run_id(
+    runner: FencedRunner, store: FencedSqliteSaver
+) -> None:
+    """A run id leaves the claim row on release: taking over a later claim retracts nothing."""
+    runner.invoke(inp("t1"), cfg(run_id="t1"))
+    con = sqlite3.connect(store.path)
+    try:
+        assert con.execute("SELECT run_id FROM threads WHERE thread_id = 't'").fetchall() == [
+            (None,)
+        ]
+    finally:
+        con.close()
+    store.compact_events("t", all_events(store)[-1].seq + 1)
+    before = len(store.history("t", limit=100))
+    store.claim("t", "manual", 30)
+    runner.invoke(inp("t2"), cfg(run_id="t2"), strategy="rollback")
+    runs = [c.metadata["run_id"] for c in store.history("t", limit=100)]
+    assert runs.count("t1") == before
+
+
+def test_taking_over_a_re_created_thread_works(
+    runner: FencedRunner, store: FencedSqliteSaver
+) -> None:
+    """Superseding a plain claim in a later incarnation of a thread reads that incarnation."""
+    runner.invoke(inp("t1"), cfg(run_id="t1"))
+    store.delete_thread("t")
+    runner.invoke(inp("t2"), cfg(run_id="t2"))
+    manual = store.claim("t", "manual", 30)
+    # More events than one page of the scan for the superseded run's id.
+    store.append_events("t", manual.token, [("note", {})] * 100)
+    result = runner.invoke(inp("t3"), cfg(run_id="t3"), strategy="rollback")
+    assert result["log"][-3:] == ["t3:first", "t3:slow", "t3:last"]
+    superseded = next(e for e in all_events(store) if e.kind == "run_superseded")
+    assert superseded.data["run_id"] is None and superseded.incarnation == 2
+
+
 def test_rollback_of_a_foreign_claim_retracts_nothing(
     runner: FencedRunner, store: FencedSqliteSaver
 ) -> None:
@@ -560,6 +632,19 @@ def test_delete_thread_refuses_a_live_run(
     assert store.current_claim("t") is None
     runner.invoke(inp("t3"), cfg())
     assert all_events(store)[0].seq == 1
+
+
+def test_deleting_a_thread_that_never_existed_leaves_no_row(
+    runner: FencedRunner, store: FencedSqliteSaver
+) -> None:
+    """The runner's delete of an unknown id claims it, and leaves nothing behind."""
+    runner.delete_thread("never-there")
+    con = sqlite3.connect(store.path)
+    try:
+        assert con.execute("SELECT count(*) FROM threads").fetchone() == (0,)
+    finally:
+        con.close()
+    assert store.events_after("never-there", 5) == []
 
 
 # --- the benchmark cannot rot ------------------------------------------------------------

@@ -437,3 +437,56 @@ def test_abandoned_watches_hold_no_connection(claimed: Any, db_path: str) -> Non
         assert open_fds(db_path) == base - 1
     finally:
         gc.enable()
+
+
+# --- incarnations (contract case 31) ------------------------------------------------------------
+
+
+def _append(store: FencedSqliteSaver, n: int) -> None:
+    claim = store.claim("t", "w", 60)
+    store.append_events("t", claim.token, [("e", {"i": i}) for i in range(n)])
+    store.release("t", claim.token)
+
+
+def test_watch_keeps_its_incarnation_across_a_delete(store: FencedSqliteSaver) -> None:
+    """A watch from 0 that read incarnation 1 raises ReplayUnavailable after delete_thread."""
+    _append(store, 3)
+    with store.watch("t", 0) as watch:
+        assert [next(watch).seq for _ in range(3)] == [1, 2, 3]
+        assert watch.incarnation == 1
+        store.delete_thread("t")
+        claim = store.claim("t", "w", 60)
+        store.append_events("t", claim.token, [("new", {"i": i}) for i in range(5)])
+        # It used to go on with seq 4 of the new thread, skipping its 1-3.
+        with pytest.raises(ReplayUnavailable) as info:
+            next(watch)
+        assert info.value.incarnation == 2
+    with store.watch("t", 0, incarnation=info.value.incarnation) as again:
+        assert [(e.seq, e.incarnation) for e in (next(again) for _ in range(5))] == [
+            (s, 2) for s in range(1, 6)
+        ]
+
+
+async def test_awatch_keeps_its_incarnation_across_a_delete(store: FencedSqliteSaver) -> None:
+    """The async watch remembers its incarnation too; resuming from an Event works."""
+    _append(store, 2)
+    watch = store.awatch("t", 0)
+    try:
+        first = await asyncio.wait_for(watch.__anext__(), BOUND)
+        second = await asyncio.wait_for(watch.__anext__(), BOUND)
+        assert [first.seq, second.seq, watch.incarnation] == [1, 2, 1]
+        await store.adelete_thread("t")
+        _append(store, 4)
+        with pytest.raises(ReplayUnavailable) as info:
+            await asyncio.wait_for(watch.__anext__(), BOUND)
+        assert info.value.incarnation == 2
+    finally:
+        await watch.aclose()
+    resumed = store.awatch("t", first)  # a position of incarnation 1
+    try:
+        with pytest.raises(ReplayUnavailable):
+            await asyncio.wait_for(resumed.__anext__(), BOUND)
+    finally:
+        await resumed.aclose()
+    got = await store.await_events("t", 1, incarnation=2, timeout=BOUND)
+    assert [(e.seq, e.incarnation) for e in got] == [(2, 2), (3, 2), (4, 2)]

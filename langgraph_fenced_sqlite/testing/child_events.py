@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..errors import ReplayUnavailable
 from ..saver import FencedSqliteSaver
 
 __all__ = ["COMMANDS", "LineReader", "run_child", "spawn"]
@@ -75,7 +76,8 @@ def watch(args: dict[str, Any]) -> None:
     `{"seq": ..., "kind": ..., "data": ...}` per event. Stops after `count`
     events if given (else runs until killed or `timeout`), then prints
     `{"stopped": true, "last_seq": n}`; on `timeout` (default 60 s) it prints
-    `{"timeout": true, "last_seq": n}` instead.
+    `{"timeout": true, "last_seq": n}` instead, and on `ReplayUnavailable`
+    `{"replay_unavailable": true, "incarnation": k, "floor": f, "last_seq": n}`.
     """
     count = args.get("count")
     with FencedSqliteSaver(args["path"], busy_timeout=30) as saver:
@@ -86,13 +88,23 @@ def watch(args: dict[str, Any]) -> None:
         delivered = 0
         with subscription:
             emit(ready=True)
-            for event in subscription:
-                emit(seq=event.seq, kind=event.kind, data=event.data)
-                delivered += 1
-                if count is not None and delivered >= count:
-                    timer.cancel()
-                    emit(stopped=True, last_seq=subscription.last_seq)
-                    return
+            try:
+                for event in subscription:
+                    emit(seq=event.seq, kind=event.kind, data=event.data)
+                    delivered += 1
+                    if count is not None and delivered >= count:
+                        timer.cancel()
+                        emit(stopped=True, last_seq=subscription.last_seq)
+                        return
+            except ReplayUnavailable as exc:
+                timer.cancel()
+                emit(
+                    replay_unavailable=True,
+                    incarnation=exc.incarnation,
+                    floor=exc.floor,
+                    last_seq=subscription.last_seq,
+                )
+                return
         emit(timeout=True, last_seq=subscription.last_seq)
 
 

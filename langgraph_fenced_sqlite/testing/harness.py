@@ -257,6 +257,7 @@ def _load_cases() -> None:
     from . import (  # noqa: F401
         cases_claims,
         cases_edges_data,
+        cases_edges_fence,
         cases_edges_store,
         cases_events,
         cases_fencing,
