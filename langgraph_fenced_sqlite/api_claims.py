@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from . import claims, runs
 from .claims import Claim
-from .clock import to_seconds
+from .clock import read_now, to_seconds
 from .errors import bad_argument
 from .lease import AsyncLease, Lease
-from .validation import check_int, check_name
+from .validation import check_bool, check_dict, check_int, check_json, check_name
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -53,11 +53,9 @@ class ClaimsAPI:
         check_name(thread_id, "thread_id")
         check_name(holder, "holder")
         seconds = to_seconds(ttl, "ttl")
+        now = read_now(self._engine.clock)
         return self._engine.write(
-            op,
-            lambda c: claims.grant(
-                c, thread_id, holder, seconds, now=self._engine.clock.now(), force=force
-            ),
+            op, lambda c: claims.grant(c, thread_id, holder, seconds, now=now, force=force)
         )
 
     def renew(self, thread_id: str, token: int, ttl: float | timedelta) -> Claim:
@@ -69,9 +67,9 @@ class ClaimsAPI:
         check_name(thread_id, "thread_id")
         check_int(token, "token")
         seconds = to_seconds(ttl, "ttl")
+        now = read_now(self._engine.clock)
         return self._engine.write(
-            "renew",
-            lambda c: claims.renew(c, thread_id, token, seconds, now=self._engine.clock.now()),
+            "renew", lambda c: claims.renew(c, thread_id, token, seconds, now=now)
         )
 
     async def arenew(self, thread_id: str, token: int, ttl: float | timedelta) -> Claim:
@@ -157,6 +155,7 @@ class ClaimsAPI:
         if strategy not in runs.RUN_STRATEGIES:
             raise bad_argument("strategy", f"expected one of {runs.RUN_STRATEGIES}")
         seconds = to_seconds(ttl, "ttl")
+        now = read_now(self._engine.clock)
         return self._engine.write(
             f"begin_run({strategy})",
             lambda c: runs.begin_run_txn(
@@ -166,7 +165,7 @@ class ClaimsAPI:
                 seconds,
                 run_id=run_id,
                 strategy=strategy,
-                now=self._engine.clock.now(),
+                now=now,
             ),
         )
 
@@ -193,7 +192,9 @@ class ClaimsAPI:
         check_name(thread_id, "thread_id")
         check_int(token, "token")
         check_name(kind, "kind")
-        payload = dict(data or {})
+        payload = dict(check_json(check_dict(data, "data", optional=True), "data"))
+        check_bool(static_interrupt, "static_interrupt")
+        now = read_now(self._engine.clock)
         return self._engine.write(
             f"end_run({kind})",
             lambda c: runs.end_run_txn(
@@ -202,7 +203,7 @@ class ClaimsAPI:
                 token,
                 kind,
                 payload,
-                now=self._engine.clock.now(),
+                now=now,
                 static_interrupt=static_interrupt,
             ),
         )
@@ -218,9 +219,8 @@ class ClaimsAPI:
         check_name(thread_id, "thread_id")
         check_name(holder, "holder")
         seconds = to_seconds(ttl, "ttl")
+        now = read_now(self._engine.clock)
         self._engine.write(
             "delete_unclaimed_thread",
-            lambda c: runs.delete_unclaimed_txn(
-                c, thread_id, holder, seconds, now=self._engine.clock.now()
-            ),
+            lambda c: runs.delete_unclaimed_txn(c, thread_id, holder, seconds, now=now),
         )

@@ -35,12 +35,24 @@ from .api_claims import ClaimsAPI
 from .api_events import EventsAPI
 from .api_inspect import InspectionAPI
 from .claims import token_from_config
-from .clock import Clock, to_seconds
+from .clock import Clock, read_now, to_seconds
 from .engine import Engine
 from .errors import bad_argument
 from .retention import PruneResult, RetentionPolicy, Retraction
 from .serde import DataOnlySerializer, TypeKey
-from .validation import check_int, check_limit, check_name, config_target
+from .validation import (
+    check_before,
+    check_bool,
+    check_checkpoint,
+    check_config,
+    check_filter,
+    check_int,
+    check_iterable,
+    check_limit,
+    check_name,
+    check_writes,
+    config_target,
+)
 
 __all__ = ["FencedSqliteSaver"]
 
@@ -92,6 +104,8 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
         self._poll_interval = to_seconds(poll_interval, "poll_interval")
         if not isinstance(require_claim, bool):
             raise bad_argument("require_claim", "expected a bool")
+        if clock is not None and not isinstance(clock, Clock):
+            raise bad_argument("clock", "expected a Clock (with now() and monotonic())")
         if serde is None:
             serde = DataOnlySerializer(allowed_types)
         elif allowed_types:
@@ -244,7 +258,7 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
     ) -> dict[str, Any]:
         thread_id = ns = cid = None
         if config is not None:
-            conf = config.get("configurable") or {}
+            conf = check_config(config)
             if conf.get("thread_id") is not None:
                 thread_id, _, cid = config_target(config)
             if conf.get("checkpoint_ns") is not None:
@@ -253,16 +267,13 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
                     'config["configurable"]["checkpoint_ns"]',
                     allow_empty=True,
                 )
-        if filter is not None and not isinstance(filter, dict):
-            raise bad_argument("filter", "expected a dict")
-        before_id = None
-        if before is not None:
-            before_id = (before.get("configurable") or {}).get("checkpoint_id")
+        metadata_filter = check_filter(filter)
+        before_id = check_before(before)
         return {
             "thread_id": thread_id,
             "checkpoint_ns": ns,
             "checkpoint_id": cid,
-            "metadata_filter": filter,
+            "metadata_filter": metadata_filter,
             "before_id": before_id,
             "limit": check_limit(limit),
         }
@@ -303,11 +314,9 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
         """
         thread_id, ns, _ = config_target(config)
         token = token_from_config(config)
-        if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("id"), str):
-            raise bad_argument("checkpoint", 'expected a Checkpoint dict with a str "id"')
-        check_name(checkpoint["id"], 'checkpoint["id"]')
+        check_checkpoint(checkpoint, metadata)
         enc = cps.encode_checkpoint(self.serde, config, checkpoint, metadata, thread_id, ns)
-        now = self.clock.now()
+        now = read_now(self.clock)
         self._engine.write(
             "put",
             lambda conn: cps.put_txn(conn, enc, token, now=now, require_claim=self.require_claim),
@@ -348,11 +357,12 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
         check_name(task_id, "task_id")
         check_name(task_path, "task_path", allow_empty=True)
         token = token_from_config(config)
+        writes = check_writes(writes)
         encoded = cps.encode_writes(self.serde, writes, task_id, task_path)
         if not encoded:
             return
         run_id = cps.run_id_of(config)
-        now = self.clock.now()
+        now = read_now(self.clock)
         self._engine.write(
             "put_writes",
             lambda conn: cps.put_writes_txn(
@@ -393,7 +403,7 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Remove every checkpoint and write made by the given runs."""
-        ids = [check_name(r, "run_ids[]") for r in _as_list(run_ids, "run_ids")]
+        ids = [check_name(r, "run_ids[]") for r in check_iterable(run_ids, "run_ids")]
         if ids:
             self._engine.write("delete_for_runs", lambda c: retention.delete_for_runs_txn(c, ids))
 
@@ -405,7 +415,7 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
         """Copy every checkpoint and write of one thread into another."""
         src = check_name(source_thread_id, "source_thread_id")
         dst = check_name(target_thread_id, "target_thread_id")
-        now = self.clock.now()
+        now = read_now(self.clock)
         self._engine.write(
             "copy_thread",
             lambda c: retention.copy_thread_txn(
@@ -436,7 +446,8 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
         Returns:
             One `PruneResult` per thread.
         """
-        ids = [check_name(t, "thread_ids[]") for t in _as_list(thread_ids, "thread_ids")]
+        ids = [check_name(t, "thread_ids[]") for t in check_iterable(thread_ids, "thread_ids")]
+        check_bool(dry_run, "dry_run")
         if isinstance(strategy, RetentionPolicy):
             policy, latest_only = strategy, False
         elif strategy == "keep_latest":
@@ -460,7 +471,7 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
                 "prune", lambda c: retention.delete_all_checkpoints_txn(c, thread_id)
             )
             return PruneResult(thread_id)
-        now = self.clock.now()
+        now = read_now(self.clock)
         return self._engine.write(
             "prune",
             lambda c: retention.prune_txn(
@@ -482,10 +493,13 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
         """Return the next channel version: a zero-padded counter plus a random suffix."""
         if current is None:
             current_v = 0
-        elif isinstance(current, int):
+        elif isinstance(current, int) and not isinstance(current, bool):
             current_v = current
         else:
-            current_v = int(current.split(".")[0])
+            head = current.split(".")[0] if isinstance(current, str) else ""
+            if not head.isdigit():
+                raise bad_argument("current", f"expected a channel version, got {current!r}")
+            current_v = int(head)
         return f"{current_v + 1:032}.{random.random():016}"
 
     # --- retraction -------------------------------------------------------------------------
@@ -504,7 +518,7 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
         check_int(token, "token")
         if run_id is not None:
             check_name(run_id, "run_id")
-        now = self.clock.now()
+        now = read_now(self.clock)
         return self._engine.write(
             "retract_turn", lambda c: retention.retract_txn(c, thread_id, token, run_id, now=now)
         )
@@ -514,12 +528,6 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
     ) -> Retraction:
         """Async twin of `retract_turn`."""
         return await self._engine.arun(self.retract_turn, thread_id, token, run_id=run_id)
-
-
-def _as_list(value: Any, name: str) -> list[Any]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise bad_argument(name, "expected a list of strings")
-    return list(value)
 
 
 class _Opener(AbstractContextManager, AbstractAsyncContextManager):
