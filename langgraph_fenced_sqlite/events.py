@@ -19,7 +19,7 @@ from typing import Any
 
 from . import schema
 from .claims import ThreadRow
-from .errors import ReplayUnavailable, bad_argument
+from .errors import ReplayUnavailable, UndecodableRow, bad_argument
 from .serde import dumps_json, loads_json
 from .validation import check_iterable, check_json, check_name
 
@@ -148,13 +148,28 @@ def read_after(conn: sqlite3.Connection, thread_id: str, after_seq: int, limit: 
     if floor_row is None:
         return []
     floor = floor_row[0]
+    if isinstance(floor, bool) or not isinstance(floor, int):
+        raise UndecodableRow(thread_id, None, f"the replay floor cell holds {floor!r}")
     if after_seq + 1 < floor:
         raise ReplayUnavailable(thread_id, floor)
     rows = conn.execute(schema.EVENTS_AFTER, (thread_id, after_seq, limit)).fetchall()
     return [
-        Event(thread_id, seq, kind, loads_json(data), ns, cid, token, ts)
+        Event(thread_id, seq, kind, _event_data(thread_id, seq, cid, data), ns, cid, token, ts)
         for seq, kind, ns, cid, data, token, ts in rows
     ]
+
+
+def _event_data(thread_id: str, seq: Any, checkpoint_id: Any, text: Any) -> dict[str, Any]:
+    # A damaged cell is an error naming the event, never a raw JSON/TypeError
+    # nor a value of another shape than the JSON object that was written.
+    try:
+        data = loads_json(text)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise UndecodableRow(thread_id, checkpoint_id, f"event {seq} data: {exc}") from exc
+    if not isinstance(data, dict):
+        reason = f"event {seq} data is not a JSON object: {type(data).__name__}"
+        raise UndecodableRow(thread_id, checkpoint_id, reason)
+    return data
 
 
 def raise_floor(conn: sqlite3.Connection, thread_id: str, before_seq: int) -> int:
