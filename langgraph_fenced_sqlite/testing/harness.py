@@ -256,6 +256,7 @@ def _load_cases() -> None:
     # Importing the case modules registers their cases.
     from . import (  # noqa: F401
         cases_claims,
+        cases_edges_input,
         cases_events,
         cases_fencing,
         cases_history,
