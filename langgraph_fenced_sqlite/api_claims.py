@@ -53,9 +53,13 @@ class ClaimsAPI:
         check_name(thread_id, "thread_id")
         check_name(holder, "holder")
         seconds = to_seconds(ttl, "ttl")
-        now = read_now(self._engine.clock)
+        # The clock is read inside the job, after the write lock is had: a call
+        # that waited for the lock must judge expiry by the time it decides.
         return self._engine.write(
-            op, lambda c: claims.grant(c, thread_id, holder, seconds, now=now, force=force)
+            op,
+            lambda c: claims.grant(
+                c, thread_id, holder, seconds, now=read_now(self._engine.clock), force=force
+            ),
         )
 
     def renew(self, thread_id: str, token: int, ttl: float | timedelta) -> Claim:
@@ -67,9 +71,9 @@ class ClaimsAPI:
         check_name(thread_id, "thread_id")
         check_int(token, "token")
         seconds = to_seconds(ttl, "ttl")
-        now = read_now(self._engine.clock)
         return self._engine.write(
-            "renew", lambda c: claims.renew(c, thread_id, token, seconds, now=now)
+            "renew",
+            lambda c: claims.renew(c, thread_id, token, seconds, now=read_now(self._engine.clock)),
         )
 
     async def arenew(self, thread_id: str, token: int, ttl: float | timedelta) -> Claim:
@@ -155,7 +159,6 @@ class ClaimsAPI:
         if strategy not in runs.RUN_STRATEGIES:
             raise bad_argument("strategy", f"expected one of {runs.RUN_STRATEGIES}")
         seconds = to_seconds(ttl, "ttl")
-        now = read_now(self._engine.clock)
         return self._engine.write(
             f"begin_run({strategy})",
             lambda c: runs.begin_run_txn(
@@ -165,7 +168,7 @@ class ClaimsAPI:
                 seconds,
                 run_id=run_id,
                 strategy=strategy,
-                now=now,
+                now=read_now(self._engine.clock),
             ),
         )
 
@@ -194,7 +197,6 @@ class ClaimsAPI:
         check_name(kind, "kind")
         payload = dict(check_json(check_dict(data, "data", optional=True), "data"))
         check_bool(static_interrupt, "static_interrupt")
-        now = read_now(self._engine.clock)
         return self._engine.write(
             f"end_run({kind})",
             lambda c: runs.end_run_txn(
@@ -203,7 +205,7 @@ class ClaimsAPI:
                 token,
                 kind,
                 payload,
-                now=now,
+                now=read_now(self._engine.clock),
                 static_interrupt=static_interrupt,
             ),
         )
@@ -219,8 +221,9 @@ class ClaimsAPI:
         check_name(thread_id, "thread_id")
         check_name(holder, "holder")
         seconds = to_seconds(ttl, "ttl")
-        now = read_now(self._engine.clock)
         self._engine.write(
             "delete_unclaimed_thread",
-            lambda c: runs.delete_unclaimed_txn(c, thread_id, holder, seconds, now=now),
+            lambda c: runs.delete_unclaimed_txn(
+                c, thread_id, holder, seconds, now=read_now(self._engine.clock)
+            ),
         )

@@ -133,7 +133,12 @@ class InspectionAPI:
         return self._engine.read(op, job)
 
     def threads(self) -> _list[dict[str, Any]]:
-        """Summarise every thread: counts, namespaces, latest step, claim, events, floor."""
+        """Summarise every thread: counts, namespaces, latest step, claim, events, floor.
+
+        Each summary also has `error`: None, or (an `UndecodableRow` as a dict)
+        when a cell of the thread's rows holds a value of the wrong type; the
+        other threads are summarised as usual.
+        """
         return self._engine.read("threads", _thread_summaries)
 
     def claims(self) -> _list[Claim]:

@@ -104,10 +104,12 @@ def read_now(clock: Clock) -> float:
     A reading that is not a finite real number is refused: NaN compares false
     with everything, so `now < expires_at` would call every claim expired and
     grant a second live claim; +inf expires every claim at once, and -inf
-    grants claims that never expire. The store reads its clock before it
-    submits a write (never inside the transaction), so a bad reading fails the
-    call before the file is touched. An earlier reading is the safe side: a
-    claim then looks live a little longer and a new one expires a little sooner.
+    grants claims that never expire. Claims and runs read the clock inside
+    their job, once the write lock is had (so a call that waited for the lock
+    still judges expiry by a fresh reading); a bad reading raises there before
+    any statement of the write runs, and the empty transaction is rolled back,
+    so the file's bytes never change. Other writes read it just before they
+    are submitted.
 
     Raises:
         InvalidArgument: (naming `clock`) the reading is not a finite int or
