@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from . import claims, runs
 from .claims import Claim
-from .clock import to_seconds
+from .clock import read_now, to_seconds
 from .errors import bad_argument
 from .lease import AsyncLease, Lease
-from .validation import check_int, check_name
+from .validation import check_bool, check_dict, check_int, check_json, check_name
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -53,10 +53,12 @@ class ClaimsAPI:
         check_name(thread_id, "thread_id")
         check_name(holder, "holder")
         seconds = to_seconds(ttl, "ttl")
+        # The clock is read inside the job, after the write lock is had: a call
+        # that waited for the lock must judge expiry by the time it decides.
         return self._engine.write(
             op,
             lambda c: claims.grant(
-                c, thread_id, holder, seconds, now=self._engine.clock.now(), force=force
+                c, thread_id, holder, seconds, now=read_now(self._engine.clock), force=force
             ),
         )
 
@@ -71,7 +73,7 @@ class ClaimsAPI:
         seconds = to_seconds(ttl, "ttl")
         return self._engine.write(
             "renew",
-            lambda c: claims.renew(c, thread_id, token, seconds, now=self._engine.clock.now()),
+            lambda c: claims.renew(c, thread_id, token, seconds, now=read_now(self._engine.clock)),
         )
 
     async def arenew(self, thread_id: str, token: int, ttl: float | timedelta) -> Claim:
@@ -166,7 +168,7 @@ class ClaimsAPI:
                 seconds,
                 run_id=run_id,
                 strategy=strategy,
-                now=self._engine.clock.now(),
+                now=read_now(self._engine.clock),
             ),
         )
 
@@ -193,7 +195,8 @@ class ClaimsAPI:
         check_name(thread_id, "thread_id")
         check_int(token, "token")
         check_name(kind, "kind")
-        payload = dict(data or {})
+        payload = dict(check_json(check_dict(data, "data", optional=True), "data"))
+        check_bool(static_interrupt, "static_interrupt")
         return self._engine.write(
             f"end_run({kind})",
             lambda c: runs.end_run_txn(
@@ -202,7 +205,7 @@ class ClaimsAPI:
                 token,
                 kind,
                 payload,
-                now=self._engine.clock.now(),
+                now=read_now(self._engine.clock),
                 static_interrupt=static_interrupt,
             ),
         )
@@ -221,6 +224,6 @@ class ClaimsAPI:
         self._engine.write(
             "delete_unclaimed_thread",
             lambda c: runs.delete_unclaimed_txn(
-                c, thread_id, holder, seconds, now=self._engine.clock.now()
+                c, thread_id, holder, seconds, now=read_now(self._engine.clock)
             ),
         )

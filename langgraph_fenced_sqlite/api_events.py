@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from . import claims, events
-from .clock import to_seconds
+from .clock import read_now, to_seconds
 from .errors import bad_argument
 from .events import Event, EventPoller
 from .validation import check_int, check_name
@@ -66,7 +66,7 @@ class EventsAPI:
         check_name(thread_id, "thread_id")
         check_int(token, "token")
         new = events.normalize_caller_events(events_)
-        now = self._engine.clock.now()
+        now = read_now(self._engine.clock)
 
         def job(conn: Any) -> list[int]:
             row = claims.check_fence(conn, thread_id, token, now=now, require_claim=True)

@@ -134,7 +134,12 @@ class InspectionAPI:
         return self._engine.read(op, job)
 
     def threads(self) -> _list[dict[str, Any]]:
-        """Summarise every thread: counts, namespaces, latest step, claim, events, floor."""
+        """Summarise every thread: counts, namespaces, latest step, claim, events, floor.
+
+        Each summary also has `error`: None, or (an `UndecodableRow` as a dict)
+        when a cell of the thread's rows holds a value of the wrong type; the
+        other threads are summarised as usual.
+        """
         return self._engine.read("threads", _thread_summaries)
 
     def claims(self) -> _list[Claim]:
@@ -241,36 +246,59 @@ class InspectionAPI:
         return out
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _thread_summaries(conn: Any) -> list[dict[str, Any]]:
     out = []
-    for (
-        thread_id,
-        holder,
-        token,
-        expires_at,
-        floor,
-        next_seq,
-        count,
-        namespaces,
-        n_events,
-        last_cp,
-        step,
-        last_ev,
-    ) in conn.execute(schema.THREAD_SUMMARIES):
+    for row in conn.execute(schema.THREAD_SUMMARIES):
+        (
+            thread_id,
+            holder,
+            token,
+            expires_at,
+            floor,
+            next_seq,
+            count,
+            namespaces,
+            n_events,
+            last_cp,
+            step,
+            last_ev,
+        ) = row
+        # A damaged cell (text in an integer column...) must not fail the whole
+        # listing, nor be shown as if it were data: the summary carries an error.
+        numbers = {"floor": floor, "next_seq": next_seq, "checkpoints": count, "events": n_events}
+        numbers.update(last_checkpoint_at=last_cp, last_event_at=last_ev)
+        optional = {"token": token, "expires_at": expires_at, "latest_step": step}
+        bad = [k for k, v in numbers.items() if v is not None and not _number(v)]
+        bad += [k for k, v in optional.items() if v is not None and not _number(v)]
+        if not isinstance(thread_id, str) or not isinstance(namespaces, (str, type(None))):
+            bad.append("thread_id" if not isinstance(thread_id, str) else "namespaces")
+        error = None
+        if bad:
+            every = {**numbers, **optional, "thread_id": thread_id, "namespaces": namespaces}
+            cells = ", ".join(f"{k}={every[k]!r}" for k in bad)
+            reason = f"thread row holds cells of the wrong type: {cells}"
+            error = UndecodableRow(str(thread_id), None, reason).to_dict()
+        claim = None
+        if token is not None:
+            claim = {"holder": holder, "token": token, "expires_at": expires_at}
         out.append(
             {
                 "thread_id": thread_id,
                 "checkpoints": count,
-                "namespaces": sorted((namespaces or "").split(",")) if count else [],
+                "namespaces": sorted(str(namespaces or "").split(",")) if count else [],
                 "latest_step": step,
-                # Only numbers count: a damaged cell must not fail the summary.
-                "last_activity": max(x for x in (last_cp, last_ev, 0.0) if type(x) in (int, float)),
-                "claim": None
-                if token is None
-                else {"holder": holder, "token": token, "expires_at": expires_at},
+                "last_activity": max(
+                    (x for x in (last_cp, last_ev, 0.0) if _number(x)), default=0.0
+                ),
+                "claim": claim,
                 "events": n_events,
                 "floor": floor,
                 "next_seq": next_seq,
+                "error": error,
             }
         )
     out.sort(key=lambda t: t["last_activity"], reverse=True)

@@ -11,13 +11,14 @@ provides `_engine` and `require_claim`.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import retention
+from .clock import read_now
 from .errors import bad_argument
 from .retention import PruneResult, RetentionPolicy, Retraction
-from .validation import check_int, check_name
+from .validation import check_bool, check_int, check_iterable, check_name
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -72,12 +73,12 @@ class RetentionAPI:
                 the store requires claims).
             StaleClaim: `token` is not the current claim of a touched thread.
         """
-        ids = [check_name(r, "run_ids[]") for r in _as_list(run_ids, "run_ids")]
+        ids = [check_name(r, "run_ids[]") for r in check_iterable(run_ids, "run_ids")]
         if token is not None:
             check_int(token, "token")
         if not ids:
             return
-        now = self._engine.clock.now()
+        now = read_now(self._engine.clock)
         self._engine.write(
             "delete_for_runs",
             lambda c: retention.delete_for_runs_txn(
@@ -118,7 +119,7 @@ class RetentionAPI:
         dst = check_name(target_thread_id, "target_thread_id")
         if token is not None:
             check_int(token, "token")
-        now = self._engine.clock.now()
+        now = read_now(self._engine.clock)
         self._engine.write(
             "copy_thread",
             lambda c: retention.copy_thread_txn(
@@ -143,7 +144,7 @@ class RetentionAPI:
         dry_run: bool = False,
         token: int | None = None,
     ) -> _list[PruneResult]:
-        """Remove old history from each thread, all in one transaction.
+        """Remove old history from each listed thread.
 
         `"delete"` removes a thread's whole history, so it is fenced like a
         write on every listed thread: without `token`, a thread under a live
@@ -152,9 +153,12 @@ class RetentionAPI:
         It appends one `pruned` event per thread that held anything. The
         other strategies keep the latest checkpoint of each namespace, so no
         owner's next write depends on what they remove: they need no claim,
-        but a given `token` is checked all the same. The first refusal
-        changes nothing on any thread. Every strategy but `"delete"` also
-        removes orphan writes (see `PruneResult.writes_removed`).
+        but a given `token` is checked all the same. `"delete"` runs as one
+        transaction, so its first refusal changes nothing on any thread; the
+        other strategies run one transaction per thread, so a long list never
+        holds the write lock longer than one thread's prune. Every strategy
+        but `"delete"` also removes orphan writes (see
+        `PruneResult.writes_removed`).
 
         Args:
             thread_ids: The threads to prune.
@@ -172,7 +176,8 @@ class RetentionAPI:
                 claim (or on a store that requires claims).
             StaleClaim: `token` is not the current claim of a listed thread.
         """
-        ids = [check_name(t, "thread_ids[]") for t in _as_list(thread_ids, "thread_ids")]
+        ids = [check_name(t, "thread_ids[]") for t in check_iterable(thread_ids, "thread_ids")]
+        check_bool(dry_run, "dry_run")
         if token is not None:
             check_int(token, "token")
         if isinstance(strategy, RetentionPolicy):
@@ -190,13 +195,24 @@ class RetentionAPI:
             )
         if not ids:
             return []
-        now = self._engine.clock.now()
-        return self._engine.write(
-            "prune",
-            lambda c: [
-                self._prune_one(c, t, policy, latest_only, dry_run, token, now) for t in ids
-            ],
-        )
+        now = read_now(self._engine.clock)
+        if policy is None:
+            # Fenced: every listed thread's fence holds, or nothing changes.
+            return self._engine.write(
+                "prune",
+                lambda c: [self._prune_one(c, t, None, False, False, token, now) for t in ids],
+            )
+        # Keeping the latest of each namespace needs no claim, so each thread
+        # is its own transaction: a long list never holds the write lock
+        # longer than one thread's prune (writers of other threads go on).
+        out: _list[PruneResult] = []
+        for thread_id in ids:
+
+            def job(conn: Any, thread_id: str = thread_id) -> PruneResult:
+                return self._prune_one(conn, thread_id, policy, latest_only, dry_run, token, now)
+
+            out.append(self._engine.write("prune", job))
+        return out
 
     def _prune_one(
         self,
@@ -247,7 +263,7 @@ class RetentionAPI:
         check_int(token, "token")
         if run_id is not None:
             check_name(run_id, "run_id")
-        now = self._engine.clock.now()
+        now = read_now(self._engine.clock)
         return self._engine.write(
             "retract_turn", lambda c: retention.retract_txn(c, thread_id, token, run_id, now=now)
         )
@@ -257,9 +273,3 @@ class RetentionAPI:
     ) -> Retraction:
         """Async twin of `retract_turn`."""
         return await self._engine.arun(self.retract_turn, thread_id, token, run_id=run_id)
-
-
-def _as_list(value: Any, name: str) -> list[Any]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise bad_argument(name, "expected a list of strings")
-    return list(value)

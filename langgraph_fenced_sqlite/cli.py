@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import __version__, importer
+from .cli_doctor import cmd_doctor
 from .cli_io import (
     EXIT_CODES,
     CliError,
@@ -32,10 +33,12 @@ from .cli_io import (
     count,
     duration,
     fail,
+    is_number,
+    open_existing,
     plural,
     when,
 )
-from .errors import CheckpointNotFound, FencedSqliteError
+from .errors import CheckpointNotFound
 from .retention import RetentionPolicy
 from .saver import FencedSqliteSaver
 
@@ -47,12 +50,7 @@ _CLAIM_TTL = 60.0  # retract/delete hold their claim this long at most
 # --- opening --------------------------------------------------------------------------------
 
 
-def _open(path: str) -> FencedSqliteSaver:
-    if not os.path.exists(path):
-        raise CliError("file_not_found", f"{path}: no such file", path=path)
-    if not os.path.isfile(path):
-        raise CliError("not_a_file", f"{path}: not a file", path=path)
-    return FencedSqliteSaver(path)
+_open = open_existing
 
 
 def _thread(saver: FencedSqliteSaver, thread_id: str) -> dict[str, Any]:
@@ -94,7 +92,8 @@ def _cmd_threads(args: argparse.Namespace, out: Out) -> int:
             ("CLAIM", lambda i: claim_text(i["claim"])),
         ],
     )
-    return 0
+    damaged = any(i["error"] or (i["claim"] or {}).get("error") for i in items)
+    return 1 if damaged else 0
 
 
 def _cmd_history(args: argparse.Namespace, out: Out) -> int:
@@ -224,7 +223,7 @@ def _cmd_claims(args: argparse.Namespace, out: Out) -> int:
             ("", lambda i: claim_text(i).split(", ")[-1]),
         ],
     )
-    return 0
+    return 1 if any(i.get("error") for i in items) else 0
 
 
 def _event_text(e: Any) -> str:
@@ -239,7 +238,10 @@ def _cmd_events(args: argparse.Namespace, out: Out) -> int:
         raise CliError("usage", "events --follow streams: use --nl instead of --json")
     with _open(args.path) as saver:
         floor = _thread(saver, args.thread)["floor"]
-        after = floor - 1 if args.after is None else args.after
+        if args.after is not None:
+            after = args.after
+        else:  # a damaged floor cell: read from the start and let the store judge it
+            after = floor - 1 if is_number(floor) else 0
         if not args.follow:
             found: list[Any] = []
             while args.limit is None or len(found) < args.limit:
@@ -340,39 +342,6 @@ def _cmd_delete(args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
-def _cmd_doctor(args: argparse.Namespace, out: Out) -> int:
-    wal = args.path + "-wal"
-    with _open(args.path) as saver:
-        stats, claims, now = saver.stats(), saver.claims(), saver.clock.now()
-        stats["wal_bytes"] = os.path.getsize(wal) if os.path.exists(wal) else 0
-    stats["claims"] = len(claims)
-    stats["live_claims"] = sum(1 for c in claims if now < c.expires_at)
-    problems = []
-    if str(stats["journal_mode"]).lower() != "wal":
-        problems.append(f"journal_mode is {stats['journal_mode']}, expected wal")
-    if stats["synchronous"] != 2:
-        problems.append(f"synchronous is {stats['synchronous']}, expected 2 (FULL)")
-    integrity = stats["integrity"]
-    if integrity != ["ok"]:
-        problems.append(f"integrity_check found {len(integrity)} problem(s): {integrity[0]}")
-    doc = {"path": args.path, **stats, "problems": problems, "ok": not problems}
-    names = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
-    lines = [
-        ("file", args.path),
-        ("schema version", stats["schema_version"]),
-        ("journal mode", stats["journal_mode"]),
-        ("synchronous", names.get(stats["synchronous"], stats["synchronous"])),
-        ("integrity", "ok" if integrity == ["ok"] else f"FAILED ({len(integrity)} messages)"),
-        ("wal size", f"{stats['wal_bytes']} bytes"),
-        *((k, stats[k]) for k in ("threads", "checkpoints", "writes", "events")),
-        ("claims", f"{stats['claims']} ({stats['live_claims']} live)"),
-        ("token counter", stats["token_counter"]),
-        ("status", "ok" if not problems else "PROBLEMS: " + "; ".join(problems)),
-    ]
-    out.document(doc, lambda: "\n".join(f"{k:<15} {v}" for k, v in lines))
-    return 1 if problems else 0
-
-
 def _cmd_import(args: argparse.Namespace, out: Out) -> int:
     importer.check_source(args.src)  # before DEST is created
     bar = ProgressBar(sys.stderr) if args.progress or sys.stderr.isatty() else None
@@ -468,7 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("delete", _cmd_delete, "delete a thread (refused while a run holds it)")
     path_thread(p, ns=False)
     yes(p)
-    p = command("doctor", _cmd_doctor, "check the file; exit 1 on a problem")
+    p = command("doctor", cmd_doctor, "check the file; exit 1 on a problem")
     p.add_argument("path", metavar="PATH", help="the checkpoint file")
     p = command("import-sqlitesaver", _cmd_import, "copy a LangGraph SqliteSaver file into DEST")
     p.add_argument("src", metavar="SRC", help="the SqliteSaver file (read-only)")
@@ -497,5 +466,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader went away (`lgfs events ... | head`): stop quietly.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (CliError, FencedSqliteError, OSError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - the one converter; never a traceback
         return fail(exc, as_json)

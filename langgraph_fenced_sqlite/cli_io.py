@@ -14,7 +14,9 @@ import argparse
 import base64
 import dataclasses
 import json
+import os
 import re
+import sqlite3
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -22,6 +24,7 @@ from datetime import datetime, timezone
 from typing import Any, NoReturn
 
 from .errors import FencedSqliteError
+from .saver import FencedSqliteSaver
 
 __all__ = [
     "EXIT_CODES",
@@ -36,7 +39,9 @@ __all__ = [
     "count",
     "duration",
     "fail",
+    "is_number",
     "jsonable",
+    "open_existing",
     "plural",
     "when",
 ]
@@ -51,7 +56,7 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (4, "file refused: not a database, not ours (or not a SqliteSaver file), newer schema"),
     (5, "busy: the thread has a live claim, or the file stayed locked past busy_timeout"),
     (6, "data would be removed and --yes was not given; nothing was changed"),
-    (7, "any other database or operating-system error"),
+    (7, "any other database or operating-system error, or an internal error"),
     (130, "interrupted (Ctrl-C), except `events --follow`, which ends with 0"),
 )
 _EXIT_BY_CODE = {
@@ -90,7 +95,12 @@ class Parser(argparse.ArgumentParser):
 
 
 def fail(exc: BaseException, as_json: bool) -> int:
-    """Print `exc` on stderr (one line, or one JSON object) and return its exit code."""
+    """Print `exc` on stderr (one line, or one JSON object) and return its exit code.
+
+    The one converter for every exception, expected or not: the exit code
+    comes from the error's class (through its `code`), never from its text,
+    and no traceback is ever printed.
+    """
     if isinstance(exc, (CliError, FencedSqliteError)):
         doc = exc.to_dict()
     elif isinstance(exc, FileNotFoundError):
@@ -98,13 +108,30 @@ def fail(exc: BaseException, as_json: bool) -> int:
     elif isinstance(exc, OSError):
         where = f"{exc.filename}: " if exc.filename else ""
         doc = {"code": "os_error", "message": f"{where}{exc.strerror or exc}"}
+    elif isinstance(exc, sqlite3.Error):
+        doc = {"code": "database_error", "message": f"{type(exc).__name__}: {exc}"}
     else:
-        doc = {"code": "invalid_argument", "message": str(exc)}
+        # A bug (ours, or a row we did not foresee): say so, in one line.
+        name = f"{type(exc).__module__}.{type(exc).__qualname__}".removeprefix("builtins.")
+        doc = {"code": "internal_error", "message": f"internal error: {name}: {exc}"}
     if as_json:
         print(json.dumps(jsonable(doc), ensure_ascii=False), file=sys.stderr)
     else:
         print("lgfs: error: " + " ".join(str(doc["message"]).split()), file=sys.stderr)
     return _EXIT_BY_CODE.get(doc["code"], 7)
+
+
+def open_existing(path: str) -> FencedSqliteSaver:
+    """Open the store on `path`, which must be an existing file (never create one).
+
+    Raises:
+        CliError: `file_not_found` or `not_a_file`.
+    """
+    if not os.path.exists(path):
+        raise CliError("file_not_found", f"{path}: no such file", path=path)
+    if not os.path.isfile(path):
+        raise CliError("not_a_file", f"{path}: not a file", path=path)
+    return FencedSqliteSaver(path)
 
 
 def confirm(args: argparse.Namespace, what: str) -> None:
@@ -140,16 +167,22 @@ def duration(text: str) -> float:
     return float(match.group(1)) * _UNIT[match.group(2)]
 
 
+# The store keeps integers in SQLite's signed 64 bits.
+MAX_COUNT = 2**63 - 1
+
+
 def count(minimum: int) -> Callable[[str], int]:
-    """Return an argparse type that accepts integers of at least `minimum`."""
+    """Return an argparse type that accepts integers from `minimum` to 2**63 - 1."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             value = minimum - 1
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}: {text!r}")
+        if not minimum <= value <= MAX_COUNT:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer from {minimum} to 2**63 - 1: {text!r}"
+            )
         return value
 
     return parse
@@ -231,11 +264,19 @@ def table(items: list[dict[str, Any]], columns: Columns) -> str:
     )
 
 
-def when(ts: float | None) -> str:
-    """Format epoch seconds as UTC ISO 8601 (`-` for None)."""
+def is_number(value: Any) -> bool:
+    """Whether `value` is a real number (a damaged cell may hold text or bytes)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def when(ts: Any) -> str:
+    """Format epoch seconds as UTC ISO 8601 (`-` for None, `?` for a damaged value)."""
     if ts is None:
         return "-"
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (TypeError, ValueError, OverflowError, OSError):
+        return f"?{ts!r}"
 
 
 def span(seconds: float) -> str:
@@ -254,6 +295,12 @@ def claim_doc(claim: Any, now: float) -> dict[str, Any]:
         holder, token, expires_at = claim["holder"], claim["token"], claim["expires_at"]
     else:
         holder, token, expires_at = claim.holder, claim.token, claim.expires_at
+    if not (is_number(expires_at) and is_number(token)):
+        # A damaged claim cell: show what is there, judge nothing, flag it.
+        message = f"claim cells of the wrong type: token={token!r}, expires_at={expires_at!r}"
+        error = {"code": "undecodable_row", "message": message}
+        doc = {"holder": holder, "token": token, "expires_at": expires_at}
+        return {**doc, "live": None, "expires_in": None, "error": error}
     return {
         "holder": holder,
         "token": token,
@@ -267,6 +314,8 @@ def claim_text(claim: dict[str, Any] | None) -> str:
     """Say who holds a claim (a `claim_doc`) and when it expires."""
     if claim is None:
         return "-"
+    if claim["live"] is None:
+        return f"{claim['holder']} token {claim['token']!r}, DAMAGED"
     gap = span(claim["expires_in"])
     state = f"expires in {gap}" if claim["live"] else f"expired {gap} ago"
     return f"{claim['holder']} token {claim['token']}, {state}"

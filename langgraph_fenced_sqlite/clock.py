@@ -7,6 +7,7 @@ nothing in the package calls `time.time()` for a decision.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from datetime import timedelta
@@ -14,7 +15,7 @@ from typing import Protocol, runtime_checkable
 
 from .errors import bad_argument
 
-__all__ = ["Clock", "ManualClock", "SystemClock", "to_seconds"]
+__all__ = ["Clock", "ManualClock", "SystemClock", "read_now", "to_seconds"]
 
 
 @runtime_checkable
@@ -84,11 +85,44 @@ def to_seconds(value: object, name: str, *, allow_zero: bool = False) -> float:
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int beyond a float's range
+            raise bad_argument(name, f"too large: {value!r}") from None
     else:
         raise bad_argument(name, f"expected seconds or a timedelta, got {type(value).__name__}")
     if seconds != seconds or seconds in (float("inf"), float("-inf")):
         raise bad_argument(name, f"must be finite, got {value!r}")
     if seconds < 0 or (seconds == 0 and not allow_zero):
         raise bad_argument(name, f"must be positive, got {value!r}")
+    return seconds
+
+
+def read_now(clock: Clock) -> float:
+    """Return `clock.now()`: the one way the store reads its clock.
+
+    A reading that is not a finite real number is refused: NaN compares false
+    with everything, so `now < expires_at` would call every claim expired and
+    grant a second live claim; +inf expires every claim at once, and -inf
+    grants claims that never expire. Claims and runs read the clock inside
+    their job, once the write lock is had (so a call that waited for the lock
+    still judges expiry by a fresh reading); a bad reading raises there before
+    any statement of the write runs, and the empty transaction is rolled back,
+    so the file's bytes never change. Other writes read it just before they
+    are submitted.
+
+    Raises:
+        InvalidArgument: (naming `clock`) the reading is not a finite int or
+            float. It is the caller's injected clock that is wrong, not the
+            database, so this is not a `StoreError`.
+    """
+    value = clock.now()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise bad_argument("clock", f"now() must return seconds as a float, got {value!r}")
+    try:
+        seconds = float(value)
+    except OverflowError:
+        raise bad_argument("clock", f"now() returned {value!r}, beyond a float") from None
+    if not math.isfinite(seconds):
+        raise bad_argument("clock", f"now() must return a finite number, got {value!r}")
     return seconds

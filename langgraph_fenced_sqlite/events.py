@@ -22,6 +22,7 @@ from .checksums import checksum
 from .claims import ThreadRow
 from .errors import ReplayUnavailable, SerializationError, UndecodableRow, bad_argument
 from .serde import dumps_json, loads_json
+from .validation import check_iterable, check_json, check_name
 
 __all__ = ["Event", "EventPoller"]
 
@@ -82,13 +83,13 @@ def normalize_caller_events(events: Iterable[Any]) -> list[NewEvent]:
     """Validate caller events: `(kind, data)` pairs or `{"kind", "data"}` dicts.
 
     Raises:
-        TypeError: an event has the wrong shape (naming `events`).
-        ValueError: a kind is empty or data is not a JSON object.
+        InvalidArgument: (naming `events`, or `events[i]...`) not a list of
+            events, an event of the wrong shape, an empty/too long/non-UTF-8
+            kind, data that is not a JSON object with string keys.
+        SerializationError: data holds a value JSON cannot store (naming it).
     """
-    if isinstance(events, (str, bytes, Mapping)):
-        raise bad_argument("events", "expected a list of (kind, data) pairs or dicts")
     out: list[NewEvent] = []
-    for item in events:
+    for i, item in enumerate(check_iterable(events, "events")):
         if isinstance(item, Mapping):
             kind, data = item.get("kind"), item.get("data", {})
         elif isinstance(item, tuple) and len(item) == 2:
@@ -97,8 +98,10 @@ def normalize_caller_events(events: Iterable[Any]) -> list[NewEvent]:
             raise bad_argument("events", f"each event must be (kind, data) or a dict, got {item!r}")
         if not isinstance(kind, str) or not kind or len(kind) > 200:
             raise bad_argument("events", f"kind must be a non-empty string, got {kind!r}")
+        check_name(kind, f"events[{i}] kind")
         if not isinstance(data, Mapping):
             raise bad_argument("events", f"data must be a JSON object, got {type(data).__name__}")
+        check_json(dict(data), f"events[{i}] data")
         dumps_json(dict(data), "events data")
         out.append(NewEvent(kind, dict(data)))
     return out

@@ -37,11 +37,20 @@ from .api_events import EventsAPI
 from .api_inspect import InspectionAPI
 from .api_retention import RetentionAPI
 from .claims import token_from_config
-from .clock import Clock, to_seconds
+from .clock import Clock, read_now, to_seconds
 from .engine import Engine
 from .errors import bad_argument
 from .serde import DataOnlySerializer, TypeKey
-from .validation import check_limit, check_name, config_target
+from .validation import (
+    check_before,
+    check_checkpoint,
+    check_config,
+    check_filter,
+    check_limit,
+    check_name,
+    check_writes,
+    config_target,
+)
 
 __all__ = ["FencedSqliteSaver"]
 
@@ -106,6 +115,8 @@ class FencedSqliteSaver(  # type: ignore[misc]
             raise bad_argument("require_claim", "expected a bool")
         if not isinstance(readonly, bool):
             raise bad_argument("readonly", "expected a bool")
+        if clock is not None and not isinstance(clock, Clock):
+            raise bad_argument("clock", "expected a Clock (with now() and monotonic())")
         if serde is None:
             serde = DataOnlySerializer(allowed_types)
         elif allowed_types:
@@ -263,7 +274,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
     ) -> dict[str, Any]:
         thread_id = ns = cid = None
         if config is not None:
-            conf = config.get("configurable") or {}
+            conf = check_config(config)
             if conf.get("thread_id") is not None:
                 thread_id, _, cid = config_target(config)
             if conf.get("checkpoint_ns") is not None:
@@ -272,16 +283,13 @@ class FencedSqliteSaver(  # type: ignore[misc]
                     'config["configurable"]["checkpoint_ns"]',
                     allow_empty=True,
                 )
-        if filter is not None and not isinstance(filter, dict):
-            raise bad_argument("filter", "expected a dict")
-        before_id = None
-        if before is not None:
-            before_id = (before.get("configurable") or {}).get("checkpoint_id")
+        metadata_filter = check_filter(filter)
+        before_id = check_before(before)
         return {
             "thread_id": thread_id,
             "checkpoint_ns": ns,
             "checkpoint_id": cid,
-            "metadata_filter": filter,
+            "metadata_filter": metadata_filter,
             "before_id": before_id,
             "limit": check_limit(limit),
         }
@@ -322,11 +330,9 @@ class FencedSqliteSaver(  # type: ignore[misc]
         """
         thread_id, ns, _ = config_target(config)
         token = token_from_config(config)
-        if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("id"), str):
-            raise bad_argument("checkpoint", 'expected a Checkpoint dict with a str "id"')
-        check_name(checkpoint["id"], 'checkpoint["id"]')
+        check_checkpoint(checkpoint, metadata)
         enc = cps.encode_checkpoint(self.serde, config, checkpoint, metadata, thread_id, ns)
-        now = self.clock.now()
+        now = read_now(self.clock)
         self._engine.write(
             "put",
             lambda conn: cps.put_txn(conn, enc, token, now=now, require_claim=self.require_claim),
@@ -367,11 +373,12 @@ class FencedSqliteSaver(  # type: ignore[misc]
         check_name(task_id, "task_id")
         check_name(task_path, "task_path", allow_empty=True)
         token = token_from_config(config)
+        writes = check_writes(writes)
         encoded = cps.encode_writes(self.serde, writes, task_id, task_path)
         if not encoded:
             return
         run_id = cps.run_id_of(config)
-        now = self.clock.now()
+        now = read_now(self.clock)
         self._engine.write(
             "put_writes",
             lambda conn: cps.put_writes_txn(
@@ -401,10 +408,13 @@ class FencedSqliteSaver(  # type: ignore[misc]
         """Return the next channel version: a zero-padded counter plus a random suffix."""
         if current is None:
             current_v = 0
-        elif isinstance(current, int):
+        elif isinstance(current, int) and not isinstance(current, bool):
             current_v = current
         else:
-            current_v = int(current.split(".")[0])
+            head = current.split(".")[0] if isinstance(current, str) else ""
+            if not head.isdigit():
+                raise bad_argument("current", f"expected a channel version, got {current!r}")
+            current_v = int(head)
         return f"{current_v + 1:032}.{random.random():016}"
 
 

@@ -1,11 +1,18 @@
 """Argument checks that run before the file is touched.
 
 Invariant: every public entry point validates its arguments here first, and a
-bad argument raises a `ValueError`/`TypeError` that names it.
+bad argument raises `InvalidArgument` (both a `ValueError` and a `TypeError`)
+naming it, before any engine job is submitted. What these checks let through
+can be bound to SQLite and encoded without a raw error: strings hold no lone
+surrogate (SQLite text is UTF-8, and encoding one fails *inside* the write
+transaction), integers fit SQLite's signed 64 bits, JSON objects have string
+keys (JSON would silently turn others into strings) and bounded nesting.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -13,14 +20,41 @@ from langchain_core.runnables import RunnableConfig
 from .errors import bad_argument
 
 MAX_ID_LENGTH = 1024
+# SQLite's INTEGER is a signed 64-bit number; a bigger Python int overflows at bind time.
+MIN_INT, MAX_INT = -(2**63), 2**63 - 1
+# Deeper JSON makes the encoder recurse past Python's limit (RecursionError).
+MAX_JSON_DEPTH = 100
+
+
+def _has_surrogate(value: str) -> bool:
+    if value.isascii():
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def check_text(value: Any, name: str) -> str:
+    """Return `value` if it is a string SQLite can store as UTF-8 text.
+
+    Raises:
+        InvalidArgument: not a string, or it holds a lone surrogate.
+    """
+    if not isinstance(value, str):
+        raise bad_argument(name, f"expected a string, got {type(value).__name__}")
+    if _has_surrogate(value):
+        raise bad_argument(name, "contains a lone surrogate (not valid UTF-8)")
+    return value
 
 
 def check_name(value: Any, name: str, *, allow_empty: bool = False) -> str:
     """Return `value` if it is a bounded string without NUL (non-empty unless allowed).
 
     Raises:
-        TypeError: not a string.
-        ValueError: empty, too long, or containing NUL.
+        InvalidArgument: not a string; empty, too long, containing NUL or a
+            lone surrogate.
     """
     if not isinstance(value, str):
         raise bad_argument(name, f"expected a string, got {type(value).__name__}")
@@ -30,15 +64,32 @@ def check_name(value: Any, name: str, *, allow_empty: bool = False) -> str:
         raise bad_argument(name, f"longer than {MAX_ID_LENGTH} characters")
     if "\x00" in value:
         raise bad_argument(name, "must not contain NUL")
-    return value
+    return check_text(value, name)
 
 
 def check_int(value: Any, name: str, *, minimum: int = 0) -> int:
-    """Return `value` if it is an int (not bool) of at least `minimum`."""
+    """Return `value` if it is an int (not bool) from `minimum` to 2**63 - 1.
+
+    Raises:
+        InvalidArgument: not an int, below `minimum`, or beyond 64 bits.
+    """
     if isinstance(value, bool) or not isinstance(value, int):
         raise bad_argument(name, f"expected an int, got {type(value).__name__}")
     if value < minimum:
         raise bad_argument(name, f"must be at least {minimum}, got {value}")
+    if value > MAX_INT:
+        raise bad_argument(name, f"must be at most 2**63 - 1 (SQLite's INTEGER), got {value}")
+    return value
+
+
+def check_bool(value: Any, name: str) -> bool:
+    """Return `value` if it is a bool.
+
+    Raises:
+        InvalidArgument: anything else (a truthy string is not a yes).
+    """
+    if not isinstance(value, bool):
+        raise bad_argument(name, f"expected a bool, got {type(value).__name__}")
     return value
 
 
@@ -49,18 +100,94 @@ def check_limit(value: Any, name: str = "limit") -> int | None:
     return check_int(value, name, minimum=1)
 
 
+def check_json(value: Any, name: str, *, strict: bool = False) -> Any:
+    """Return `value` if its structure can be stored as JSON and read back equal.
+
+    Checks every dict key is a string, every string is valid UTF-8, every int
+    fits 64 bits and nesting stays within `MAX_JSON_DEPTH`. With `strict`,
+    only JSON types (and finite floats) pass; otherwise other leaves are left
+    for the serializer, which refuses them naming their type.
+
+    Raises:
+        InvalidArgument: naming `name` and the path to the offending part.
+    """
+    stack: list[tuple[Any, str, int]] = [(value, name, 0)]
+    while stack:
+        item, where, depth = stack.pop()
+        if isinstance(item, str):
+            check_text(item, where)
+        elif isinstance(item, bool) or item is None:
+            continue
+        elif isinstance(item, int):
+            if not MIN_INT <= item <= MAX_INT:
+                raise bad_argument(where, f"integer beyond 64 bits: {item}")
+        elif isinstance(item, float):
+            if strict and not math.isfinite(item):
+                raise bad_argument(where, f"must be a finite number, got {item!r}")
+        elif isinstance(item, (Mapping, list, tuple)):
+            if depth >= MAX_JSON_DEPTH:
+                raise bad_argument(where, f"nested deeper than {MAX_JSON_DEPTH} levels")
+            if isinstance(item, Mapping):
+                for key, sub in item.items():
+                    if not isinstance(key, str):
+                        raise bad_argument(
+                            where, f"keys must be strings, got {type(key).__name__} {key!r}"
+                        )
+                    check_text(key, f"{where}[{key!r}]")
+                    stack.append((sub, f"{where}[{key!r}]", depth + 1))
+            else:
+                stack.extend((sub, f"{where}[{i}]", depth + 1) for i, sub in enumerate(item))
+        elif strict:
+            raise bad_argument(where, f"expected JSON data, got {type(item).__name__}")
+    return value
+
+
+def check_dict(value: Any, name: str, *, optional: bool = False) -> Mapping[str, Any]:
+    """Return `value` if it is a dict or another mapping (`{}` for None when `optional`)."""
+    if value is None and optional:
+        return {}
+    if not isinstance(value, Mapping):
+        raise bad_argument(name, f"expected a dict, got {type(value).__name__}")
+    return value
+
+
+def check_config(config: Any, name: str = "config") -> Mapping[str, Any]:
+    """Return a config's `configurable` dict, checking the config's shape.
+
+    A config is a dict; its `configurable` and `metadata`, when present, are
+    dicts (LangGraph copies their keys into checkpoint metadata); its
+    `configurable` string values become metadata, so they must be storable.
+
+    Raises:
+        InvalidArgument: naming the part of the config that is wrong.
+    """
+    if not isinstance(config, Mapping):
+        raise bad_argument(name, f"expected a RunnableConfig dict, got {type(config).__name__}")
+    conf = config.get("configurable", {})
+    if not isinstance(conf, Mapping):
+        raise bad_argument(f'{name}["configurable"]', f"expected a dict, got {conf!r}")
+    for key, value in conf.items():
+        if not isinstance(key, str):
+            raise bad_argument(f'{name}["configurable"]', f"keys must be strings, got {key!r}")
+        if isinstance(value, (str, int)):
+            check_json(value, f'{name}["configurable"][{key!r}]')
+    metadata = config.get("metadata")
+    if metadata is not None:
+        check_json(check_dict(metadata, f'{name}["metadata"]'), f'{name}["metadata"]')
+    return conf
+
+
 def config_target(
     config: RunnableConfig | None, *, need_id: bool = False
 ) -> tuple[str, str, str | None]:
     """Return `(thread_id, checkpoint_ns, checkpoint_id)` from a config.
 
     Raises:
-        ValueError: the config names no thread, or (with `need_id`) no checkpoint.
+        InvalidArgument: the config is malformed, names no thread, or (with
+            `need_id`) no checkpoint.
     """
-    if not isinstance(config, dict):
-        raise bad_argument("config", f"expected a RunnableConfig dict, got {type(config).__name__}")
-    conf = config.get("configurable")
-    if not isinstance(conf, dict) or conf.get("thread_id") is None:
+    conf = check_config(config)
+    if conf.get("thread_id") is None:
         raise bad_argument('config["configurable"]["thread_id"]', "required")
     thread_id = conf["thread_id"]
     if isinstance(thread_id, int) and not isinstance(thread_id, bool):
@@ -74,3 +201,61 @@ def config_target(
     elif need_id:
         raise bad_argument('config["configurable"]["checkpoint_id"]', "required")
     return thread_id, ns, cid
+
+
+def check_checkpoint(checkpoint: Any, metadata: Any) -> None:
+    """Check a `put`'s checkpoint envelope and metadata can be stored and read back.
+
+    Channel values are the serializer's to judge; everything else is JSON.
+
+    Raises:
+        InvalidArgument: naming `checkpoint` or `metadata` and the bad part.
+    """
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("id"), str):
+        raise bad_argument("checkpoint", 'expected a Checkpoint dict with a str "id"')
+    check_name(checkpoint["id"], 'checkpoint["id"]')
+    for key, value in checkpoint.items():
+        if key != "channel_values":
+            check_json(value, f"checkpoint[{key!r}]")
+    check_json(check_dict(metadata, "metadata"), "metadata")
+
+
+def check_writes(writes: Any) -> list[tuple[str, Any]]:
+    """Return `put_writes`' writes as a list of `(channel, value)` pairs.
+
+    Raises:
+        InvalidArgument: not a sequence of 2-tuples whose channel is a name.
+    """
+    items = check_iterable(writes, "writes")
+    for i, item in enumerate(items):
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise bad_argument(f"writes[{i}]", f"expected a (channel, value) pair, got {item!r}")
+        check_name(item[0], f"writes[{i}][0] (channel)")
+    return items
+
+
+def check_iterable(value: Any, name: str) -> list[Any]:
+    """Return the items of a list-like argument (not a string, bytes or a dict).
+
+    Raises:
+        InvalidArgument: `value` is not iterable, or is a str/bytes/mapping.
+    """
+    if isinstance(value, (str, bytes, bytearray, Mapping)) or not isinstance(value, Iterable):
+        raise bad_argument(name, f"expected a list, got {type(value).__name__}")
+    return list(value)
+
+
+def check_filter(value: Any) -> Mapping[str, Any] | None:
+    """Return a `list` metadata filter: None, or a dict of JSON values under string keys."""
+    if value is None:
+        return None
+    return check_json(check_dict(value, "filter"), "filter", strict=True)
+
+
+def check_before(value: Any) -> str | None:
+    """Return the checkpoint id of `list`'s `before` config (None if it names none)."""
+    if value is None:
+        return None
+    conf = check_config(value, "before")
+    cid = conf.get("checkpoint_id")
+    return None if cid is None else check_name(cid, 'before["configurable"]["checkpoint_id"]')

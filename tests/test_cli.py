@@ -519,3 +519,130 @@ def test_errors_are_one_line_with_a_documented_exit_code(
     assert error["code"] == code and words in error["message"]
     assert os.path.exists(path) == (make is not _missing)  # a missing file is not created
     assert before is None or read_bytes(path) == before  # a refused file is left unchanged
+
+
+# --- the edges: huge numbers, damaged rows, corrupt files, unexpected errors ------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["history", "{}", "order-1", "--limit", str(2**63)],
+        ["events", "{}", "order-1", "--after", str(2**63)],
+        ["events", "{}", "order-1", "--limit", str(2**64)],
+        ["prune", "{}", "order-1", "--keep", str(2**63), "--dry-run"],
+    ],
+    ids=["history-limit", "events-after", "events-limit", "prune-keep"],
+)
+def test_integers_beyond_64_bits_are_a_usage_error(demo: str, args: list[str]) -> None:
+    """A count SQLite cannot hold is bad usage (exit 2), one line, never a traceback."""
+    argv = [a.format(demo) for a in args]
+    done = lgfs(*argv)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == "" and done.stderr.startswith("lgfs: error: ")
+    assert len(done.stderr.splitlines()) == 1 and "2**63" in done.stderr
+    as_json = lgfs(*argv, "--json")
+    assert as_json.returncode == 2 and json.loads(as_json.stderr)["code"] == "usage"
+
+
+DAMAGE = {
+    "metadata-not-json": "UPDATE checkpoints SET metadata = '{bad' WHERE thread_id = 'order-1'",
+    "envelope-not-object": "UPDATE checkpoints SET envelope = '[1,2]' WHERE thread_id = 'order-1'",
+    "blob-garbage": "UPDATE checkpoints SET values_blob = x'c1deadbeef' WHERE thread_id='order-1'",
+    "text-in-integer-columns": (
+        "UPDATE checkpoints SET position = 'abc', created_at = 'x', token = 'zz', step = 's' "
+        "WHERE thread_id = 'order-1'"
+    ),
+    "claim-cells-text": (
+        "UPDATE threads SET expires_at = 'soon', token = 'tok' WHERE thread_id = 'order-2'"
+    ),
+    "floor-text": "UPDATE threads SET floor = 'f' WHERE thread_id = 'order-1'",
+    "event-data-not-json": "UPDATE events SET data = 'nope' WHERE thread_id = 'order-1'",
+    "event-text-in-real-column": "UPDATE events SET ts = 'x', token = 'y'",
+    "write-blob-garbage": "UPDATE writes SET blob = x'c1c1c1' WHERE thread_id = 'order-1'",
+}
+READERS = {
+    "show": ["show", "{}", "order-1"],
+    "diff": ["diff", "{}", "order-1"],
+    "history": ["history", "{}", "order-1"],
+    "events": ["events", "{}", "order-1"],
+    "threads": ["threads", "{}"],
+    "claims": ["claims", "{}"],
+    "doctor": ["doctor", "{}"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_damaged_rows_never_print_a_traceback_and_json_stays_json(
+    copy: str, cli: Any, damage: str
+) -> None:
+    """Every reading command on a planted damaged row: no traceback; `--json` gives JSON.
+
+    A damaged row is a problem found (exit 0 when it is not the row shown, or
+    1 with the row's error in the document), never an internal error (7).
+    """
+    conn = sqlite3.connect(copy)
+    assert conn.execute(DAMAGE[damage]).rowcount >= 1
+    conn.commit()
+    conn.close()
+    for name, args in READERS.items():
+        argv = [a.format(copy) for a in args]
+        # The real command for the --json runs of the commands that decode
+        # rows; the same main() in this process otherwise (a subprocess costs
+        # seconds on a loaded machine, and 126 of them would be minutes).
+        for mode in ([], ["--json"]):
+            real = mode and name in ("show", "threads", "events")
+            done = lgfs(*argv, *mode) if real else cli(*argv, *mode)
+            where = (damage, name, mode, done.returncode, done.stderr[-600:])
+            assert "Traceback" not in done.stderr, where
+            assert done.returncode in (0, 1), where
+            if mode:
+                if done.stdout:
+                    json.loads(done.stdout)
+                else:
+                    assert json.loads(done.stderr)["code"] == "undecodable_row", where
+            elif done.returncode:
+                assert done.stdout or done.stderr.startswith("lgfs: error: "), where
+
+
+def test_doctor_reports_a_file_with_damaged_pages_as_an_integrity_failure(copy: str) -> None:
+    """Bytes overwritten in the middle of the file's pages: doctor exits 1 and says so."""
+    conn = sqlite3.connect(copy)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    size = os.path.getsize(copy)
+    page = 4096
+    with open(copy, "r+b") as f:
+        for n in range(1, size // page):  # page 0 holds the header and the schema
+            f.seek(n * page)
+            f.write(b"\xff" * 12)  # every b-tree page header
+    for mode in ([], ["--json"]):
+        done = lgfs("doctor", copy, *mode)
+        assert done.returncode == 1, done.stderr
+        assert "Traceback" not in done.stderr
+        if mode:
+            report = json.loads(done.stdout)
+            assert report["ok"] is False and "integrity_check" in report["problems"][0]
+            assert "malformed" in report["problems"][0]
+        else:
+            assert "PROBLEMS" in done.stdout
+
+
+def test_an_unexpected_error_is_one_line_with_exit_7(demo: str, cli: Any, monkeypatch: Any) -> None:
+    """A bug anywhere below a command is converted like any error: no traceback, exit 7."""
+
+    def broken(self: Any) -> Any:
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr(FencedSqliteSaver, "threads", broken)
+    done = cli("threads", demo)
+    assert done.returncode == 7 and done.stdout == ""
+    assert done.stderr == "lgfs: error: internal error: ZeroDivisionError: boom\n"
+    as_json = cli("threads", demo, "--json")
+    assert as_json.returncode == 7 and as_json.stdout == ""
+    assert json.loads(as_json.stderr) == {
+        "code": "internal_error",
+        "message": "internal error: ZeroDivisionError: boom",
+    }

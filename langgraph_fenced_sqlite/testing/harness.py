@@ -258,6 +258,7 @@ def _load_cases() -> None:
         cases_claims,
         cases_edges_data,
         cases_edges_fence,
+        cases_edges_input,
         cases_edges_store,
         cases_events,
         cases_fencing,
