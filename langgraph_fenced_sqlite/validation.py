@@ -19,11 +19,12 @@ from langchain_core.runnables import RunnableConfig
 
 from .errors import bad_argument
 
+# One bound for JSON nesting, on arguments and on stored cells alike.
+from .serde import MAX_JSON_DEPTH
+
 MAX_ID_LENGTH = 1024
 # SQLite's INTEGER is a signed 64-bit number; a bigger Python int overflows at bind time.
 MIN_INT, MAX_INT = -(2**63), 2**63 - 1
-# Deeper JSON makes the encoder recurse past Python's limit (RecursionError).
-MAX_JSON_DEPTH = 100
 
 
 def _has_surrogate(value: str) -> bool:

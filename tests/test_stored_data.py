@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from conftest import reseal
 
-from langgraph_fenced_sqlite import FencedSqliteSaver, UndecodableRow, serde
+from langgraph_fenced_sqlite import FencedSqliteSaver, InvalidArgument, UndecodableRow, serde
 from langgraph_fenced_sqlite.checksums import checksum
 from langgraph_fenced_sqlite.errors import SerializationError
 from langgraph_fenced_sqlite.schema import MIGRATIONS
@@ -237,7 +237,8 @@ def test_deep_metadata_is_refused_at_put_changing_nothing(open_store: Any, db_pa
     deep: Any = {}
     for _ in range(MAX_JSON_DEPTH + 5):
         deep = {"d": deep}
-    with pytest.raises(SerializationError, match="metadata"):
+    # An argument: refused by the argument checks, naming it, before the file.
+    with pytest.raises(InvalidArgument, match="metadata"):
         store.put(plain_config("u"), values_checkpoint(), {"source": "input", "deep": deep}, {})
     assert conn.execute("SELECT count(*) FROM checkpoints").fetchone() == before
     conn.close()
