@@ -24,6 +24,7 @@ from langgraph.graph import START, StateGraph
 from typing_extensions import TypedDict
 
 from langgraph_fenced_sqlite import FencedRunner, FencedSqliteSaver, InvalidArgument
+from langgraph_fenced_sqlite.serde import MAX_JSON_DEPTH
 
 S = "\ud800"  # a lone surrogate: a valid Python str that is not valid UTF-8
 BIG = 2**63  # one more than SQLite's largest INTEGER
@@ -240,7 +241,11 @@ SHAPES: list[Row] = [
     ("prune-dry-run-str", lambda w: w.store.prune(["t"], dry_run="yes"), "dry_run"),
     ("next-version-garbage", lambda w: w.store.get_next_version("abc", None), "current"),
     ("next-version-object", lambda w: w.store.get_next_version(object(), None), "current"),  # type: ignore[arg-type]
-    ("deep-metadata", lambda w: w.store.put(w.cp, _cp(), {**MD, "d": _deep(150)}, {}), "metadata"),
+    (
+        "deep-metadata",
+        lambda w: w.store.put(w.cp, _cp(), {**MD, "d": _deep(MAX_JSON_DEPTH + 50)}, {}),
+        "metadata",
+    ),
     # 15-16: the runner's entry points
     (
         "runner-thread-surrogate",
