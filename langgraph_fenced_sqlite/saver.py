@@ -39,7 +39,7 @@ from .clock import Clock, to_seconds
 from .engine import Engine
 from .errors import bad_argument
 from .retention import PruneResult, RetentionPolicy, Retraction
-from .serde import DataOnlySerializer, TypeKey
+from .serde import DataOnlySerializer, TypeKey, schema_types
 from .validation import check_int, check_limit, check_name, config_target
 
 __all__ = ["FencedSqliteSaver"]
@@ -66,6 +66,7 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
         busy_timeout: float | timedelta = 5.0,
         serde: SerializerProtocol | None = None,
         allowed_types: Iterable[TypeKey | type] = (),
+        allowed_modules: Iterable[str] | str = (),
         clock: Clock | None = None,
         require_claim: bool = False,
         poll_interval: float | timedelta = 0.05,
@@ -79,6 +80,8 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
             serde: A serializer to use instead of the data-only default.
             allowed_types: Extra classes or `(module, name)` pairs the default
                 serializer may store and rebuild.
+            allowed_modules: Packages (module prefixes) whose classes the
+                default serializer may store and rebuild, e.g. `["myapp"]`.
             clock: The store's clock (claims, retention, event times).
             require_claim: Refuse every write that carries no token.
             poll_interval: How often `wait_events`/`watch` look for commits.
@@ -93,12 +96,29 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
         if not isinstance(require_claim, bool):
             raise bad_argument("require_claim", "expected a bool")
         if serde is None:
-            serde = DataOnlySerializer(allowed_types)
-        elif allowed_types:
-            raise bad_argument("allowed_types", "give it only with the default serializer")
+            serde = DataOnlySerializer(allowed_types, allowed_modules=allowed_modules)
+        elif allowed_types or allowed_modules:
+            which = "allowed_types" if allowed_types else "allowed_modules"
+            raise bad_argument(which, "give it only with the default serializer")
         super().__init__(serde=serde)
         self.require_claim = require_claim
         self._engine = Engine(path, busy_timeout=busy, clock=clock)
+
+    def for_graph(self, graph: Any) -> FencedSqliteSaver:
+        """Return this saver allowing the types `graph`'s schemas declare.
+
+        LangGraph hands a graph's schema types to its checkpointer only under
+        `LANGGRAPH_STRICT_MSGPACK=true`; this does the same derivation in any
+        mode: `builder.compile(checkpointer=saver.for_graph(builder))`. The
+        result shares this saver's connection (closing either closes both).
+
+        Args:
+            graph: A `StateGraph` builder or its compiled graph.
+
+        Raises:
+            InvalidArgument: `graph` is neither.
+        """
+        return self.with_allowlist(schema_types(graph))  # type: ignore[return-value]
 
     # --- opening and closing -------------------------------------------------------
 
