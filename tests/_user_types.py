@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Annotated, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 from pydantic import BaseModel, field_validator
 from typing_extensions import TypedDict
@@ -80,3 +80,18 @@ class State(TypedDict):
     color: Color
     where: Point
     last: Order
+
+
+class Decision(BaseModel):
+    """An `interrupt(response_schema=...)` type: no graph schema declares it."""
+
+    approved: bool
+    note: str | None = None
+
+
+class Ticket(BaseModel):
+    """A pydantic graph state holding user types."""
+
+    profile: Profile
+    color: Color = Color.RED
+    answer: Any = None  # as LangGraph's response_schema tests declare it

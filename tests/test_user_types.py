@@ -347,3 +347,48 @@ def test_an_unbound_reader_refuses_a_stored_user_type_naming_it(db_path: str) ->
             reader.get_tuple(CONFIG)
     assert info.value.thread_id == "t"
     assert "_user_types.Order" in str(info.value) and "allowed_types" in str(info.value)
+
+
+# --- what LangGraph's own suite exercises: pydantic states, response_schema resumes ----------
+
+
+def _ask_graph() -> StateGraph:
+    from _user_types import Decision, Ticket
+    from langgraph.types import interrupt
+
+    def ask(state: Ticket) -> dict[str, Any]:
+        return {"answer": interrupt({"question": "ship?"}, response_schema=Decision)}
+
+    builder = StateGraph(Ticket)
+    builder.add_node("ask", ask)
+    builder.add_edge(START, "ask")
+    return builder
+
+
+def test_a_pydantic_state_round_trips_through_for_graph(open_store: Any) -> None:
+    from langgraph.types import Command
+
+    builder = _ask_graph()
+    graph = builder.compile(checkpointer=open_store().for_graph(builder))
+    config: Any = {"configurable": {"thread_id": "t"}}
+    graph.invoke({"profile": PROFILE}, config)
+    assert graph.get_state(config).values["profile"] == PROFILE
+    # Surprise pinned: LangGraph validates the resume value into `Decision`, a
+    # type no schema names (its strict-mode list leaves it out too), so the
+    # schema binding alone refuses it, naming the fix...
+    with pytest.raises(SerializationError, match="_user_types.Decision") as info:
+        graph.invoke(Command(resume={"approved": True}), config)
+    assert "node 'ask'" in str(info.value) and "allowed_modules" in str(info.value)
+
+
+def test_a_response_schema_resume_value_round_trips_with_allowed_modules(open_store: Any) -> None:
+    from _user_types import Decision
+    from langgraph.types import Command
+
+    builder = _ask_graph()
+    saver = open_store(allowed_modules=["_user_types"])  # ...and the one-line package allow works
+    graph = builder.compile(checkpointer=saver)
+    config: Any = {"configurable": {"thread_id": "t"}}
+    graph.invoke({"profile": PROFILE}, config)
+    graph.invoke(Command(resume={"approved": True, "note": "ok"}), config)
+    assert graph.get_state(config).values["answer"] == Decision(approved=True, note="ok")
