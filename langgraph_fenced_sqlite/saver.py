@@ -39,7 +39,7 @@ from .clock import Clock, to_seconds
 from .engine import Engine
 from .errors import bad_argument
 from .retention import PruneResult, RetentionPolicy, Retraction
-from .serde import DataOnlySerializer, TypeKey, schema_types
+from .serde import DataOnlySerializer, TypeKey, schema_classes, schema_types
 from .validation import check_int, check_limit, check_name, config_target
 
 __all__ = ["FencedSqliteSaver"]
@@ -110,7 +110,10 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
         LangGraph hands a graph's schema types to its checkpointer only under
         `LANGGRAPH_STRICT_MSGPACK=true`; this does the same derivation in any
         mode: `builder.compile(checkpointer=saver.for_graph(builder))`. The
-        result shares this saver's connection (closing either closes both).
+        schema classes are registered as objects, so they are rebuilt with no
+        import (classes defined inside a function too). The result shares
+        this saver's connection (closing either closes both) and its
+        serializer's registry.
 
         Args:
             graph: A `StateGraph` builder or its compiled graph.
@@ -118,7 +121,8 @@ class FencedSqliteSaver(ClaimsAPI, EventsAPI, InspectionAPI, BaseCheckpointSaver
         Raises:
             InvalidArgument: `graph` is neither.
         """
-        return self.with_allowlist(schema_types(graph))  # type: ignore[return-value]
+        extra: list[Any] = [*schema_types(graph), *schema_classes(graph).values()]
+        return self.with_allowlist(extra)  # type: ignore[return-value]
 
     # --- opening and closing -------------------------------------------------------
 

@@ -1,19 +1,24 @@
 """Data-only serialization: objects <-> (type tag, bytes), no SQL.
 
-Invariant: decoding never imports or calls anything outside the allow-list:
-LangGraph's `SAFE_MSGPACK_TYPES`, plus the classes, `(module, name)` pairs and
-module prefixes the user gives, plus the types of a graph's schemas when the
-saver is bound to it (`schema_types`). Pickle, the legacy `json` tag and
-unknown tags are refused on both sides, whatever `LANGGRAPH_STRICT_MSGPACK`
-says.
+Invariant: decoding constructs only classes the application itself gave or
+itself stored in this process, and imports nothing a row names unless the
+allow-list names it. A reader rebuilds a `(module, name)` found in its
+`TypeRegistry` from that class object, with no import at all; the registry
+holds the classes given as `allowed_types`, those of a bound graph's schemas
+(`for_graph`), and the classes of every value this serializer (or one
+derived from it, which shares the registry) proved and stored. Only a
+`(module, name)` outside the registry that LangGraph's `SAFE_MSGPACK_TYPES`,
+an allowed `(module, name)` pair or an allowed module prefix names is
+imported. Pickle, the legacy `json` tag and unknown tags are refused on both
+sides, whatever `LANGGRAPH_STRICT_MSGPACK` says.
 
 A write is accepted only once its value is proven to rebuild: the bytes are
-decoded here, with the reader's own code and allow-list, into a value that
-encodes to the same bytes (or compares equal). A class defined inside a
-function, a nested class (a reader finds classes by `module.name`) or a value
-whose constructor changes it is refused when written, naming its type, so a
-reader with the same allow-list reads back every stored value, in this
-process or a fresh one.
+decoded here, with the reader's own code and the classes found in the value,
+into a value that encodes to the same bytes (or compares equal); then those
+classes are registered. So a class defined inside a function or nested in
+another rebuilds in this process, and in a fresh one for a reader given the
+class (`allowed_types`, `for_graph`); a value whose constructor changes it
+(a validator rewriting a field...) is refused when written, naming its type.
 
 A reader meeting a stored value whose type it does not allow refuses it
 (`SerializationError`, which the saver reports as `UndecodableRow`): restored
@@ -25,11 +30,9 @@ built from plain data: no import, no constructor.
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import ormsgpack
@@ -39,14 +42,24 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from .errors import SerializationError, bad_argument
-from .user_types import TaggedValue, schema_types, write_context
+from .rebuild import construct, encodes_to, equal, short
+from .user_types import (
+    TaggedValue,
+    TypeRegistry,
+    instance_classes,
+    schema_classes,
+    schema_types,
+    write_context,
+)
 
 __all__ = [
     "DataOnlySerializer",
     "TaggedValue",
     "TypeKey",
+    "TypeRegistry",
     "dumps_json",
     "loads_json",
+    "schema_classes",
     "schema_types",
     "write_context",
 ]
@@ -74,15 +87,17 @@ _FIX = (
 
 def _normalize(
     types: Iterable[TypeKey | type], argument: str = "allowed_types"
-) -> frozenset[TypeKey]:
+) -> tuple[frozenset[TypeKey], list[type]]:
     if isinstance(types, (str, type)) or not isinstance(types, Iterable):
         raise bad_argument(
             argument, f"expected a list of classes or (module, name) tuples, got {types!r}"
         )
     out: set[TypeKey] = set()
+    classes: list[type] = []
     for item in types:
         if isinstance(item, type):
             out.add((item.__module__, item.__name__))
+            classes.append(item)  # rebuilt from the object: no import, local classes too
         elif (
             isinstance(item, tuple)
             and len(item) >= 2
@@ -94,7 +109,7 @@ def _normalize(
                 argument,
                 f"each entry must be a class or a (module, name) tuple, got {item!r}",
             )
-    return frozenset(out)
+    return frozenset(out), classes
 
 
 def _normalize_modules(modules: Iterable[str] | str) -> tuple[str, ...]:
@@ -117,8 +132,8 @@ class DataOnlySerializer(JsonPlusSerializer):
 
     It writes exactly what `JsonPlusSerializer` writes (so rows stay readable
     by LangGraph tooling) but never pickles, stores a value only once it has
-    rebuilt it, and its reader rebuilds only allowed types; anything else
-    raises `SerializationError`.
+    rebuilt it (then remembers its classes), and its reader rebuilds only
+    remembered or allowed types; anything else raises `SerializationError`.
     """
 
     def __init__(
@@ -132,7 +147,8 @@ class DataOnlySerializer(JsonPlusSerializer):
 
         Args:
             allowed_types: Extra classes, or `(module, name)` tuples, that
-                stored values may contain.
+                stored values may contain. A class given as the object is
+                rebuilt from it, with no import (local classes included).
             allowed_modules: Module names whose classes (theirs and their
                 submodules') stored values may contain, e.g. `["myapp"]`.
                 Reading a row that names `myapp.x.Y` imports `myapp.x`.
@@ -144,7 +160,7 @@ class DataOnlySerializer(JsonPlusSerializer):
         Raises:
             InvalidArgument: a malformed entry or `unknown` value.
         """
-        extra = _normalize(allowed_types)
+        extra, classes = _normalize(allowed_types)
         modules = _normalize_modules(allowed_modules)
         if unknown not in ("refuse", "tag"):
             raise bad_argument("unknown", f'expected "refuse" or "tag", got {unknown!r}')
@@ -153,6 +169,8 @@ class DataOnlySerializer(JsonPlusSerializer):
         self._modules = modules
         self._unknown = unknown
         self._allowed = _SAFE | extra
+        self._registry = TypeRegistry()
+        self._registry.add(classes)
 
     @property
     def allowed_types(self) -> frozenset[TypeKey]:
@@ -165,6 +183,11 @@ class DataOnlySerializer(JsonPlusSerializer):
         return self._modules
 
     @property
+    def registry(self) -> TypeRegistry:
+        """The classes rebuilt without import, shared with every derived serializer."""
+        return self._registry
+
+    @property
     def unknown(self) -> str:
         """What the reader does with a value it may not rebuild: `"refuse"` or `"tag"`."""
         return self._unknown
@@ -173,31 +196,53 @@ class DataOnlySerializer(JsonPlusSerializer):
         """Return this serializer with `unknown="refuse"` (for a reader that writes back)."""
         if self._unknown == "refuse":
             return self
-        return DataOnlySerializer(self._extra, allowed_modules=self._modules)
+        return self._derive(self._extra, "refuse")
+
+    def _derive(self, extra: frozenset[TypeKey], unknown: str) -> DataOnlySerializer:
+        # Shared, not copied: LangGraph's strict mode hands the graph a copy of
+        # the saver with a derived serializer, and a value written through one
+        # must read back through the other.
+        clone = DataOnlySerializer(extra, allowed_modules=self._modules, unknown=unknown)
+        clone._registry = self._registry
+        return clone
 
     def allows(self, module: str, name: str) -> bool:
         """Tell whether a stored `module.name` value may be rebuilt."""
-        if (module, name) in self._allowed:
+        return self._allows(module, name, {})
+
+    def _allows(self, module: str, name: str, overlay: Mapping[TypeKey, type]) -> bool:
+        key = (module, name)
+        if key in self._allowed or key in overlay or key in self._registry:
             return True
         return any(module == m or module.startswith(m + ".") for m in self._modules)
+
+    def _class(self, key: TypeKey, overlay: Mapping[TypeKey, type]) -> type | None:
+        if key in _SAFE:
+            return None  # LangGraph's own types: imported by name, never learned
+        return overlay.get(key) or self._registry.get(key)
 
     def with_msgpack_allowlist(
         self, extra_allowlist: Iterable[TypeKey | type]
     ) -> DataOnlySerializer:
-        """Return a serializer that also allows `extra_allowlist`."""
-        extra = _normalize(extra_allowlist, "extra_allowlist")
+        """Return a serializer that also allows `extra_allowlist` (sharing this one's registry).
+
+        Classes given as objects are registered in the shared registry.
+        """
+        extra, classes = _normalize(extra_allowlist, "extra_allowlist")
+        self._registry.add(classes)
         if extra <= self._allowed:
             return self
-        return DataOnlySerializer(
-            self._extra | extra, allowed_modules=self._modules, unknown=self._unknown
-        )
+        return self._derive(self._extra | extra, self._unknown)
 
     def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
         """Encode `obj` once it is proven to read back equal.
 
+        The classes of `obj`'s user values are then registered, so this
+        serializer and those derived from it rebuild them without import.
+
         Raises:
-            SerializationError: `obj` holds a type outside the allow-list, or
-                one a reader cannot rebuild into an equal value; for a dict
+            SerializationError: `obj` holds a type with no data encoding, or
+                one that does not rebuild into an equal value; for a dict
                 (a checkpoint's channel values) the message names the key.
         """
         try:
@@ -262,22 +307,31 @@ class DataOnlySerializer(JsonPlusSerializer):
     def _prove(self, obj: Any, data: bytes) -> None:
         # Walk first with a hook that checks but builds nothing: LangGraph's
         # own safe types need no proof, and building them on every put costs.
-        user_types: list[str] = []
+        user_types: list[TypeKey] = []
         self._unpack(data, build=False, seen=user_types, tag=False)
         if not user_types:
             return
-        # The reader's own decode, here and now: a class defined inside a
-        # function, a nested class, dataclass fields the constructor does not
-        # take, a validator that rewrites a field... fail now, not on resume.
-        rebuilt = self._unpack(data, build=True, tag=False)
-        if _encodes_to(rebuilt, data) or _equal(rebuilt, obj):
+        # The classes the encoding names, as objects from the value itself:
+        # the application stored them, so they may be rebuilt (a row alone
+        # never gets here). A name not found in the value must be allowed.
+        found = instance_classes(obj)
+        overlay = {key: found[key] for key in user_types if key in found}
+        for module, name in user_types:
+            if not self._allows(module, name, overlay):
+                raise _not_allowed(f"{module}.{name}", module)
+        # The reader's own decode, here and now: dataclass fields the
+        # constructor does not take, a validator that rewrites a field...
+        # fail now, not on resume.
+        rebuilt = self._unpack(data, build=True, tag=False, overlay=overlay)
+        if encodes_to(rebuilt, data) or equal(rebuilt, obj):
+            self._registry.add(overlay.values())
             return
-        name = user_types[0]
+        names = sorted({f"{m}.{n}" for m, n in user_types})
         raise SerializationError(
-            name,
+            names[0],
             message=(
-                f"a value of type {name} does not read back equal (decoding "
-                f"{sorted(set(user_types))} gives {_short(rebuilt)}); store plain data, "
+                f"a value of type {names[0]} does not read back equal (decoding "
+                f"{names} gives {short(rebuilt)}); store plain data, "
                 "or make its constructor accept "
                 "what its fields hold"
             ),
@@ -305,13 +359,21 @@ class DataOnlySerializer(JsonPlusSerializer):
         )
 
     def _unpack(
-        self, payload: bytes, *, build: bool, tag: bool, seen: list[str] | None = None
+        self,
+        payload: bytes,
+        *,
+        build: bool,
+        tag: bool,
+        seen: list[TypeKey] | None = None,
+        overlay: Mapping[TypeKey, type] | None = None,
     ) -> Any:
         # ormsgpack turns any exception raised by an ext hook into a bare
         # `ValueError("ext_hook failed")` with no cause, so the hook records
         # its error here and we re-raise that one.
         errors: list[SerializationError] = []
-        hook = self._make_hook(build=build, tag=tag, errors=errors, seen=seen)
+        hook = self._make_hook(
+            build=build, tag=tag, errors=errors, seen=seen, overlay=overlay or {}
+        )
         try:
             return ormsgpack.unpackb(payload, ext_hook=hook, option=_OPTION)
         except (ValueError, TypeError) as exc:
@@ -325,8 +387,12 @@ class DataOnlySerializer(JsonPlusSerializer):
         build: bool,
         tag: bool,
         errors: list[SerializationError],
-        seen: list[str] | None,
+        seen: list[TypeKey] | None,
+        overlay: Mapping[TypeKey, type],
     ) -> Callable[[int, bytes], Any]:
+        # `seen` is the write-time walk: it lists the user types the encoding
+        # names and refuses none of them (`_prove` decides, with the value's
+        # own classes in hand).
         def hook(code: int, data: bytes) -> Any:
             try:
                 return check_or_build(code, data)
@@ -346,19 +412,15 @@ class DataOnlySerializer(JsonPlusSerializer):
                 inner = ormsgpack.unpackb(data, ext_hook=hook, option=_OPTION)
                 return _DeltaSnapshot(inner) if build else None
             if code == jsonplus.EXT_NUMPY_ARRAY:
-                if seen is not None:
-                    seen.append("numpy.ndarray")
                 dtype, shape, order, buf = ormsgpack.unpackb(data, option=_OPTION)
-                if not self.allows("numpy", "ndarray"):
-                    exc = SerializationError(
-                        "numpy.ndarray",
-                        message="type numpy.ndarray is not allowed; "
-                        + _FIX.format(name="numpy.ndarray", package="numpy"),
-                    )
+                if seen is not None:
+                    seen.append(("numpy", "ndarray"))
+                elif not self._allows("numpy", "ndarray", overlay):
+                    exc = _not_allowed("numpy.ndarray", "numpy")
                     return refuse("numpy.ndarray", {"dtype": dtype, "shape": shape}, exc)
                 if not build:
                     return None
-                import numpy as np  # allowed explicitly by the user
+                import numpy as np  # allowed, or already imported by the app that stored it
 
                 return np.frombuffer(buf, dtype=np.dtype(dtype)).reshape(shape, order=order)
             if code not in _CONSTRUCTORS and code != jsonplus.EXT_METHOD_SINGLE_ARG:
@@ -374,99 +436,27 @@ class DataOnlySerializer(JsonPlusSerializer):
                 method = tup[3] if len(tup) > 3 else None
                 if (module, name, method) not in lg_msgpack.SAFE_MSGPACK_METHODS:
                     return refuse(dotted, tup[2], SerializationError(f"{dotted}.{method}"))
-            elif not self.allows(module, name):
-                exc = SerializationError(
-                    dotted,
-                    message=f"type {dotted} is not allowed; "
-                    + _FIX.format(name=dotted, package=module.partition(".")[0]),
-                )
-                return refuse(dotted, tup[2], exc)
-            elif seen is not None and (module, name) not in _SAFE:
-                seen.append(dotted)
+            elif seen is not None:
+                if (module, name) not in _SAFE:
+                    seen.append((module, name))
+            elif not self._allows(module, name, overlay):
+                return refuse(dotted, tup[2], _not_allowed(dotted, module))
             if not build:
                 return None
             try:
-                return _construct(code, tup)
+                return construct(code, tup, self._class((module, name), overlay))
             except SerializationError as exc:
                 return refuse(dotted, tup[2], exc)
 
         return hook
 
 
-def _construct(code: int, tup: Any) -> Any:
-    module, name, arg = tup[0], tup[1], tup[2]
-    try:
-        target = getattr(importlib.import_module(module), name, None)
-        if target is None:
-            raise SerializationError(
-                f"{module}.{name}",
-                message=(
-                    f"cannot rebuild {module}.{name}: module {module} has no {name}. A reader "
-                    "finds a class by module and name, so a class defined inside a function "
-                    f"or nested in another class cannot be stored: define {name} at module "
-                    f"level in {module}"
-                ),
-            )
-        if code == jsonplus.EXT_METHOD_SINGLE_ARG:
-            return getattr(target, tup[3])(arg)
-        if code == jsonplus.EXT_CONSTRUCTOR_SINGLE_ARG:
-            return target(arg)
-        if code == jsonplus.EXT_CONSTRUCTOR_POS_ARGS:
-            if module == "langgraph.types" and name == "Send":
-                return jsonplus._send_from_args(arg)
-            return target(*arg)
-        if code == jsonplus.EXT_CONSTRUCTOR_KW_ARGS:
-            if isinstance(target, type) and dataclasses.is_dataclass(target):
-                return _dataclass(target, arg)
-            return target(**arg)
-        # pydantic v1 / v2: validate, as LangGraph does, falling back to construct.
-        try:
-            return target(**arg)
-        except Exception:
-            constructor = getattr(target, "model_construct", None) or target.construct
-            return constructor(**arg)
-    except SerializationError:
-        raise
-    except Exception as exc:
-        # LangGraph would hand back the raw payload here; a different value in
-        # restored state is worse than an error, so we refuse.
-        raise SerializationError(
-            f"{module}.{name}", message=f"cannot rebuild {module}.{name}: {exc!r}"
-        ) from exc
-
-
-def _dataclass(target: type, fields: dict[str, Any]) -> Any:
-    # LangGraph stores every field, `init=False` ones too, which the
-    # constructor refuses: build from the init fields (running __post_init__
-    # as the app did), then restore the others as they were stored.
-    init = {f.name for f in dataclasses.fields(target) if f.init}
-    obj = target(**{k: v for k, v in fields.items() if k in init})
-    for key, value in fields.items():
-        if key not in init:
-            object.__setattr__(obj, key, value)
-    return obj
-
-
-def _encodes_to(value: Any, data: bytes) -> bool:
-    try:
-        again = ormsgpack.packb(value, default=jsonplus._msgpack_default, option=jsonplus._option)
-    except Exception:
-        return False
-    return again == data
-
-
-def _equal(a: Any, b: Any) -> bool:
-    # Arrays and odd __eq__ implementations raise or return non-bools: not equal.
-    try:
-        result = a == b
-        return result is True or (isinstance(result, bool) and result)
-    except Exception:
-        return False
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 200 else text[:197] + "..."
+def _not_allowed(dotted: str, module: str) -> SerializationError:
+    return SerializationError(
+        dotted,
+        message=f"type {dotted} is not allowed; "
+        + _FIX.format(name=dotted, package=module.partition(".")[0]),
+    )
 
 
 def _qualname(value: Any) -> str:

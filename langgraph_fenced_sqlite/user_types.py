@@ -1,21 +1,33 @@
 """Where users' own types come from, how a refusal says where, how a reader shows one.
 
-Invariant: `schema_types` only reads a graph's declared types (never a stored
-row), so what it allows is what the application's own code declares; a
-`TaggedValue` is built from plain decoded data, so showing a stored value of a
-type the reader does not allow imports and calls nothing.
+Invariant: a `TypeRegistry` only ever holds class objects the application's
+own code handed over (given in `allowed_types`, declared by a graph's schemas,
+or found inside a value it stored through the serializer), never anything a
+stored row names; `schema_types` only reads a graph's declared types, and
+`instance_classes` only reads a value being written. A `TaggedValue` is built
+from plain decoded data, so showing a stored value of a type the reader does
+not allow imports and calls nothing.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import threading
 import typing
+from collections import deque
 from typing import Any
 
 from .errors import SerializationError, bad_argument
 
-__all__ = ["TaggedValue", "schema_types", "write_context"]
+__all__ = [
+    "TaggedValue",
+    "TypeRegistry",
+    "instance_classes",
+    "schema_classes",
+    "schema_types",
+    "write_context",
+]
 
 TypeKey = tuple[str, ...]
 
@@ -51,6 +63,116 @@ class TaggedValue:
         return f"TaggedValue({self.type_name!r}, {self.data!r})"
 
 
+class TypeRegistry:
+    """The class objects a serializer (and every one derived from it) rebuilds without import.
+
+    Keyed by `(module, name)`, as rows name classes. Entries come only from the
+    application: classes given as allow-list entries, a bound graph's schema
+    classes, and the classes of values this process stored. A later class
+    under the same key replaces the earlier one (a module reloaded, a test
+    defining its local class again): the latest one the application used wins.
+    """
+
+    __slots__ = ("_classes", "_lock")
+
+    def __init__(self) -> None:
+        """Start empty."""
+        self._classes: dict[TypeKey, type] = {}
+        self._lock = threading.Lock()
+
+    def add(self, classes: typing.Iterable[type]) -> None:
+        """Register `classes` under their `(__module__, __name__)`."""
+        with self._lock:
+            for cls in classes:
+                self._classes[(cls.__module__, cls.__name__)] = cls
+
+    def get(self, key: TypeKey) -> type | None:
+        """Return the class registered for `key`, if any."""
+        return self._classes.get(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._classes
+
+    def __len__(self) -> int:
+        return len(self._classes)
+
+
+_LEAVES = (str, bytes, bytearray, int, float, bool, complex, type(None))
+
+
+def instance_classes(value: Any, limit: int = 100_000) -> dict[TypeKey, type]:
+    """Return the classes of the objects inside `value`, keyed by `(module, name)`.
+
+    Walks what LangGraph's encoder walks (containers, dataclass and pydantic
+    fields, slots, enum values), so every user class the encoding of `value`
+    names is found with its class object, local and nested classes included.
+
+    Args:
+        value: A value about to be stored.
+        limit: How many objects to visit at most (a huge value is cut short;
+            a class not found is then only rebuilt if allowed by name).
+    """
+    found: dict[TypeKey, type] = {}
+    visited: set[int] = set()
+    stack = [value]
+    while stack and len(visited) < limit:
+        obj = stack.pop()
+        cls = type(obj)
+        if cls in _LEAVES or id(obj) in visited or isinstance(obj, type):
+            continue
+        visited.add(id(obj))
+        if cls.__module__ != "builtins":
+            found.setdefault((cls.__module__, cls.__name__), cls)
+        if isinstance(obj, dict):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, (list, tuple, set, frozenset, deque)):
+            stack.extend(obj)
+        elif isinstance(obj, enum.Enum):
+            stack.append(obj.value)
+        else:
+            stack.extend(_attributes(obj))
+    return found
+
+
+def _attributes(obj: Any) -> list[Any]:
+    # Instance dict (pydantic models, plain dataclasses, Send...) and slots.
+    out: list[Any] = []
+    try:
+        attrs = vars(obj)
+    except TypeError:
+        attrs = {}
+    out.extend(attrs.values())
+    extra = getattr(obj, "__pydantic_extra__", None)
+    if isinstance(extra, dict):
+        out.extend(extra.values())
+    for klass in type(obj).__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            try:
+                out.append(getattr(obj, slot))
+            except Exception:  # an unset slot, a property that raises: nothing to find
+                continue
+    return out
+
+
+def schema_classes(graph: Any) -> dict[TypeKey, type]:
+    """Return the classes a graph's schemas declare, keyed by `(module, name)`.
+
+    The class objects behind `schema_types`, so a reader bound to the graph
+    rebuilds them without importing anything (local classes included).
+
+    Raises:
+        InvalidArgument: `graph` is neither a `StateGraph` nor its compiled graph.
+    """
+    builder, schemas = _schemas(graph)
+    found: dict[TypeKey, type] = {}
+    seen: set[int] = set()
+    for typ in schemas + [getattr(c, "ValueType", None) for c in builder.channels.values()]:
+        _walk(typ, found, seen)
+    return found
+
+
 def schema_types(graph: Any) -> set[TypeKey]:
     """Derive the `(module, name)` pairs a graph's schemas declare, as LangGraph's strict mode does.
 
@@ -66,6 +188,15 @@ def schema_types(graph: Any) -> set[TypeKey]:
         InvalidArgument: `graph` is neither.
     """
     from langgraph._internal import _serde as lg_serde
+
+    builder, schemas = _schemas(graph)
+    # The same derivation `StateGraph.compile` runs under LANGGRAPH_STRICT_MSGPACK,
+    # plus what it skips: NamedTuples, and whatever sits inside them.
+    found = lg_serde.build_serde_allowlist(schemas=schemas, channels=builder.channels)
+    return found | set(schema_classes(graph))
+
+
+def _schemas(graph: Any) -> tuple[Any, list[Any]]:
     from langgraph.graph.state import StateGraph
 
     builder = graph if isinstance(graph, StateGraph) else getattr(graph, "builder", None)
@@ -77,16 +208,10 @@ def schema_types(graph: Any) -> set[TypeKey]:
     schemas.extend(node.input_schema for node in builder.nodes.values())
     for branches in builder.branches.values():
         schemas.extend(b.input_schema for b in branches.values() if b.input_schema is not None)
-    # The same derivation `StateGraph.compile` runs under LANGGRAPH_STRICT_MSGPACK,
-    # plus what it skips: NamedTuples, and whatever sits inside them.
-    found = lg_serde.build_serde_allowlist(schemas=schemas, channels=builder.channels)
-    seen: set[int] = set()
-    for typ in schemas + [getattr(c, "ValueType", None) for c in builder.channels.values()]:
-        _walk(typ, found, seen)
-    return found
+    return builder, schemas
 
 
-def _walk(typ: Any, found: set[TypeKey], seen: set[int]) -> None:
+def _walk(typ: Any, found: dict[TypeKey, type], seen: set[int]) -> None:
     if typ is None or id(typ) in seen or len(seen) > 10_000:
         return
     seen.add(id(typ))
@@ -96,7 +221,7 @@ def _walk(typ: Any, found: set[TypeKey], seen: set[int]) -> None:
             or dataclasses.is_dataclass(typ)
             or hasattr(typ, "model_fields")
         ):
-            found.add((typ.__module__, typ.__name__))
+            found.setdefault((typ.__module__, typ.__name__), typ)
         if typ.__module__ != "builtins":
             try:
                 hints = typing.get_type_hints(typ, include_extras=True)

@@ -1,7 +1,7 @@
 """Module-level user types for tests/test_user_types.py, importable by a fresh process.
 
 The tests put this directory on a child's `sys.path` and read the file back
-there, so everything here must rebuild by `module.name`.
+there, so everything here (but `Outer.Inner`) rebuilds by `module.name`.
 """
 
 from __future__ import annotations
@@ -60,11 +60,11 @@ class Shouting(BaseModel):
 
 
 class Outer:
-    """Holds a nested class, which a reader cannot find by `module.name`."""
+    """Holds a nested class, which a reader cannot find by `module.name` (only by the object)."""
 
     @dataclasses.dataclass
     class Inner:
-        """Nested: stored as `_user_types.Inner`, which does not exist."""
+        """Nested: stored as `_user_types.Inner`, which the module does not have."""
 
         v: int
 
@@ -95,3 +95,17 @@ class Ticket(BaseModel):
     profile: Profile
     color: Color = Color.RED
     answer: Any = None  # as LangGraph's response_schema tests declare it
+
+
+def ask_builder() -> Any:
+    """A graph on a `Ticket` state whose node asks a question answered as a `Decision`."""
+    from langgraph.graph import START, StateGraph
+    from langgraph.types import interrupt
+
+    def ask(state: Ticket) -> dict[str, Any]:
+        return {"answer": interrupt({"question": "ship?"}, response_schema=Decision)}
+
+    builder = StateGraph(Ticket)
+    builder.add_node("ask", ask)
+    builder.add_edge(START, "ask")
+    return builder

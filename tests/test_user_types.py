@@ -1,8 +1,9 @@
 """Users' own types: stored only when they provably read back equal, here and in a fresh process.
 
 The user types live in `_user_types.py` (module level, so a fresh process can
-import them by `module.name`); the types that must be refused are defined
-here, inside functions or nested, as users write them by accident.
+import them by `module.name`); classes defined inside functions are defined
+here, as LangGraph's own tests and users write them. A writer learns the
+classes of what it stores; a reader that did not write needs the allow-list.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _user_types import Color, Order, Outer, Point, Profile, Shouting, State
+from _user_types import Color, Order, Outer, Point, Profile, Shouting, State, ask_builder
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import START, StateGraph
 from pydantic import BaseModel
@@ -75,10 +76,11 @@ def test_allowed_modules_allows_a_users_package_in_one_line(open_store: Any) -> 
 
 def test_a_module_prefix_matches_whole_module_names_only() -> None:
     """`_user` allows `_user.x`, never `_user_types`: a prefix ends at a dot."""
+    stored = DataOnlySerializer().dumps_typed(Color.RED)
     with pytest.raises(SerializationError, match="_user_types.Color"):
-        DataOnlySerializer(allowed_modules=["_user"]).dumps_typed(Color.RED)
-    serde = DataOnlySerializer(allowed_modules="_user_types")  # one name is one package
-    assert serde.loads_typed(serde.dumps_typed(Color.RED)) is Color.RED
+        DataOnlySerializer(allowed_modules=["_user"]).loads_typed(stored)
+    reader = DataOnlySerializer(allowed_modules="_user_types")  # one name is one package
+    assert reader.loads_typed(stored) is Color.RED
 
 
 @pytest.mark.parametrize("bad", [[""], ["my app"], [3], [".x"], 3], ids=repr)
@@ -91,8 +93,13 @@ def test_bad_allowed_modules_name_the_argument(bad: Any, db_path: str) -> None:
 # --- the write-time check proves the value rebuilds --------------------------------------------
 
 
-def test_a_class_defined_inside_a_function_is_refused_when_written() -> None:
-    """Allowing a local class is not enough: no reader can find it, so the write is refused."""
+def test_a_class_defined_inside_a_function_rebuilds_for_a_reader_that_holds_it() -> None:
+    """A local class is stored and learned; a reader given the class object rebuilds it.
+
+    LangGraph's own tests define their state classes inside the test function
+    (test_pregel's `InnerObject`): the writer rebuilds them from the class it
+    stored, with no import; a reader that only knows the name cannot.
+    """
 
     @dataclasses.dataclass
     class Local:
@@ -100,21 +107,32 @@ def test_a_class_defined_inside_a_function_is_refused_when_written() -> None:
 
     class LocalModel(BaseModel):
         v: int
+        inner: Local
 
-    serde = DataOnlySerializer([Local, LocalModel])
-    for value, name in ((Local(1), "Local"), (LocalModel(v=1), "LocalModel")):
-        with pytest.raises(SerializationError) as info:
-            serde.dumps_typed({"state": [value]})
-        assert info.value.type_name == f"{__name__}.{name}"
-        message = str(info.value)
-        assert "channel 'state'" in message
-        assert f"define {name} at module level in {__name__}" in message
+    value = {"state": [LocalModel(v=1, inner=Local(2)), Local(3)]}
+    writer = DataOnlySerializer()
+    stored = writer.dumps_typed(value)
+    back = writer.loads_typed(stored)
+    assert back == value and type(back["state"][1]) is Local
+    assert writer.registry.get((__name__, "LocalModel")) is LocalModel
+    # Another reader: the class objects make it readable, the names alone do not.
+    assert DataOnlySerializer([Local, LocalModel]).loads_typed(stored) == value
+    with pytest.raises(SerializationError) as info:
+        DataOnlySerializer().loads_typed(stored)
+    assert info.value.type_name.startswith(f"{__name__}.Local")
+    assert "allowed_types=" in str(info.value) and "for_graph" in str(info.value)
+    with pytest.raises(SerializationError) as info:
+        DataOnlySerializer(allowed_modules=[__name__]).loads_typed(stored)
+    assert f"has no {info.value.type_name.rsplit('.', 1)[1]}" in str(info.value)
+    assert "give the reader the class itself" in str(info.value)
 
 
-def test_a_nested_class_is_refused_when_written() -> None:
-    """LangGraph names a class by `__name__`, so `Outer.Inner` would be looked up as `Inner`."""
+def test_a_nested_class_rebuilds_from_the_class_object_only() -> None:
+    """LangGraph names a class by `__name__`, so `Outer.Inner` is stored as `_user_types.Inner`."""
+    stored = DataOnlySerializer().dumps_typed(Outer.Inner(1))
     with pytest.raises(SerializationError, match="_user_types has no Inner"):
-        DataOnlySerializer(allowed_modules=["_user_types"]).dumps_typed(Outer.Inner(1))
+        DataOnlySerializer(allowed_modules=["_user_types"]).loads_typed(stored)
+    assert DataOnlySerializer([Outer.Inner]).loads_typed(stored) == Outer.Inner(1)
 
 
 def test_a_dataclass_with_init_false_fields_reads_back_equal() -> None:
@@ -127,12 +145,16 @@ def test_a_dataclass_with_init_false_fields_reads_back_equal() -> None:
 
 
 def test_a_value_whose_constructor_changes_it_is_refused_when_written() -> None:
-    """A validator that rewrites a field would hand back a different value on every read."""
-    serde = DataOnlySerializer([Shouting])
-    with pytest.raises(SerializationError) as info:
-        serde.dumps_typed({"said": Shouting(text="hi")})
-    assert info.value.type_name == "_user_types.Shouting"
-    assert "does not read back equal" in str(info.value)
+    """A validator that rewrites a field would hand back a different value on every read.
+
+    Holding the class does not help, so it is refused (and not learned), allowed or not.
+    """
+    for serde in (DataOnlySerializer([Shouting]), DataOnlySerializer()):
+        with pytest.raises(SerializationError) as info:
+            serde.dumps_typed({"said": Shouting(text="hi")})
+        assert info.value.type_name == "_user_types.Shouting"
+        assert "does not read back equal" in str(info.value)
+    assert ("_user_types", "Shouting") not in serde.registry
 
 
 def test_numpy_arrays_round_trip_when_numpy_is_allowed() -> None:
@@ -140,8 +162,10 @@ def test_numpy_arrays_round_trip_when_numpy_is_allowed() -> None:
     for array in (np.arange(6, dtype=np.int16).reshape(2, 3), np.asfortranarray(np.eye(3))):
         back = serde.loads_typed(serde.dumps_typed({"a": array}))["a"]
         assert back.dtype == array.dtype and np.array_equal(back, array)
+    # Stored with no configuration (learned); a reader that did not store it needs numpy allowed.
+    stored = DataOnlySerializer().dumps_typed(np.zeros(2))
     with pytest.raises(SerializationError, match="numpy.ndarray"):
-        DataOnlySerializer().dumps_typed(np.zeros(2))
+        DataOnlySerializer().loads_typed(stored)
 
 
 # --- errors name the type, the channel, the node and the fix ---------------------------------
@@ -157,50 +181,85 @@ def _paint_graph() -> StateGraph:
 
 
 def test_a_refused_write_names_type_channel_node_and_the_fix(open_store: Any) -> None:
-    graph = _paint_graph().compile(checkpointer=open_store())
+    builder = StateGraph(State)
+    builder.add_node("shout", lambda s: {"color": Color.RED, "last": Shouting(text="hi")})
+    builder.add_edge(START, "shout")
+    graph = builder.compile(checkpointer=open_store())
     with pytest.raises(SerializationError) as info:
         graph.invoke({}, {"configurable": {"thread_id": "t"}})
     message = str(info.value)
-    assert info.value.type_name == "_user_types.Color"
-    assert "cannot store channel 'color' written by node 'paint' (task " in message
-    assert "allowed_modules=['_user_types']" in message
-    assert "saver.for_graph(builder)" in message
+    assert info.value.type_name == "_user_types.Shouting"
+    assert "cannot store channel 'last' written by node 'shout' (task " in message
+    assert "does not read back equal" in message and "make its constructor accept" in message
     # A value in the graph's input is located inside it.
     with pytest.raises(SerializationError) as info:
-        graph.invoke({"where": Point(1, 1)}, {"configurable": {"thread_id": "u"}})
+        graph.invoke({"where": Shouting(text="x")}, {"configurable": {"thread_id": "u"}})
     assert "channel '__start__'['where'] (the graph's input)" in str(info.value)
 
 
-def test_for_graph_allows_the_types_the_graphs_schemas_declare(open_store: Any) -> None:
-    """In LangGraph's default mode, binding the graph is the one call that is needed."""
-    builder = _paint_graph()
+def test_a_plain_saver_reads_back_what_it_stored_with_no_configuration(open_store: Any) -> None:
+    """LangGraph's default mode, zero config, one process: the saver learns what it stores."""
     saver = open_store()
-    graph = builder.compile(checkpointer=saver.for_graph(builder))
+    graph = _paint_graph().compile(checkpointer=saver)
     config: Any = {"configurable": {"thread_id": "t"}}
     graph.invoke({"color": Color.BLUE}, config)
-    state = graph.get_state(config).values
+    expected = {"color": Color.RED, "where": Point(0, 1), "last": Order("B-2", 1)}
+    assert graph.get_state(config).values == {**expected, "profile": PROFILE}
+    assert type(saver.get_tuple(config).checkpoint["channel_values"]["where"]) is Point
+
+
+def test_for_graph_gives_a_reader_the_types_the_graphs_schemas_declare(
+    open_store: Any, db_path: str
+) -> None:
+    """A reader that stored nothing (another store on the file) reads a bound graph's state."""
+    builder = _paint_graph()
+    config: Any = {"configurable": {"thread_id": "t"}}
+    builder.compile(checkpointer=open_store()).invoke({"color": Color.BLUE}, config)
+    reader = open_store()
+    with pytest.raises(UndecodableRow, match="_user_types"):
+        builder.compile(checkpointer=reader).get_state(config)
+    bound = reader.for_graph(builder)
+    assert bound.serde.allows("_user_types", "Order")
+    assert bound.serde.registry.get(("_user_types", "Profile")) is Profile
+    state = builder.compile(checkpointer=bound).get_state(config).values
     assert state == {
         "color": Color.RED,
         "where": Point(0, 1),
         "last": Order("B-2", 1),
         "profile": PROFILE,
     }
-    # A compiled graph works as well, and the original saver is unchanged.
-    assert saver.for_graph(graph).serde.allows("_user_types", "Order")
-    assert not saver.serde.allows("_user_types", "Order")
+    # A compiled graph works as well.
+    assert reader.for_graph(builder.compile()).serde.allows("_user_types", "Color")
     with pytest.raises(InvalidArgument, match="graph"):
-        saver.for_graph(object())
+        reader.for_graph(object())
+
+
+def test_a_copy_made_by_with_allowlist_shares_what_the_saver_learned(open_store: Any) -> None:
+    """Strict mode compiles with `saver.with_allowlist(...)`: both read what either stored."""
+
+    class Note(BaseModel):
+        text: str
+
+    saver = open_store()
+    clone = saver.with_allowlist([("some.module", "Other")])
+    assert clone is not saver and clone.serde is not saver.serde
+    _put(clone, {"note": Note(text="hi")})
+    assert _values(saver) == {"note": Note(text="hi")}
+    assert type(_values(clone)["note"]) is Note
 
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_what_a_bound_graph_stores_reads_back_equal_in_a_fresh_process(
+def test_what_a_plain_saver_stores_needs_the_allow_list_in_a_fresh_process(
     open_store: Any, db_path: str
 ) -> None:
-    """The promise is about any reader configured like the writer, not only this process."""
-    builder = _paint_graph()
-    saver = open_store()
-    graph = builder.compile(checkpointer=saver.for_graph(builder))
+    """Written here with no configuration; a fresh reader refuses it, naming the fix, until allowed.
+
+    The documented decision: an unallowed reader refuses (UndecodableRow naming
+    the type and the fix) and builds nothing; `allowed_modules`, `for_graph` and
+    `allowed_types` each make it read back equal.
+    """
+    graph = _paint_graph().compile(checkpointer=open_store())
     graph.invoke({"color": Color.BLUE}, {"configurable": {"thread_id": "t"}})
     child = _child(
         f"""
@@ -216,21 +275,86 @@ def test_what_a_bound_graph_stores_reads_back_equal_in_a_fresh_process(
                     "profile": Profile(name="ada", color=Color.BLUE, orders=[Order("A-1", 2)])}}
         out = {{}}
         with FencedSqliteSaver({db_path!r}) as saver:
-            graph = builder.compile(checkpointer=saver.for_graph(builder))
-            out["bound"] = graph.get_state(config).values == expected
             try:
                 builder.compile(checkpointer=saver).get_state(config)
-                out["unbound"] = "read"
+                out["plain"] = "read"
             except UndecodableRow as exc:
-                out["unbound"] = str(exc)
+                out["plain"] = str(exc)
+        for name, kwargs in (
+            ("modules", dict(allowed_modules=["_user_types"])),
+            ("types", dict(allowed_types=[Color, Order, Point, Profile])),
+            ("for_graph", {{}}),
+        ):
+            with FencedSqliteSaver({db_path!r}, **kwargs) as saver:
+                reader = saver.for_graph(builder) if name == "for_graph" else saver
+                got = builder.compile(checkpointer=reader).get_state(config).values
+                out[name] = got == expected
         print(json.dumps(out))
         """
     )
     assert child.returncode == 0, child.stderr
     out = json.loads(child.stdout.strip().splitlines()[-1])
-    assert out["bound"] is True
-    # The documented decision: an unbound reader refuses, naming the type, and builds nothing.
-    assert "_user_types." in out["unbound"] and "for_graph" in out["unbound"]
+    assert "_user_types." in out["plain"] and "allowed_types=" in out["plain"]
+    assert "for_graph" in out["plain"] and "allowed_modules=['_user_types']" in out["plain"]
+    assert out["modules"] is out["types"] is out["for_graph"] is True
+
+
+_LOCAL_CLASS = """
+import dataclasses, json, sys
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph_fenced_sqlite import FencedSqliteSaver, UndecodableRow
+
+def make():
+    @dataclasses.dataclass
+    class Note:
+        text: str
+    return Note
+
+NoteClass = make()  # not bound to the name Note: `__main__` has no Note
+config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+path = sys.argv[2]
+if sys.argv[1] == "write":
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"note": NoteClass("hi")}
+    with FencedSqliteSaver(path) as saver:
+        saver.put(config, checkpoint, {"source": "loop", "step": 0}, {})
+    sys.exit(0)
+out = {}
+for name, kwargs in (("plain", {}), ("module", {"allowed_modules": ["__main__"]}),
+                     ("class", {"allowed_types": [NoteClass]})):
+    with FencedSqliteSaver(path, **kwargs) as saver:
+        try:
+            values = saver.get_tuple(config).checkpoint["channel_values"]
+            out[name] = values == {"note": NoteClass("hi")}
+        except UndecodableRow as exc:
+            out[name] = str(exc)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_local_class_stored_in_one_process_is_read_in_another_that_holds_the_class(
+    db_path: str,
+) -> None:
+    """Process A stores a function-local class; process B reads it only given the class object."""
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", _LOCAL_CLASS, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    wrote = run("write", db_path)
+    assert wrote.returncode == 0, wrote.stderr
+    read = run("read", db_path)
+    assert read.returncode == 0, read.stderr
+    out = json.loads(read.stdout.strip().splitlines()[-1])
+    assert "__main__.Note is not allowed" in out["plain"] and "allowed_types=" in out["plain"]
+    assert "has no Note" in out["module"] and "give the reader the class itself" in out["module"]
+    assert out["class"] is True
 
 
 @pytest.mark.slow
@@ -352,43 +476,37 @@ def test_an_unbound_reader_refuses_a_stored_user_type_naming_it(db_path: str) ->
 # --- what LangGraph's own suite exercises: pydantic states, response_schema resumes ----------
 
 
-def _ask_graph() -> StateGraph:
-    from _user_types import Decision, Ticket
-    from langgraph.types import interrupt
+def test_pydantic_state_and_response_schema_resume_need_no_configuration(
+    open_store: Any,
+) -> None:
+    """LangGraph's default mode: a pydantic state and a `response_schema` resume value, zero config.
 
-    def ask(state: Ticket) -> dict[str, Any]:
-        return {"answer": interrupt({"question": "ship?"}, response_schema=Decision)}
-
-    builder = StateGraph(Ticket)
-    builder.add_node("ask", ask)
-    builder.add_edge(START, "ask")
-    return builder
-
-
-def test_a_pydantic_state_round_trips_through_for_graph(open_store: Any) -> None:
-    from langgraph.types import Command
-
-    builder = _ask_graph()
-    graph = builder.compile(checkpointer=open_store().for_graph(builder))
-    config: Any = {"configurable": {"thread_id": "t"}}
-    graph.invoke({"profile": PROFILE}, config)
-    assert graph.get_state(config).values["profile"] == PROFILE
-    # Surprise pinned: LangGraph validates the resume value into `Decision`, a
-    # type no schema names (its strict-mode list leaves it out too), so the
-    # schema binding alone refuses it, naming the fix...
-    with pytest.raises(SerializationError, match="_user_types.Decision") as info:
-        graph.invoke(Command(resume={"approved": True}), config)
-    assert "node 'ask'" in str(info.value) and "allowed_modules" in str(info.value)
-
-
-def test_a_response_schema_resume_value_round_trips_with_allowed_modules(open_store: Any) -> None:
+    The resume value is validated into `Decision`, a type no schema names (and
+    LangGraph's strict-mode list leaves out): it is learned when written.
+    """
     from _user_types import Decision
     from langgraph.types import Command
 
-    builder = _ask_graph()
-    saver = open_store(allowed_modules=["_user_types"])  # ...and the one-line package allow works
-    graph = builder.compile(checkpointer=saver)
+    saver = open_store()
+    graph = ask_builder().compile(checkpointer=saver)
     config: Any = {"configurable": {"thread_id": "t"}}
     graph.invoke({"profile": PROFILE}, config)
+    assert graph.get_state(config).values["profile"] == PROFILE
     graph.invoke(Command(resume={"approved": True, "note": "ok"}), config)
-    assert graph.get_state(config).values["answer"] == Decision(approved=True, note="ok")
+    state = graph.get_state(config).values
+    assert state["answer"] == Decision(approved=True, note="ok") and state["profile"] == PROFILE
+
+
+def test_a_response_schema_resume_value_round_trips_with_allowed_modules(
+    open_store: Any,
+) -> None:
+    """A reader that did not write the resume value reads it with the one-line package allow."""
+    from _user_types import Decision
+    from langgraph.types import Command
+
+    config: Any = {"configurable": {"thread_id": "t"}}
+    writer = ask_builder().compile(checkpointer=open_store())
+    writer.invoke({"profile": PROFILE}, config)
+    writer.invoke(Command(resume={"approved": True, "note": "ok"}), config)
+    reader = ask_builder().compile(checkpointer=open_store(allowed_modules=["_user_types"]))
+    assert reader.get_state(config).values["answer"] == Decision(approved=True, note="ok")
