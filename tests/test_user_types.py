@@ -510,3 +510,33 @@ def test_a_response_schema_resume_value_round_trips_with_allowed_modules(
     writer.invoke(Command(resume={"approved": True, "note": "ok"}), config)
     reader = ask_builder().compile(checkpointer=open_store(allowed_modules=["_user_types"]))
     assert reader.get_state(config).values["answer"] == Decision(approved=True, note="ok")
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_runner_that_only_resumes_in_a_fresh_process_needs_no_configuration(
+    open_store: Any, db_path: str
+) -> None:
+    """`FencedRunner` binds its graph: a worker whose first act is reading the state rebuilds it."""
+    from langgraph_fenced_sqlite import FencedRunner
+
+    config: Any = {"configurable": {"thread_id": "t"}}
+    FencedRunner(ask_builder().compile(), open_store()).invoke({"profile": PROFILE}, config)
+    child = _child(
+        f"""
+        import json
+        from langgraph.types import Command
+        from _user_types import Color, Decision, Order, Profile, ask_builder
+        from langgraph_fenced_sqlite import FencedRunner, FencedSqliteSaver
+        config = {{"configurable": {{"thread_id": "t"}}}}
+        with FencedSqliteSaver({db_path!r}) as saver:
+            runner = FencedRunner(ask_builder().compile(), saver)
+            runner.invoke(Command(resume={{"approved": True}}), config)
+            values = runner.graph.get_state(config).values
+        profile = Profile(name="ada", color=Color.BLUE, orders=[Order("A-1", 2)])
+        answer = values["answer"] == Decision(approved=True)
+        print(json.dumps(values["profile"] == profile and answer))
+        """
+    )
+    assert child.returncode == 0, child.stderr
+    assert json.loads(child.stdout.strip().splitlines()[-1]) is True
