@@ -30,8 +30,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from . import claims, events, schema
 from .checksums import checksum
-from .errors import CheckpointConflict, FencedSqliteError, UndecodableRow
-from .serde import dumps_json, loads_json
+from .errors import CheckpointConflict, FencedSqliteError, SerializationError, UndecodableRow
+from .serde import dumps_json, loads_json, write_context
 
 ENVELOPE_FORMAT = 1
 _FENCED_SOURCES = frozenset({"input", "loop"})
@@ -108,7 +108,12 @@ def encode_writes(
     """Encode `put_writes`' arguments, mapping special channels to their idx."""
     out = []
     for idx, (channel, value) in enumerate(writes):
-        type_, blob = serde.dumps_typed(value)
+        try:
+            type_, blob = serde.dumps_typed(value)
+        except SerializationError as exc:
+            # Name the channel and the node: "type X refused" alone sends the
+            # user hunting through every node of the graph.
+            raise write_context(exc, channel=channel, task_id=task_id, task_path=task_path) from exc
         special = channel in WRITES_IDX_MAP
         idx_ = WRITES_IDX_MAP.get(channel, idx)
         sum_ = checksum(channel, type_, blob)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import __version__, importer
+from .cli_allow import add_allow_options, allow_from_args, cli_serde
 from .cli_doctor import cmd_doctor
 from .cli_io import (
     EXIT_CODES,
@@ -50,7 +51,9 @@ _CLAIM_TTL = 60.0  # retract/delete hold their claim this long at most
 # --- opening --------------------------------------------------------------------------------
 
 
-_open = open_existing
+def _open(path: str) -> FencedSqliteSaver:
+    # Every command reads with the allow-list the command line gave.
+    return open_existing(path, serde=cli_serde())
 
 
 def _thread(saver: FencedSqliteSaver, thread_id: str) -> dict[str, Any]:
@@ -345,7 +348,7 @@ def _cmd_delete(args: argparse.Namespace, out: Out) -> int:
 def _cmd_import(args: argparse.Namespace, out: Out) -> int:
     importer.check_source(args.src)  # before DEST is created
     bar = ProgressBar(sys.stderr) if args.progress or sys.stderr.isatty() else None
-    with FencedSqliteSaver(args.dest) as saver:
+    with FencedSqliteSaver(args.dest, serde=cli_serde(unknown="refuse")) as saver:
         try:
             report = importer.import_sqlitesaver(args.src, saver, progress=bar)
         finally:
@@ -353,13 +356,20 @@ def _cmd_import(args: argparse.Namespace, out: Out) -> int:
                 bar.finish()
     out.document(
         report.to_dict(),
-        lambda: (
-            f"imported {plural(report.threads, 'thread')}, "
-            f"{plural(report.checkpoints, 'checkpoint')} and {plural(report.writes, 'write')} "
-            f"from {report.source} into {report.dest}"
+        lambda: "\n".join(
+            [
+                f"imported {plural(report.threads, 'thread')}, "
+                f"{plural(report.checkpoints, 'checkpoint')} and {plural(report.writes, 'write')} "
+                f"from {report.source} into {report.dest}"
+            ]
+            + [
+                f"skipped thread {s['thread_id']!r} (nothing of it imported): checkpoint "
+                f"{s['checkpoint_id']}: {s['reason']}"
+                for s in report.skipped
+            ]
         ),
     )
-    return 0
+    return 1 if report.skipped else 0
 
 
 # --- the parser -----------------------------------------------------------------------------
@@ -383,8 +393,11 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--nl", action="store_true", help="print one JSON object per line")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    allow = add_allow_options(Parser(add_help=False))
+
     def command(name: str, fn: Callable, help: str, streams: bool = False) -> Parser:
-        p = sub.add_parser(name, parents=[stream if streams else doc], help=help, description=help)
+        parents = [stream if streams else doc, allow]
+        p = sub.add_parser(name, parents=parents, help=help, description=help)
         p.set_defaults(func=fn)
         return p
 
@@ -456,6 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     as_json = "--json" in argv or "--nl" in argv
     try:
         args = build_parser().parse_args(argv)
+        allow_from_args(args)
         return args.func(args, Out(args))
     except SystemExit as exc:  # --help, --version
         return exc.code if isinstance(exc.code, int) else 0

@@ -14,6 +14,7 @@ import os
 import sqlite3
 from typing import Any
 
+from .cli_allow import cli_serde
 from .cli_io import Out, open_existing
 from .errors import StoreError
 
@@ -54,7 +55,7 @@ def cmd_doctor(args: argparse.Namespace, out: Out) -> int:
     """Run `lgfs doctor PATH`: pragmas, schema, counts, claims, integrity."""
     wal = args.path + "-wal"
     try:
-        with open_existing(args.path) as saver:
+        with open_existing(args.path, serde=cli_serde()) as saver:
             stats, claims, now = saver.stats(), saver.claims(), saver.clock.now()
             stats["wal_bytes"] = os.path.getsize(wal) if os.path.exists(wal) else 0
     except StoreError as exc:

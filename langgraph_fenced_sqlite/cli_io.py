@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any, NoReturn
 
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
 from .errors import FencedSqliteError
 from .saver import FencedSqliteSaver
 
@@ -121,8 +123,12 @@ def fail(exc: BaseException, as_json: bool) -> int:
     return _EXIT_BY_CODE.get(doc["code"], 7)
 
 
-def open_existing(path: str) -> FencedSqliteSaver:
+def open_existing(path: str, serde: SerializerProtocol | None = None) -> FencedSqliteSaver:
     """Open the store on `path`, which must be an existing file (never create one).
+
+    Args:
+        path: The database file.
+        serde: The serializer to read with (the CLI's allow-list), if not the default.
 
     Raises:
         CliError: `file_not_found` or `not_a_file`.
@@ -131,7 +137,7 @@ def open_existing(path: str) -> FencedSqliteSaver:
         raise CliError("file_not_found", f"{path}: no such file", path=path)
     if not os.path.isfile(path):
         raise CliError("not_a_file", f"{path}: not a file", path=path)
-    return FencedSqliteSaver(path)
+    return FencedSqliteSaver(path, serde=serde)
 
 
 def confirm(args: argparse.Namespace, what: str) -> None:

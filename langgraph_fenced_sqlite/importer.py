@@ -2,12 +2,15 @@
 
 Invariant: the source is opened read-only (`mode=ro`) and its blobs are
 decoded only by the data-only serializer, so importing never writes the
-source and never runs code stored in it; a row that does not decode stops the
-import with an `UndecodableRow` naming its thread and checkpoint. Everything
-is written through the saver's public `put`/`put_writes`, one thread at a
-time, each checkpoint after its parent (id order), so positions follow the
-source's history and a rerun changes nothing: an identical `put` is a no-op
-and regular writes are first-writer-wins.
+source and never runs code stored in it. A thread is imported whole or not at
+all: every row of it is decoded, and every value proven storable, before its
+first `put`; a thread with a row that does not (pickle, a type outside the
+allow-list, a value that does not rebuild) is skipped and named in the
+report with the checkpoint and the reason, and the other threads are imported.
+Everything is written through the saver's public `put`/`put_writes`, one
+thread at a time, each checkpoint after its parent (id order), so positions
+follow the source's history and a rerun changes nothing: an identical `put`
+is a no-op and regular writes are first-writer-wins.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from langgraph.checkpoint.base import WRITES_IDX_MAP
+from langgraph.checkpoint.base import WRITES_IDX_MAP, Checkpoint
 
 from . import schema
 from .errors import (
@@ -39,6 +42,9 @@ _CHECKPOINT_COLUMNS |= {"type", "checkpoint", "metadata"}
 _WRITE_COLUMNS = {"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx", "channel"}
 _WRITE_COLUMNS |= {"type", "value"}
 
+# One checkpoint's decoded writes by (task_id, task_path): (idx, channel, value).
+_Groups = dict[tuple[str, str], list[tuple[int, str, Any]]]
+
 
 @dataclass(frozen=True)
 class ImportReport:
@@ -50,6 +56,8 @@ class ImportReport:
         threads: Threads copied.
         checkpoints: Checkpoints copied (an identical one already there counts too).
         writes: Pending writes copied (likewise).
+        skipped: Threads not imported, each `{"thread_id", "checkpoint_id",
+            "reason"}` naming the first row that did not decode or store.
     """
 
     source: str
@@ -57,6 +65,7 @@ class ImportReport:
     threads: int
     checkpoints: int
     writes: int
+    skipped: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """Return the report as a JSON-ready dict."""
@@ -85,19 +94,21 @@ def import_sqlitesaver(
             checkpoint and its writes.
 
     Returns:
-        What was copied.
+        What was copied, and which threads were skipped whole because a row
+        did not decode as data (pickle, a type outside the dest saver's
+        allow-list, corrupt bytes) or would not be stored; each names the
+        thread, the checkpoint and the reason.
 
     Raises:
         FileNotFoundError: `src_path` does not exist.
         UnsupportedFormat: `src_path` is not a `SqliteSaver` file.
-        UndecodableRow: a source row does not decode as data (pickle, a type
-            outside the allow-list, corrupt bytes); names thread and checkpoint.
         StoreError: the source cannot be read (locked, unreadable).
     """
     src = os.fspath(src_path)
     serde = dest_saver.serde
-    if not isinstance(serde, DataOnlySerializer):
-        serde = DataOnlySerializer()
+    # Decode with the dest saver's allow-list (so its users' types import),
+    # but never into display-only tagged data that would then be stored.
+    serde = serde.refusing() if isinstance(serde, DataOnlySerializer) else DataOnlySerializer()
     conn = _open_source(src)
     try:
         return _Importer(conn, src, dest_saver, serde, progress).run()
@@ -170,6 +181,7 @@ class _Importer:
         self.total = 0
         self.checkpoints = 0
         self.writes = 0
+        self.skipped: list[dict[str, Any]] = []
 
     def run(self) -> ImportReport:
         # One read transaction: a consistent snapshot even if someone writes the source.
@@ -183,7 +195,10 @@ class _Importer:
                 self._thread(thread)
         finally:
             self.conn.execute("COMMIT")
-        return ImportReport(self.src, self.dest.path, len(threads), self.checkpoints, self.writes)
+        imported = len(threads) - len(self.skipped)
+        return ImportReport(
+            self.src, self.dest.path, imported, self.checkpoints, self.writes, tuple(self.skipped)
+        )
 
     def _report(self) -> None:
         if self.progress is not None:
@@ -193,18 +208,36 @@ class _Importer:
         thread_id = str(raw_thread)
         keys = self.conn.execute(schema.SQLITESAVER_CHECKPOINT_KEYS, (raw_thread,)).fetchall()
         parent_of = {(ns, cid): parent for ns, cid, parent in keys}
-        for ns, cid in _parents_first(keys):
-            self._checkpoint(raw_thread, thread_id, ns, cid, parent_of[(ns, cid)])
-            self._writes(raw_thread, thread_id, ns, cid)
-            self._report()
         orphans = self.conn.execute(schema.SQLITESAVER_ORPHAN_WRITE_KEYS, (raw_thread,)).fetchall()
-        for ns, cid in orphans:
-            self._writes(raw_thread, thread_id, ns, cid)
+        # Decode and prove the whole thread before its first put: a row that
+        # fails halfway must not leave half a thread behind.
+        plan: list[tuple[str, str, Any, _Groups, int]] = []
+        try:
+            for ns, cid in _parents_first(keys):
+                checkpoint = self._checkpoint(raw_thread, thread_id, ns, cid, parent_of[(ns, cid)])
+                plan.append((ns, cid, checkpoint, *self._writes(raw_thread, thread_id, ns, cid)))
+            for ns, cid in orphans:
+                plan.append((ns, cid, None, *self._writes(raw_thread, thread_id, ns, cid)))
+        except UndecodableRow as exc:
+            self.skipped.append(
+                {"thread_id": thread_id, "checkpoint_id": exc.checkpoint_id, "reason": exc.reason}
+            )
+            rows = len(keys) + sum(
+                len(self.conn.execute(self.writes_sql, (raw_thread, ns, cid)).fetchall())
+                for ns, cid in [(k[0], k[1]) for k in keys] + [tuple(o) for o in orphans]
+            )
+            self.done += rows
+            self._report()
+            return
+        for ns, cid, checkpoint, groups, n_writes in plan:
+            if checkpoint is not None:
+                self._put_checkpoint(thread_id, ns, checkpoint, parent_of[(ns, cid)])
+            self._put_writes(thread_id, ns, cid, groups, n_writes)
             self._report()
 
     def _checkpoint(
         self, raw_thread: Any, thread_id: str, ns: str, cid: str, parent: str | None
-    ) -> None:
+    ) -> tuple[Checkpoint, dict[str, Any]]:
         type_, blob, metadata = self.conn.execute(
             schema.SQLITESAVER_GET_CHECKPOINT, (raw_thread, ns, cid)
         ).fetchone()
@@ -213,28 +246,43 @@ class _Importer:
             if not isinstance(checkpoint, dict) or checkpoint.get("id") != cid:
                 raise ValueError("the checkpoint blob is not a checkpoint with this id")
             md = _metadata(metadata)
+            self.serde.dumps_typed(checkpoint.get("channel_values", {}))  # proves it stores
         except (SerializationError, ValueError, TypeError) as exc:
             raise _undecodable(thread_id, ns, cid, str(exc)) from exc
+        return checkpoint, md  # type: ignore[return-value]
+
+    def _put_checkpoint(
+        self, thread_id: str, ns: str, found: tuple[Checkpoint, dict[str, Any]], parent: str | None
+    ) -> None:
+        checkpoint, md = found
         conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
         if parent:
             conf["checkpoint_id"] = parent
-        try:
-            self.dest.put({"configurable": conf}, checkpoint, md, {})  # type: ignore[arg-type]
-        except SerializationError as exc:
-            raise _undecodable(thread_id, ns, cid, str(exc)) from exc
+        self.dest.put({"configurable": conf}, checkpoint, md, {})  # type: ignore[arg-type]
         self.checkpoints += 1
         self.done += 1
 
-    def _writes(self, raw_thread: Any, thread_id: str, ns: str, cid: str) -> None:
+    def _writes(self, raw_thread: Any, thread_id: str, ns: str, cid: str) -> tuple[_Groups, int]:
         rows = self.conn.execute(self.writes_sql, (raw_thread, ns, cid)).fetchall()
-        groups: dict[tuple[str, str], list[tuple[int, str, Any]]] = {}
+        groups: _Groups = {}
         for task_id, task_path, idx, channel, type_, value in rows:
             try:
                 decoded = self.serde.loads_typed((type_, value))
+                self.serde.dumps_typed(decoded)  # proves it stores
             except (SerializationError, ValueError, TypeError) as exc:
                 reason = f"write {task_id}/{idx} ({channel}): {exc}"
                 raise _undecodable(thread_id, ns, cid, reason) from exc
             groups.setdefault((task_id, task_path or ""), []).append((idx, channel, decoded))
+        return groups, len(rows)
+
+    def _put_writes(
+        self,
+        thread_id: str,
+        ns: str,
+        cid: str,
+        groups: _Groups,
+        n_writes: int,
+    ) -> None:
         config = {
             "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}
         }
@@ -248,12 +296,9 @@ class _Importer:
                         stored = self._stored_writes(thread_id, ns, cid)
                     if _already_stored(batch, task_id, stored):
                         continue
-                try:
-                    self.dest.put_writes(config, batch, task_id, task_path)  # type: ignore[arg-type]
-                except SerializationError as exc:
-                    raise _undecodable(thread_id, ns, cid, f"task {task_id}: {exc}") from exc
-        self.writes += len(rows)
-        self.done += len(rows)
+                self.dest.put_writes(config, batch, task_id, task_path)  # type: ignore[arg-type]
+        self.writes += n_writes
+        self.done += n_writes
 
     def _stored_writes(
         self, thread_id: str, ns: str, cid: str

@@ -27,6 +27,7 @@ from datetime import timedelta
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.graph.state import StateGraph
 
 from .claims import Claim
 from .clock import to_seconds
@@ -250,6 +251,9 @@ class FencedRunner:
     ) -> None:
         """Wrap `graph`, whose checkpointer must be `saver` (or unset).
 
+        The runner's copy of the graph uses `saver.for_graph(graph)`: the
+        types its schemas declare are read back with no configuration.
+
         Args:
             graph: A compiled LangGraph graph (`StateGraph(...).compile(...)`).
             saver: The store every invocation claims its thread in.
@@ -266,10 +270,18 @@ class FencedRunner:
         if not isinstance(saver, FencedSqliteSaver):
             raise bad_argument("saver", f"expected a FencedSqliteSaver, got {type(saver).__name__}")
         current = getattr(graph, "checkpointer", None)
-        if current is None:
-            graph = graph.copy(update={"checkpointer": saver})
-        elif current is not saver:
+        # LangGraph's strict mode compiles with a copy of the saver (same
+        # connection, derived serializer); that copy is the saver too.
+        if current is not None and not (
+            isinstance(current, FencedSqliteSaver) and current._engine is saver._engine
+        ):
             raise bad_argument("graph", "compile it with checkpointer=saver (or no checkpointer)")
+        if isinstance(getattr(graph, "builder", None), StateGraph):
+            # Bound to the graph's schema types, so a worker that only resumes
+            # (reads before it writes anything) in a fresh process rebuilds them.
+            graph = graph.copy(update={"checkpointer": (current or saver).for_graph(graph)})
+        elif current is None:
+            graph = graph.copy(update={"checkpointer": saver})
         self.graph = graph
         self.saver = saver
         self.holder = check_name(

@@ -40,7 +40,7 @@ from .claims import token_from_config
 from .clock import Clock, read_now, to_seconds
 from .engine import Engine
 from .errors import bad_argument
-from .serde import DataOnlySerializer, TypeKey
+from .serde import DataOnlySerializer, TypeKey, schema_classes, schema_types
 from .validation import (
     check_before,
     check_checkpoint,
@@ -79,6 +79,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
         busy_timeout: float | timedelta = 5.0,
         serde: SerializerProtocol | None = None,
         allowed_types: Iterable[TypeKey | type] = (),
+        allowed_modules: Iterable[str] | str = (),
         clock: Clock | None = None,
         require_claim: bool = False,
         poll_interval: float | timedelta = 0.05,
@@ -95,6 +96,8 @@ class FencedSqliteSaver(  # type: ignore[misc]
             serde: A serializer to use instead of the data-only default.
             allowed_types: Extra classes or `(module, name)` pairs the default
                 serializer may store and rebuild.
+            allowed_modules: Packages (module prefixes) whose classes the
+                default serializer may store and rebuild, e.g. `["myapp"]`.
             clock: The store's clock (claims, retention, event times).
             require_claim: Refuse every write that carries no token.
             poll_interval: How often `wait_events`/`watch` look for commits.
@@ -118,12 +121,33 @@ class FencedSqliteSaver(  # type: ignore[misc]
         if clock is not None and not isinstance(clock, Clock):
             raise bad_argument("clock", "expected a Clock (with now() and monotonic())")
         if serde is None:
-            serde = DataOnlySerializer(allowed_types)
-        elif allowed_types:
-            raise bad_argument("allowed_types", "give it only with the default serializer")
+            serde = DataOnlySerializer(allowed_types, allowed_modules=allowed_modules)
+        elif allowed_types or allowed_modules:
+            which = "allowed_types" if allowed_types else "allowed_modules"
+            raise bad_argument(which, "give it only with the default serializer")
         super().__init__(serde=serde)
         self.require_claim = require_claim
         self._engine = Engine(path, busy_timeout=busy, clock=clock, readonly=readonly)
+
+    def for_graph(self, graph: Any) -> FencedSqliteSaver:
+        """Return this saver allowing the types `graph`'s schemas declare.
+
+        LangGraph hands a graph's schema types to its checkpointer only under
+        `LANGGRAPH_STRICT_MSGPACK=true`; this does the same derivation in any
+        mode: `builder.compile(checkpointer=saver.for_graph(builder))`. The
+        schema classes are registered as objects, so they are rebuilt with no
+        import (classes defined inside a function too). The result shares
+        this saver's connection (closing either closes both) and its
+        serializer's registry.
+
+        Args:
+            graph: A `StateGraph` builder or its compiled graph.
+
+        Raises:
+            InvalidArgument: `graph` is neither.
+        """
+        extra: list[Any] = [*schema_types(graph), *schema_classes(graph).values()]
+        return self.with_allowlist(extra)  # type: ignore[return-value]
 
     # --- opening and closing -------------------------------------------------------
 

@@ -7,6 +7,7 @@ and a fork made by `update_state` on an old checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import operator
 import os
@@ -20,6 +21,7 @@ from typing import Annotated, Any, TypedDict
 import pytest
 from conftest import dump, read_bytes
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
@@ -27,13 +29,20 @@ from langgraph.types import Command, Send, interrupt
 
 from langgraph_fenced_sqlite import (
     FencedSqliteSaver,
-    UndecodableRow,
     UnsupportedFormat,
     import_sqlitesaver,
 )
 from langgraph_fenced_sqlite.checksums import checksum
 
 THREADS = ("done", "waiting", "forked")
+
+
+@dataclasses.dataclass
+class Ticket:
+    """A user dataclass, outside the default allow-list."""
+
+    key: str
+    n: int
 
 
 class State(TypedDict, total=False):
@@ -213,7 +222,7 @@ class _Boom:
 
 
 @pytest.mark.parametrize("table", ["checkpoints", "writes"])
-def test_a_row_that_does_not_decode_is_an_error_naming_it(
+def test_a_row_that_does_not_decode_skips_its_thread_and_is_reported(
     source: str, tmp_path: Any, table: str
 ) -> None:
     marker = str(tmp_path / "code-ran")
@@ -232,11 +241,76 @@ def test_a_row_that_does_not_decode_is_an_error_naming_it(
         )
     conn.close()
     with FencedSqliteSaver(str(tmp_path / "fenced.db")) as fenced:
-        with pytest.raises(UndecodableRow) as info:
-            import_sqlitesaver(source, fenced)
-    assert (info.value.thread_id, info.value.checkpoint_id) == ("waiting", cid)
-    assert "pickle" in str(info.value) and "waiting" in str(info.value) and cid in str(info.value)
+        report = import_sqlitesaver(source, fenced)
+        assert [s["thread_id"] for s in report.skipped] == ["waiting"]
+        assert report.skipped[0]["checkpoint_id"] == cid
+        assert "pickle" in report.skipped[0]["reason"]
+        assert report.threads == 2
+        assert {t.config["configurable"]["thread_id"] for t in fenced.list(None)} == {
+            "done",
+            "forked",
+        }
     assert not os.path.exists(marker)
+
+
+def _last_write_holds(source: str, thread_id: str, value: Any) -> str:
+    """Replace the newest write of `thread_id` with `value` as LangGraph stores it."""
+    type_, blob = JsonPlusSerializer().dumps_typed(value)
+    conn = sqlite3.connect(source)
+    with conn:
+        cid, task_id, idx = conn.execute(
+            "SELECT checkpoint_id, task_id, idx FROM writes WHERE thread_id = ? "
+            "ORDER BY checkpoint_id DESC, task_id DESC, idx DESC LIMIT 1",
+            (thread_id,),
+        ).fetchone()
+        conn.execute(
+            "UPDATE writes SET type = ?, value = ? WHERE thread_id = ? AND checkpoint_id = ? "
+            "AND task_id = ? AND idx = ?",
+            (type_, blob, thread_id, cid, task_id, idx),
+        )
+    conn.close()
+    return str(cid)
+
+
+def test_a_thread_is_imported_whole_or_not_at_all(source: str, tmp_path: Any) -> None:
+    """A refused value in a thread's last row leaves nothing of that thread, reported."""
+    cid = _last_write_holds(source, "done", Ticket("T-1", 3))
+    dest = str(tmp_path / "fenced.db")
+    with FencedSqliteSaver(dest) as fenced:
+        report = import_sqlitesaver(source, fenced)
+        assert report.skipped == (
+            {"thread_id": "done", "checkpoint_id": cid, "reason": report.skipped[0]["reason"]},
+        )
+        assert f"{__name__}.Ticket" in report.skipped[0]["reason"]
+        assert "allowed_types" in report.skipped[0]["reason"]
+        assert fenced.get_tuple(cfg("done")) is None
+        assert fenced.events_after("done", 0, 10) == []
+        assert fenced.get_tuple(cfg("waiting")) is not None
+    # With the app's allow-list the same import takes the thread, value and all.
+    with FencedSqliteSaver(dest, allowed_types=[Ticket]) as fenced:
+        report = import_sqlitesaver(source, fenced)
+        assert report.skipped == () and report.threads == 3
+        values = [w[2] for t in fenced.list(cfg("done")) for w in t.pending_writes]
+        assert Ticket("T-1", 3) in values
+
+
+@pytest.mark.subprocess
+def test_the_command_reports_a_skipped_thread_and_takes_the_allow_list(
+    source: str, tmp_path: Any
+) -> None:
+    _last_write_holds(source, "done", Ticket("T-1", 3))
+    dest = str(tmp_path / "fenced.db")
+    skipped = lgfs("import-sqlitesaver", source, dest)
+    assert skipped.returncode == 1, skipped.stderr
+    assert "imported 2 threads" in skipped.stdout
+    assert "skipped thread 'done' (nothing of it imported)" in skipped.stdout
+    assert f"{__name__}.Ticket" in skipped.stdout
+    env = {"PYTHONPATH": os.path.dirname(__file__)}
+    allowed = lgfs(
+        "import-sqlitesaver", source, dest, "--allow-type", f"{__name__}:Ticket", env=env
+    )
+    assert allowed.returncode == 0, allowed.stderr
+    assert allowed.stdout.startswith("imported 3 threads")
 
 
 def test_refuses_what_is_not_a_sqlitesaver_file(tmp_path: Any) -> None:
@@ -278,13 +352,14 @@ def test_progress_counts_every_row_up_to_the_total(source: str, tmp_path: Any) -
     assert done == sorted(done) and {t for _, t in calls} == {total}
 
 
-def lgfs(*args: str) -> subprocess.CompletedProcess[str]:
+def lgfs(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the real command in a subprocess."""
     return subprocess.run(
         [sys.executable, "-m", "langgraph_fenced_sqlite", *args],
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, **(env or {})},
         stdin=subprocess.DEVNULL,
     )
 

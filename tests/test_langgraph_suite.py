@@ -2,8 +2,9 @@
 
 The harness is `tests/langgraph_suite/run_suite.py`; this test runs it in a
 child process, in LangGraph's default mode and in strict mode, and holds the
-result to `tests/langgraph_suite/known_failures.txt`: a new failure fails this
-test, and so does a recorded failure that now passes (remove it from the list).
+result to `tests/langgraph_suite/known_failures.txt` (empty: every test passes;
+a timing test of LangGraph's that fails with every saver under load is rerun
+alone, up to 3 times, as that file's `flaky` lines say).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ HARNESS = Path(__file__).parent / "langgraph_suite" / "run_suite.py"
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_langgraph_suite_fails_only_the_recorded_tests(tmp_path: Path) -> None:
-    """LangGraph's suite passes with our saver except the recorded failures, in both modes."""
+def test_langgraph_suite_passes_in_full(tmp_path: Path) -> None:
+    """LangGraph's suite passes in full with our saver, in default and in strict mode."""
     proc = subprocess.run(
         # --no-install: the [dev] extra must bring what LangGraph's tests import.
         [sys.executable, str(HARNESS), "--no-install", "--build-dir", str(tmp_path)],
@@ -32,7 +33,9 @@ def test_langgraph_suite_fails_only_the_recorded_tests(tmp_path: Path) -> None:
     assert proc.returncode == 0, report
     for mode in ("default", "strict"):
         line = next(x for x in report.splitlines() if x.startswith(f"langgraph suite ({mode}): "))
-        passed = int(line.split(": ", 1)[1].split()[0])
+        counts = line.split(": ", 1)[1].split()
+        passed, failed = int(counts[0]), int(counts[2])
         # 386 sync + 262 async checkpointer tests in langgraph 1.2.24: a run that
         # selects far fewer has lost our fixture, not passed.
         assert passed >= 600, line
+        assert failed == 0, report

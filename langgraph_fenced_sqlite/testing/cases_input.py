@@ -317,18 +317,27 @@ def case_bad_envelope_or_allowed_type_with_bad_args_is_undecodable(env: Contract
     assert exc.checkpoint_id == cp_id and "99" in str(exc), str(exc)
 
 
+class _Opaque:
+    """A plain class: LangGraph has no data encoding for it, so no reader could rebuild it."""
+
+
 @contract_case(30)
 def case_non_allowed_type_is_refused_at_put_naming_it(env: ContractEnv) -> None:
-    """A value of a type outside the allow-list is refused at put, naming it; nothing lands."""
+    """What no reader could rebuild is refused at put, naming it; a user type needs an allow.
+
+    A value with no data encoding is refused and nothing lands. A user type is
+    stored and read back by the store that stored it (it learned the class),
+    and a store that neither stored nor allows it refuses it, naming the type.
+    """
     store = env.open()
     ids = _put_chain(store, "t", 1)
     parent = _config("t", checkpoint_id=ids[0])
     before = _dump(env.path)
-    qualname = f"{Parcel.__module__}.{Parcel.__qualname__}"
+    qualname = f"{_Opaque.__module__}.{_Opaque.__qualname__}"
     for call in (
-        lambda: store.put(parent, _checkpoint({"p": Parcel("box", 1.5)}), {"source": "loop"}, {}),
-        lambda: store.put(parent, _checkpoint({"p": [{"deep": Parcel("b", 2)}]}), {}, {}),
-        lambda: store.put_writes(parent, [("c", Parcel("box", 1.5))], "task"),
+        lambda: store.put(parent, _checkpoint({"p": _Opaque()}), {"source": "loop"}, {}),
+        lambda: store.put(parent, _checkpoint({"p": [{"deep": _Opaque()}]}), {}, {}),
+        lambda: store.put_writes(parent, [("c", _Opaque())], "task"),
     ):
         exc = _expect(call, SerializationError)
         assert exc.type_name == qualname and qualname in str(exc), exc.to_dict()
@@ -338,6 +347,12 @@ def case_non_allowed_type_is_refused_at_put_naming_it(env: ContractEnv) -> None:
     )
     assert "metadata" in str(exc), str(exc)
     assert _dump(env.path) == before
+    values = {"p": Parcel("box", 1.5)}
+    config = store.put(parent, _checkpoint(values), {"source": "loop", "step": 1}, {})
+    got = store.get_tuple(config)
+    assert got is not None and got.checkpoint["channel_values"] == values
+    refused = _expect(lambda: env.open().get_tuple(config), UndecodableRow)
+    assert f"{Parcel.__module__}.{Parcel.__name__}" in str(refused), str(refused)
 
 
 @contract_case(30)
