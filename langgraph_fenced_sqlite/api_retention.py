@@ -146,18 +146,19 @@ class RetentionAPI:
     ) -> _list[PruneResult]:
         """Remove old history from each listed thread.
 
-        `"delete"` removes a thread's whole history, so it is fenced like a
-        write on every listed thread: without `token`, a thread under a live
-        claim refuses it; with `token`, every listed thread's current claim
-        must carry it (a token is one thread's, so list only that thread).
-        It appends one `pruned` event per thread that held anything. The
-        other strategies keep the latest checkpoint of each namespace, so no
-        owner's next write depends on what they remove: they need no claim,
-        but a given `token` is checked all the same. `"delete"` runs as one
-        transaction, so its first refusal changes nothing on any thread; the
-        other strategies run one transaction per thread, so a long list never
-        holds the write lock longer than one thread's prune. Every strategy
-        but `"delete"` also removes orphan writes (see
+        LangGraph's strategies remove history, so they are fenced like a
+        write on every listed thread (CONTRACT §5): without `token`, a thread
+        under someone's live claim refuses it; with `token`, every listed
+        thread's current claim must carry it (a token is one thread's, so
+        list only that thread). They run as one transaction, so the first
+        refusal changes nothing on any thread, and append one `pruned` event
+        per thread they removed anything from (`strategy`, the removed
+        `checkpoints` and the number of `writes`). A `RetentionPolicy` keeps
+        the latest checkpoint of each namespace, so no owner's next write
+        depends on what it removes: it needs no claim (a given `token` is
+        checked all the same) and runs one transaction per thread, so a long
+        list never holds the write lock longer than one thread's prune.
+        Every strategy but `"delete"` also removes orphan writes (see
         `PruneResult.writes_removed`).
 
         Args:
@@ -196,15 +197,18 @@ class RetentionAPI:
         if not ids:
             return []
         now = read_now(self._engine.clock)
-        if policy is None:
-            # Fenced: every listed thread's fence holds, or nothing changes.
+        if not isinstance(strategy, RetentionPolicy):
+            # LangGraph's strategies are fenced: every listed thread's fence
+            # holds, or nothing changes on any of them.
             return self._engine.write(
                 "prune",
-                lambda c: [self._prune_one(c, t, None, False, False, token, now) for t in ids],
+                lambda c: [
+                    self._prune_one(c, t, policy, latest_only, dry_run, token, now) for t in ids
+                ],
             )
-        # Keeping the latest of each namespace needs no claim, so each thread
-        # is its own transaction: a long list never holds the write lock
-        # longer than one thread's prune (writers of other threads go on).
+        # A retention policy needs no claim, so each thread is its own
+        # transaction: a long list never holds the write lock longer than one
+        # thread's prune (writers of other threads go on meanwhile).
         out: _list[PruneResult] = []
         for thread_id in ids:
 
@@ -228,11 +232,14 @@ class RetentionAPI:
             return retention.delete_all_checkpoints_txn(
                 conn, thread_id, token, now=now, require_claim=self.require_claim
             )
+        if latest_only:
+            # LangGraph's "keep_latest" is fenced and logged like "delete".
+            return retention.keep_latest_txn(
+                conn, thread_id, token, now=now, require_claim=self.require_claim, dry_run=dry_run
+            )
         if token is not None:
             retention.fence_existing(conn, thread_id, token, now=now, require_claim=False)
-        return retention.prune_txn(
-            conn, thread_id, policy, now=now, keep_latest_only=latest_only, dry_run=dry_run
-        )
+        return retention.prune_txn(conn, thread_id, policy, now=now, dry_run=dry_run)
 
     async def aprune(
         self,

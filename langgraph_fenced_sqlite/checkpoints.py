@@ -164,12 +164,16 @@ def put_txn(
         ),
     ).rowcount
     if not inserted:
-        # Identity before version: a retried put of the (now latest)
+        # An identical retry first: a retried put of the (now latest)
         # checkpoint must succeed, although its parent is no longer latest.
         stored = conn.execute(schema.GET_STORED_IDENTITY, key).fetchone()
         mine = (enc.parent_id, enc.envelope, enc.values_type, enc.values_blob, enc.metadata)
         if tuple(stored) == mine:
             return False
+        # Any other put of a stored id fails; which check fails first follows
+        # CONTRACT §3's order: the version (a fenced input/loop put whose
+        # parent is not the latest), then the identity.
+        _check_version(conn, enc, token, position)
         raise CheckpointConflict(
             enc.thread_id,
             enc.checkpoint_ns,
@@ -180,13 +184,9 @@ def put_txn(
                 f"checkpoint is already stored as {enc.checkpoint_id!r}"
             ),
         )
-    if token is not None and enc.source in _FENCED_SOURCES:
-        # Checked after the insert (which a conflict rolls back) so that the
-        # common case costs one statement less.
-        latest = conn.execute(schema.GET_LATEST_ID_BEFORE, (*key[:2], position)).fetchone()
-        latest_id = None if latest is None else latest[0]
-        if latest_id != enc.parent_id:
-            raise CheckpointConflict(enc.thread_id, enc.checkpoint_ns, enc.parent_id, latest_id)
+    # Checked after the insert (which a conflict rolls back) so that the
+    # common case costs one statement less.
+    _check_version(conn, enc, token, position)
     data = {"step": enc.step, "source": enc.source, "parent_checkpoint_id": enc.parent_id}
     if enc.run_id is not None:
         data["run_id"] = enc.run_id
@@ -199,6 +199,23 @@ def put_txn(
         now=now,
     )
     return True
+
+
+def _check_version(
+    conn: sqlite3.Connection, enc: EncodedCheckpoint, token: int | None, position: int
+) -> None:
+    """Refuse a fenced input/loop put whose parent is not the namespace's latest.
+
+    The latest is the one committed last before `position` (this commit's).
+    """
+    if token is None or enc.source not in _FENCED_SOURCES:
+        return
+    latest = conn.execute(
+        schema.GET_LATEST_ID_BEFORE, (enc.thread_id, enc.checkpoint_ns, position)
+    ).fetchone()
+    latest_id = None if latest is None else latest[0]
+    if latest_id != enc.parent_id:
+        raise CheckpointConflict(enc.thread_id, enc.checkpoint_ns, enc.parent_id, latest_id)
 
 
 def put_writes_txn(

@@ -18,6 +18,11 @@ from langgraph.checkpoint.serde import jsonplus
 
 from .errors import SerializationError
 
+# LangGraph's encoding options, less OPT_REPLACE_SURROGATES: LangGraph stores a
+# lone surrogate as "?", a different value than was written; we refuse it
+# (ormsgpack raises), so a value accepted on write reads back equal.
+PACK_OPTION = jsonplus._option & ~ormsgpack.OPT_REPLACE_SURROGATES
+
 __all__ = ["construct", "encodes_to", "equal", "short"]
 
 
@@ -92,7 +97,7 @@ def _dataclass(target: type, fields: dict[str, Any]) -> Any:
 def encodes_to(value: Any, data: bytes) -> bool:
     """Tell whether `value` encodes to exactly `data` (LangGraph's msgpack encoding)."""
     try:
-        again = ormsgpack.packb(value, default=jsonplus._msgpack_default, option=jsonplus._option)
+        again = ormsgpack.packb(value, default=jsonplus._msgpack_default, option=PACK_OPTION)
     except Exception:
         return False
     return again == data

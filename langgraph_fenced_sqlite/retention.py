@@ -162,6 +162,37 @@ def _remove(conn: sqlite3.Connection, thread_id: str, keys: Iterable[tuple[str, 
     return conn.total_changes - before
 
 
+def keep_latest_txn(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    token: int | None,
+    *,
+    now: float,
+    require_claim: bool,
+    dry_run: bool = False,
+) -> PruneResult:
+    """LangGraph's `prune(strategy="keep_latest")`: fenced, then logged as `pruned`.
+
+    Keeps the latest checkpoint of each namespace (and what it needs), as
+    `prune_txn`; a live claim that is not `token`'s refuses it first.
+    """
+    if fence_existing(conn, thread_id, token, now=now, require_claim=require_claim) is None:
+        return PruneResult(thread_id)
+    result = prune_txn(
+        conn, thread_id, RetentionPolicy(), now=now, keep_latest_only=True, dry_run=dry_run
+    )
+    if not dry_run and (result.checkpoints or result.writes_removed):
+        data = {
+            "strategy": "keep_latest",
+            "checkpoints": [list(k) for k in result.checkpoints],
+            "writes": result.writes_removed,
+        }
+        row = claims.read_thread(conn, thread_id)  # re-read: the floor may have moved
+        assert row is not None
+        events.append(conn, thread_id, row, [events.NewEvent("pruned", data)], token=token, now=now)
+    return result
+
+
 def prune_txn(
     conn: sqlite3.Connection,
     thread_id: str,
@@ -171,7 +202,7 @@ def prune_txn(
     keep_latest_only: bool = False,
     dry_run: bool = False,
 ) -> PruneResult:
-    """Apply `policy` to one thread (no claim needed)."""
+    """Apply `policy` to one thread (no claim needed, nothing logged)."""
     nodes = _skeleton(conn, thread_id)
     latest: dict[str, _Node] = {}
     for node in nodes:

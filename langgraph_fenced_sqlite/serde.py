@@ -42,7 +42,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from .errors import SerializationError, bad_argument
-from .rebuild import construct, encodes_to, equal, short
+from .rebuild import PACK_OPTION, construct, encodes_to, equal, short
 from .user_types import (
     TaggedValue,
     TypeRegistry,
@@ -67,6 +67,7 @@ __all__ = [
 TypeKey = tuple[str, ...]
 
 _OPTION = ormsgpack.OPT_NON_STR_KEYS
+
 # The tags we write and read; everything else (pickle, json, ...) is refused.
 _TAGS = frozenset({"null", "bytes", "bytearray", "msgpack"})
 _CONSTRUCTORS = {
@@ -295,7 +296,7 @@ class DataOnlySerializer(JsonPlusSerializer):
                 raise refused[-1] from exc
 
         try:
-            data = ormsgpack.packb(obj, default=default, option=jsonplus._option)
+            data = ormsgpack.packb(obj, default=default, option=PACK_OPTION)
         except (ormsgpack.MsgpackEncodeError, TypeError, ValueError) as exc:
             if refused:
                 raise refused[0] from None
