@@ -103,8 +103,6 @@ class ThreadM:
     claim: Claim | None = None
     # The last seq of every earlier incarnation (delete_thread), for §4's "no silent gap".
     old_last_seq: int = 0
-    # Orphan writes whose fate after a retention prune the contract leaves open.
-    undetermined: set[WKey] = field(default_factory=set)
 
     def latest(self, ns: str) -> Cp | None:
         """The namespace's latest checkpoint: highest commit, not highest id."""
@@ -263,7 +261,6 @@ class Model:
                     task_path,
                 ):
                     th.writes[key] = new
-                    th.undetermined.discard(key)
                     changed = True
             elif old is None:
                 th.writes[key] = new
@@ -336,29 +333,23 @@ class Model:
             keep.add((cp.ns, cp.cid))
         removed = [c for c in th.cps if (c.ns, c.cid) not in keep]
         self._remove(th, removed)
-        # Orphan writes (their checkpoint never stored) committed before their
-        # namespace's latest checkpoint belong to no kept checkpoint; whether a
-        # retention prune removes them the contract does not say, so the test
-        # adopts what the library did. Later ones may be in flight: kept.
-        for key, w in th.writes.items():
-            latest = th.latest(key[0])
-            if th.find(key[0], key[1]) is None and latest is not None and w.commit < latest.commit:
-                th.undetermined.add(key)
+        orphans = self._remove_orphans(th)
         floor = th.floor
         self._raise_floor(
             th, self._floor_after_removal(th, {(c.ns, c.cid) for c in removed}, max_events)
         )
-        return PruneResult(thread_id, [(c.ns, c.cid) for c in removed], th.floor, th.floor - floor)
+        return PruneResult(
+            thread_id, [(c.ns, c.cid) for c in removed], th.floor, th.floor - floor, orphans
+        )
 
-    def prune_keep_latest(self, thread_id: str, now: float) -> PruneResult:
-        """§5 LangGraph's `prune(thread_ids, "keep_latest")`: fenced, logged."""
-        th = self._fence(thread_id, None, now)
-        keep = {(c.ns, c.cid) for c in (th.latest(ns) for ns in {c.ns for c in th.cps}) if c}
-        removed = [c for c in th.cps if (c.ns, c.cid) not in keep]
-        self._remove(th, removed)
-        # Orphan writes committed before their namespace's latest checkpoint
-        # are needed by nothing the strategy keeps ("orphan writes never
-        # pruned" is a known defect); later ones may still be in flight.
+    @staticmethod
+    def _remove_orphans(th: ThreadM) -> int:
+        # Interpretation (the library's documented rule; the contract says
+        # only that writes are kept for every stored checkpoint): a write
+        # whose checkpoint is not stored, committed before its namespace's
+        # latest checkpoint, belongs to nothing any kept checkpoint needs, and
+        # every prune but "delete" removes it. Later ones may be in flight
+        # (LangGraph writes before it puts): kept.
         orphans = [
             k
             for k, w in th.writes.items()
@@ -368,10 +359,19 @@ class Model:
         ]
         for k in orphans:
             del th.writes[k]
+        return len(orphans)
+
+    def prune_keep_latest(self, thread_id: str, now: float) -> PruneResult:
+        """§5 LangGraph's `prune(thread_ids, "keep_latest")`: fenced, logged."""
+        th = self._fence(thread_id, None, now)
+        keep = {(c.ns, c.cid) for c in (th.latest(ns) for ns in {c.ns for c in th.cps}) if c}
+        removed = [c for c in th.cps if (c.ns, c.cid) not in keep]
+        self._remove(th, removed)
+        orphans = self._remove_orphans(th)
         floor = th.floor
         self._raise_floor(th, self._floor_after_removal(th, {(c.ns, c.cid) for c in removed}, None))
         result = PruneResult(
-            thread_id, [(c.ns, c.cid) for c in removed], th.floor, th.floor - floor
+            thread_id, [(c.ns, c.cid) for c in removed], th.floor, th.floor - floor, orphans
         )
         if removed or orphans:
             self._append(th, PRUNED_KIND, None, None, None)
@@ -383,7 +383,6 @@ class Model:
         gone = [k for k in th.writes if (k[0], k[1]) in keys]
         for k in gone:
             del th.writes[k]
-            th.undetermined.discard(k)
         return len(gone)
 
     def retract(self, thread_id: str, token: int, run_id: str | None, now: float) -> Retraction:
@@ -408,7 +407,6 @@ class Model:
         writes = self._remove(th, targets)
         for k in extra:
             del th.writes[k]
-            th.undetermined.discard(k)
         writes += len(extra)
         if not targets and not writes:
             return Retraction(thread_id, run_id, [], 0, None)
@@ -422,24 +420,39 @@ class Model:
         self.threads[thread_id] = ThreadM(old_last_seq=last)
 
     def copy_thread(self, source: str, target: str, now: float) -> int:
-        """LangGraph's `copy_thread`, fenced on the target; returns how many copied."""
+        """LangGraph's `copy_thread`, fenced on the target; returns how many copied.
+
+        Interpretation (the library's documented choice; the contract names
+        no behaviour for ids the target already has): idempotent. A source
+        checkpoint the target holds identically is left as it is, a write the
+        target already has too; a different checkpoint under a source id is
+        refused, changing nothing. When nothing at all is new, no event.
+        """
         dst = self._fence(target, None, now)
         src = self.t(source)
-        src_cps = list(src.cps)
-        stored = {(c.ns, c.cid) for c in src_cps}
-        if any(dst.find(c.ns, c.cid) for c in src_cps) or any(k in dst.writes for k in src.writes):
-            raise CopyCollision()
+        new_cps = []
+        for cp in src.cps:
+            have = dst.find(cp.ns, cp.cid)
+            if have is None:
+                new_cps.append(cp)
+            elif have.identity() != cp.identity():
+                raise CopyCollision()
         src_writes = dict(src.writes)
-        for cp in src_cps:
+        copied = {(c.ns, c.cid) for c in new_cps}
+        changed = False
+        for cp in new_cps:
             commit = self._next_commit()
             dst.cps.append(replace(cp, token=None, commit=commit))
             for k, w in src_writes.items():
-                if (k[0], k[1]) == (cp.ns, cp.cid):
+                if (k[0], k[1]) == (cp.ns, cp.cid) and k not in dst.writes:
                     dst.writes[k] = replace(w, token=None, commit=commit)
             self._append(dst, "checkpoint", cp.ns, cp.cid, None)
+            changed = True
+        rest = [k for k in src_writes if (k[0], k[1]) not in copied and k not in dst.writes]
+        if not changed and not rest:
+            return 0
         commit = self._next_commit()
-        for k, w in src_writes.items():
-            if (k[0], k[1]) not in stored:
-                dst.writes[k] = replace(w, token=None, commit=commit)
+        for k in rest:
+            dst.writes[k] = replace(src_writes[k], token=None, commit=commit)
         self._append(dst, "copied", None, None, None)
-        return len(src_cps)
+        return len(new_cps)
