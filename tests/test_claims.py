@@ -14,6 +14,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_fenced_sqlite import (
     TOKEN_KEY,
+    CheckpointConflict,
     Claim,
     FencedSqliteSaver,
     ManualClock,
@@ -324,3 +325,28 @@ def test_an_accepted_unfenced_special_write_after_expiry_takes_effect(
     with pytest.raises(ThreadBusy):
         _interrupt_write(store, cid, "unfenced under a live claim", None)
     assert _pending(store) == [("task-1", "__interrupt__", "successor's")]
+
+
+def test_a_fenced_put_of_a_stored_id_checks_the_version_before_the_identity(
+    store: FencedSqliteSaver,
+) -> None:
+    """CONTRACT §3's order: a wrong parent is a version conflict even for a stored id.
+
+    It used to be the identity conflict (expected=actual=the id), hiding that
+    the put did not extend the latest (found by the model-based test).
+    """
+    from langgraph_fenced_sqlite.testing._helpers import values_checkpoint
+
+    claim = store.claim("t", "w", 60)
+    cp = values_checkpoint({"v": 1})
+    store.put(claim.config(checkpoint_ns=""), cp, {"source": "loop", "step": 0}, {})
+    with pytest.raises(CheckpointConflict) as info:
+        store.put(claim.config(checkpoint_ns=""), cp, {"source": "loop", "step": 1}, {})
+    assert (info.value.expected, info.value.actual) == (None, cp["id"])
+    # With the right parent, a different checkpoint under a stored id is the identity conflict.
+    parent = claim.config(checkpoint_ns="", checkpoint_id=cp["id"])
+    with pytest.raises(CheckpointConflict) as info:
+        store.put(parent, cp, {"source": "update", "step": 1}, {})
+    assert (info.value.expected, info.value.actual) == (cp["id"], cp["id"])
+    # An identical retry is still a no-op.
+    store.put(claim.config(checkpoint_ns=""), cp, {"source": "loop", "step": 0}, {})

@@ -940,3 +940,46 @@ def test_prune_delete_of_a_thread_with_only_events_drops_them(store: FencedSqlit
         "pruned",
         {"strategy": "delete", "checkpoints": [], "writes": 0},
     )
+
+
+def test_keep_latest_is_fenced_and_logged_like_delete(store: FencedSqliteSaver) -> None:
+    """LangGraph's prune(strategy="keep_latest") refuses someone else's live claim and logs.
+
+    It used to remove history under another worker's live claim, unfenced
+    and with no event (found by the model-based test, tests/test_model.py).
+    """
+    graph = log_graph(store)
+    claim = store.claim("t", "owner", 60)
+    owner_run(graph, claim, "one", str(uuid.uuid4()))
+    owner_run(graph, claim, "two", str(uuid.uuid4()))
+    before = dump(store.path)
+    with pytest.raises(ThreadBusy) as info:
+        store.prune(["t"], strategy="keep_latest")
+    assert (info.value.thread_id, info.value.holder) == ("t", "owner")
+    assert dump(store.path) == before
+    latest = store.get_tuple({"configurable": {"thread_id": "t"}})
+    assert latest is not None
+    (result,) = store.prune(["t"], strategy="keep_latest", token=claim.token)
+    assert result.checkpoints and ("", latest.config["configurable"]["checkpoint_id"]) not in [
+        tuple(k) for k in result.checkpoints
+    ]
+    last = store.events_after("t", result.floor - 1, 1000)[-1]
+    assert (last.kind, last.token, last.data["strategy"]) == ("pruned", claim.token, "keep_latest")
+    assert sorted(tuple(k) for k in last.data["checkpoints"]) == sorted(result.checkpoints)
+    # The owner goes on from the checkpoint it had.
+    out = owner_run(graph, claim, "three", str(uuid.uuid4()))
+    said = [x for x in out["log"] if x not in ("first", "inner")]
+    assert said[-1] == "three" and {"one", "two"} <= set(said)
+
+
+def test_a_retention_policy_needs_no_claim(store: FencedSqliteSaver) -> None:
+    """A RetentionPolicy keeps each namespace's latest: no claim needed, as before."""
+    graph = log_graph(store)
+    claim = store.claim("t", "owner", 60)
+    for text in ("one", "two", "three"):
+        owner_run(graph, claim, text, str(uuid.uuid4()))
+    (result,) = store.prune(["t"], strategy=RetentionPolicy(max_checkpoints=1))
+    assert result.checkpoints
+    out = owner_run(graph, claim, "four", str(uuid.uuid4()))
+    said = [x for x in out["log"] if x not in ("first", "inner")]
+    assert said[-1] == "four" and {"one", "two", "three"} <= set(said)

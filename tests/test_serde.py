@@ -411,3 +411,26 @@ def test_behaviour_is_independent_of_langgraph_strict_msgpack() -> None:
         assert out["allowed_round_trip"] is True, setting
         assert out["graph_allowed"] == "ok", setting
         assert out["graph"] == "ok", setting
+
+
+def test_a_lone_surrogate_in_a_value_is_refused_not_stored_as_a_question_mark(
+    tmp_path: pathlib.Path,
+) -> None:
+    """LangGraph's encoder turns a lone surrogate into "?"; ours refuses it at write.
+
+    It used to be stored, and read back as "x?y": a different value than was
+    written (CONTRACT §7: a value accepted on write reads back equal).
+    """
+    from langgraph_fenced_sqlite.testing._helpers import plain_config, values_checkpoint
+
+    assert JsonPlusSerializer().loads_typed(JsonPlusSerializer().dumps_typed("x\ud800y")) == "x?y"
+    with pytest.raises(SerializationError, match="surrogate"):
+        DataOnlySerializer().dumps_typed({"text": "x\ud800y"})
+    with FencedSqliteSaver(str(tmp_path / "s.db")) as saver:
+        with pytest.raises(SerializationError, match="'text'"):
+            saver.put(plain_config("t"), values_checkpoint({"text": "x\ud800y"}), {}, {})
+        cfg = plain_config("t", checkpoint_id="c1")
+        with pytest.raises(SerializationError):
+            saver.put_writes(cfg, [("text", ["ok", "x\udfffy"])], "task")
+        assert saver.get_tuple(plain_config("t")) is None
+        assert saver.events_after("t", 0) == []
