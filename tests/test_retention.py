@@ -264,12 +264,15 @@ def test_prune_keeps_events_newer_than_everything_it_removed(store: FencedSqlite
     claim = store.claim("t", "w", 60)
     store.compact_events("t", 4)
     seqs = store.append_events("t", claim.token, [("note", {"i": 1}), ("note", {"i": 2})])
-    (dry,) = store.prune(["t"], dry_run=True)
-    (result,) = store.prune(["t"])
+    # "keep_latest" is fenced: the holder passes its token (and gets a `pruned` event).
+    (dry,) = store.prune(["t"], dry_run=True, token=claim.token)
+    (result,) = store.prune(["t"], token=claim.token)
     assert result == dry
     assert result.checkpoints == [("", ids[0]), ("", ids[1])]
     assert (result.floor, result.events_removed) == (4, 0)
-    assert [e.seq for e in store.events_after("t", 3, 10)] == seqs == [4, 5]
+    assert seqs == [4, 5]
+    kept = [(e.seq, e.kind) for e in store.events_after("t", 3, 10)]
+    assert kept == [(4, "note"), (5, "note"), (6, "pruned")]
 
 
 def test_prune_moves_the_floor_past_removed_events_only(store: FencedSqliteSaver) -> None:
@@ -280,10 +283,11 @@ def test_prune_moves_the_floor_past_removed_events_only(store: FencedSqliteSaver
     claim = store.claim("t", "w", 60)
     store.append_events("t", claim.token, [("note", {})])  # 4
     store.compact_events("t", 3)  # the latest checkpoint's event (3) stays
-    (result,) = store.prune(["t"])
+    (result,) = store.prune(["t"], token=claim.token)  # "keep_latest" is fenced
     assert result.checkpoints == [("", ids[0]), ("", ids[1])]
     assert result.floor == 3  # the first event of the kept checkpoint
-    assert [e.seq for e in store.events_after("t", 2, 10)] == [3, 4]
+    kept = [(e.seq, e.kind) for e in store.events_after("t", 2, 10)]
+    assert kept == [(3, "checkpoint"), (4, "note"), (5, "pruned")]
 
 
 # --- delete_for_runs and copy_thread ----------------------------------------------------------
