@@ -10,8 +10,10 @@ Helpers one module alone uses stay in that module.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
@@ -242,3 +244,30 @@ def plant(path: str, sql: str, params: tuple[Any, ...] = (), *, reseal: bool = F
         conn.commit()
     finally:
         conn.close()
+
+
+async def longest_loop_stall(work: Callable[[], Awaitable[Any]]) -> float:
+    """Await `work()` while a ticker task runs on the loop; return the longest gap between ticks.
+
+    A tick is due every 10 ms, so a gap much longer than that is time the
+    event loop was blocked (CONTRACT §6: no async method blocks it).
+    """
+    gaps: list[float] = []
+    stop = asyncio.Event()
+
+    async def tick() -> None:
+        last = time.monotonic()
+        while not stop.is_set():
+            await asyncio.sleep(0.01)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    ticker = asyncio.create_task(tick())
+    await asyncio.sleep(0.05)
+    try:
+        await work()
+    finally:
+        stop.set()
+        await ticker
+    return max(gaps, default=0.0)

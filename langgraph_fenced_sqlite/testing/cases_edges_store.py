@@ -8,7 +8,6 @@ package's own tests also use a read-only mount).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sqlite3
 import threading
@@ -18,6 +17,7 @@ from typing import Any
 from ..errors import ReadOnlyStore, StoreBusy
 from ._helpers import dump as _dump
 from ._helpers import expect_error as _expect
+from ._helpers import longest_loop_stall
 from ._helpers import plain_config as _config
 from ._helpers import put_chain as _put_chain
 from ._helpers import values_checkpoint as _checkpoint
@@ -85,27 +85,11 @@ def case_no_async_call_stalls_the_event_loop(env: ContractEnv) -> None:
         time.sleep(0.1)  # it now holds the store's lock, waiting for the file's
         release.start()
 
-        async def main() -> float:
-            gaps: list[float] = []
-            stop = asyncio.Event()
-
-            async def tick() -> None:
-                last = time.monotonic()
-                while not stop.is_set():
-                    await asyncio.sleep(0.01)
-                    now = time.monotonic()
-                    gaps.append(now - last)
-                    last = now
-
-            ticker = asyncio.create_task(tick())
-            await asyncio.sleep(0.05)
+        async def work() -> None:
             await store.await_events("t", 0, timeout=0.2)
             await store.aput(_config("async"), _checkpoint(), {"source": "update", "step": 0}, {})
-            stop.set()
-            await ticker
-            return max(gaps)
 
-        worst = env.run_async(main())
+        worst = env.run_async(longest_loop_stall(work))
         assert worst < hold / 5, f"the event loop stalled {worst:.2f}s"
     finally:
         release.join()
