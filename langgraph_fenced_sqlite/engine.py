@@ -49,6 +49,9 @@ __all__ = ["Engine", "connect"]
 
 T = TypeVar("T")
 
+# Worker threads of a store's async pool (made only as calls need them).
+ASYNC_WORKERS = 32
+
 
 class _Closable(Protocol):
     def close(self) -> None: ...
@@ -80,9 +83,12 @@ class Engine:
         self._lock = threading.Lock()
         self._owner: int | None = None
         self._group = GroupCommit(self)
-        # Async calls run here: one worker thread per store (its calls are
-        # serialised anyway), made on first use, so that they stay on one warm
-        # thread and skip `to_thread`'s context copy (about 10% of an aput).
+        # Async calls run here: the store's own pool, made on first use, so
+        # that they stay on warm threads and skip `to_thread`'s context copy
+        # (about 10% of an aput). Several threads, not one: an async write
+        # waiting for the put that follows it (group commit) must not hold
+        # up that put, nor may a read queue behind unrelated writes. Threads
+        # are only made when every existing one is busy.
         # Its own lock: making it must never wait for the store's lock, which
         # a sync call may hold for a whole busy_timeout (the event loop would).
         self._executor: ThreadPoolExecutor | None = None
@@ -200,7 +206,14 @@ class Engine:
 
         return self.run(op, job)
 
-    def write(self, op: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def write(
+        self,
+        op: str,
+        fn: Callable[[sqlite3.Connection], T],
+        *,
+        awaits: tuple[str, str, str] | None = None,
+        closes: tuple[str, str, str] | None = None,
+    ) -> T:
         """Run `fn(conn)` as one write, committed durably before this returns.
 
         Group commit (see `groupcommit.py`): writes that queue up while another
@@ -210,6 +223,11 @@ class Engine:
         back to its savepoint, so it changes nothing and the others still
         commit; every caller is answered only after the `COMMIT`.
 
+        `awaits` names the put expected to follow this write, `closes` the
+        parent a put stores a child of: a write awaiting a put waits briefly
+        for it, so that LangGraph's step (its writes, then its put) costs one
+        commit ("Following writes" in `groupcommit.py`).
+
         Raises:
             StoreBusy: the write had not started `busy_timeout` after this call.
             ReadOnlyStore: the store was opened with `readonly=True`.
@@ -217,7 +235,7 @@ class Engine:
         self.check(op)
         if self.readonly:
             raise ReadOnlyStore(op, self.path)
-        result: T = self._group.write(op, fn, self._call_started())
+        result: T = self._group.write(op, fn, self._call_started(), awaits=awaits, closes=closes)
         return result
 
     async def arun(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -234,7 +252,9 @@ class Engine:
         if executor is None:
             with self._executor_lock:  # held only for these two lines
                 if self._executor is None and not self._closed:
-                    self._executor = ThreadPoolExecutor(1, thread_name_prefix="lgfs-store")
+                    self._executor = ThreadPoolExecutor(
+                        ASYNC_WORKERS, thread_name_prefix="lgfs-store"
+                    )
                 executor = self._executor
         call = functools.partial(self._timed_call, time.monotonic(), method, args, kwargs)
         try:

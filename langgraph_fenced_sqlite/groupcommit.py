@@ -13,6 +13,30 @@ in: the leader's.
 
 A job is PENDING while queued, RUNNING once a leader took it into its batch
 and DONE when answered; its state changes only under the queue's condition.
+
+Following writes (one sync per superstep). LangGraph sends a step's
+`put_writes` (one per task, from background threads) and then, a few hundred
+microseconds later, the step's `put`, whose parent is the checkpoint those
+writes belong to. A write that says which put would follow it (`awaits`)
+waits, before leading, for that put (`closes`) to join its queue, so the step
+costs one commit, not one per call. The wait is bounded and adapts:
+
+- none at all when a commit is cheap (the measured COMMIT time, an EWMA, is
+  under `CHEAP_COMMIT_S`: nothing to save);
+- at most `FOLLOW_FACTOR` times the gap the awaited puts usually took to
+  arrive (an EWMA of the gaps seen), within `FOLLOW_MIN_S`..`FOLLOW_MAX_S`,
+  and never past the write's own deadline;
+- it ends the moment the put is queued, or another caller leads the batch;
+- per thread, a wait that ran out (no put followed: a caller that writes
+  and then puts from the same thread, or a slow sibling task) backs off:
+  that thread's next 1, 2, 4, ... up to `MAX_BACKOFF` awaited writes lead at
+  once, so a caller whose put never follows pays one bound in hundreds;
+- at most `MAX_WAITING` writes wait at once, so writes queued on a bounded
+  executor cannot occupy every worker its put needs.
+
+Waiting holds no lock: the store's other calls run meanwhile, and the put's
+own thread leads the joint batch. Nothing about durability changes: every
+caller is still answered only after the COMMIT that holds its write.
 """
 
 from __future__ import annotations
@@ -34,17 +58,59 @@ __all__ = ["GroupCommit"]
 
 PENDING, RUNNING, DONE = "pending", "running", "done"
 
+# A commit this cheap (seconds; tmpfs, or a disk cache that acknowledges at
+# once) saves nothing worth waiting for.
+CHEAP_COMMIT_S = 50e-6
+# Bounds of a following write's wait, as a multiple of the usual gap.
+FOLLOW_FACTOR = 3.0
+FOLLOW_MIN_S = 300e-6
+FOLLOW_MAX_S = 3e-3
+# Before any gap was seen: what LangGraph's loop takes on a quiet machine.
+INITIAL_GAP_S = 300e-6
+# Before any commit was timed: assume a real disk (one sync worth saving).
+INITIAL_COMMIT_S = 1e-3
+MAX_BACKOFF = 256
+MAX_WAITING = 4
+# Weight of each new sample in the EWMAs.
+_ALPHA = 0.2
+# At most this many threads' back-off counters are remembered.
+_MAX_REMEMBERED = 4096
+
+# A write's `awaits` / a put's `closes`: (thread_id, checkpoint_ns, checkpoint_id).
+Key = tuple[str, str, str]
+
 
 class Job:
     """One queued write: its function, deadline, state and outcome."""
 
-    __slots__ = ("deadline", "error", "fn", "op", "result", "started", "state")
+    __slots__ = (
+        "arrived",
+        "awaits",
+        "closes",
+        "deadline",
+        "error",
+        "fn",
+        "followed",
+        "op",
+        "result",
+        "started",
+        "state",
+    )
 
     def __init__(
-        self, op: str, fn: Callable[[sqlite3.Connection], Any], started: float, busy: float
+        self,
+        op: str,
+        fn: Callable[[sqlite3.Connection], Any],
+        started: float,
+        busy: float,
+        awaits: Key | None = None,
+        closes: Key | None = None,
     ) -> None:
         self.op, self.fn = op, fn
+        self.awaits, self.closes = awaits, closes
+        self.followed = False  # the put it awaits was queued
         self.started = started
+        self.arrived = time.monotonic()
         self.deadline = self.started + busy
         self.state = PENDING
         self.result: Any = None
@@ -72,24 +138,58 @@ class GroupCommit:
         self._engine = engine
         self._changed = threading.Condition(threading.Lock())
         self._queue: list[Job] = []
+        # Following writes (module docstring); all guarded by `_changed`.
+        self._commit_s = INITIAL_COMMIT_S
+        self._gap_s = INITIAL_GAP_S
+        self._waiting = 0
+        # thread_id -> [awaited writes still to lead at once, next back-off]
+        self._backoff: dict[str, list[int]] = {}
+        # Counters for tests and benchmarks (see `stats`).
+        self._stats = dict.fromkeys(("commits", "waited", "joined", "ran_out", "skipped"), 0)
 
     def queued(self) -> int:
         """Return how many writes wait for a leader (tests and benchmarks)."""
         return len(self._queue)
 
-    def write(self, op: str, fn: Callable[[sqlite3.Connection], Any], started: float) -> Any:
+    def stats(self) -> dict[str, int]:
+        """Return counters: COMMITs made, and following writes that `waited`
+        (then were `joined` by their put, or `ran_out`) or `skipped` waiting."""
+        with self._changed:
+            return dict(self._stats)
+
+    def follow_wait(self) -> float:
+        """Return how long a following write would wait now at most (seconds; benchmarks)."""
+        with self._changed:
+            return self._bound()
+
+    def write(
+        self,
+        op: str,
+        fn: Callable[[sqlite3.Connection], Any],
+        started: float,
+        *,
+        awaits: Key | None = None,
+        closes: Key | None = None,
+    ) -> Any:
         """Run `fn(conn)` as one write of the next batch; see the module docstring.
 
         Args:
             started: When the call was made (`time.monotonic()`).
+            awaits: The put expected to follow this write (its parent's key):
+                wait a little for it to join (see "Following writes").
+            closes: This put's parent's key: ends the wait of writes awaiting it.
 
         Raises:
             StoreBusy: the write did not start within `busy_timeout` of `started`.
         """
         engine = self._engine
-        job = Job(op, fn, started, engine.busy_timeout)
+        job = Job(op, fn, started, engine.busy_timeout, awaits, closes)
         with self._changed:
             self._queue.append(job)
+            if closes is not None:
+                self._closing(job)
+            if awaits is not None:
+                self._follow(job)
         lock = engine._lock
         while job.state != DONE:
             remaining = job.deadline - time.monotonic()
@@ -117,6 +217,60 @@ class GroupCommit:
         if job.error is not None:
             raise job.error
         return job.result
+
+    def _closing(self, put: Job) -> None:
+        # Under `_changed`: a put arrived; wake the writes that await it.
+        waited = False
+        for job in self._queue:
+            if job.awaits == put.closes and not job.followed:
+                job.followed = True
+                gap = put.arrived - job.arrived
+                self._gap_s += _ALPHA * (gap - self._gap_s)
+                waited = True
+        if waited:
+            self._changed.notify_all()
+
+    def _bound(self) -> float:
+        # Under `_changed`: how long a following write may wait now.
+        if self._commit_s < CHEAP_COMMIT_S:
+            return 0.0
+        return min(FOLLOW_MAX_S, max(FOLLOW_MIN_S, FOLLOW_FACTOR * self._gap_s))
+
+    def _follow(self, job: Job) -> None:
+        # Under `_changed`: wait (bounded, see the module docstring) for the
+        # put `job` awaits to be queued, or for a leader to take `job`.
+        assert job.awaits is not None
+        thread_id = job.awaits[0]
+        backoff = self._backoff.get(thread_id)
+        if backoff is not None and backoff[0] > 0:
+            backoff[0] -= 1
+            self._stats["skipped"] += 1
+            return
+        bound = self._bound()
+        if bound <= 0 or self._waiting >= MAX_WAITING:
+            self._stats["skipped"] += 1
+            return
+        self._stats["waited"] += 1
+        until = min(job.arrived + bound, job.deadline)
+        self._waiting += 1
+        try:
+            while job.state == PENDING and not job.followed:
+                left = until - time.monotonic()
+                if left <= 0:
+                    break
+                self._changed.wait(left)
+        finally:
+            self._waiting -= 1
+        if job.followed:
+            self._stats["joined"] += 1
+            self._backoff.pop(thread_id, None)
+        elif job.state == PENDING:
+            # Ran out: no put followed. Back off on this thread.
+            self._stats["ran_out"] += 1
+            if len(self._backoff) >= _MAX_REMEMBERED:
+                self._backoff.clear()
+            step = 1 if backoff is None else min(backoff[1] * 2, MAX_BACKOFF)
+            self._backoff[thread_id] = [step, step]
 
     def lead(self, own: Job) -> None:
         """Commit every queued write in one transaction (the caller holds the lock)."""
@@ -204,7 +358,9 @@ class GroupCommit:
             self._finish(live, lambda j: j.error or StoreError(j.op, engine.path))
             return
         try:
+            began = time.monotonic()
             conn.execute("COMMIT")
+            took = time.monotonic() - began
         except sqlite3.Error as exc:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
@@ -212,6 +368,8 @@ class GroupCommit:
             self._finish(live, functools.partial(_for_job, failed))
             return
         with self._changed:
+            self._commit_s += _ALPHA * (took - self._commit_s)
+            self._stats["commits"] += 1
             for job in live:
                 job.state = DONE
             self._changed.notify_all()

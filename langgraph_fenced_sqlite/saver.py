@@ -360,6 +360,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
         self._engine.write(
             "put",
             lambda conn: cps.put_txn(conn, enc, token, now=now, require_claim=self.require_claim),
+            closes=None if enc.parent_id is None else (thread_id, ns, enc.parent_id),
         )
         return {
             "configurable": {
@@ -416,6 +417,9 @@ class FencedSqliteSaver(  # type: ignore[misc]
                 now=now,
                 require_claim=self.require_claim,
             ),
+            # LangGraph's loop sends a step's writes, then the step's put
+            # (whose parent is this checkpoint): wait for it, one commit.
+            awaits=(thread_id, ns, cid),
         )
 
     async def aput_writes(
