@@ -112,6 +112,14 @@ def check_json(value: Any, name: str, *, strict: bool = False) -> Any:
     Raises:
         InvalidArgument: naming `name` and the path to the offending part.
     """
+    # Every put checks its envelope and metadata: a walk that only answers
+    # "fine" (no paths built) first; the walk below, which names the
+    # offending part, runs only for a value that is not.
+    try:
+        if _json_fine(value, 0, strict):
+            return value
+    except RecursionError:
+        pass  # far too deep for the quick walk: the walk below names where
     stack: list[tuple[Any, str, int]] = [(value, name, 0)]
     while stack:
         item, where, depth = stack.pop()
@@ -143,6 +151,33 @@ def check_json(value: Any, name: str, *, strict: bool = False) -> Any:
     return value
 
 
+def _json_fine(item: Any, depth: int, strict: bool) -> bool:
+    """Whether `check_json` would accept `item` at `depth` (exact types first, fast)."""
+    kind = type(item)
+    if kind is str:
+        return item.isascii() or not _has_surrogate(item)
+    if kind is dict:
+        if depth >= MAX_JSON_DEPTH:
+            return False
+        for key, sub in item.items():
+            if type(key) is not str or not (key.isascii() or not _has_surrogate(key)):
+                return False
+            if not _json_fine(sub, depth + 1, strict):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        if depth >= MAX_JSON_DEPTH:
+            return False
+        return all(_json_fine(sub, depth + 1, strict) for sub in item)
+    if kind is int:
+        return MIN_INT <= item <= MAX_INT
+    if kind is float:
+        return not strict or math.isfinite(item)
+    if item is None or kind is bool:
+        return True
+    return False  # a subclass, a Mapping, or other data: the full walk decides
+
+
 def check_dict(value: Any, name: str, *, optional: bool = False) -> Mapping[str, Any]:
     """Return `value` if it is a dict or another mapping (`{}` for None when `optional`)."""
     if value is None and optional:
@@ -170,7 +205,7 @@ def check_config(config: Any, name: str = "config") -> Mapping[str, Any]:
     for key, value in conf.items():
         if not isinstance(key, str):
             raise bad_argument(f'{name}["configurable"]', f"keys must be strings, got {key!r}")
-        if isinstance(value, (str, int)):
+        if isinstance(value, (str, int)) and not _json_fine(value, 0, False):
             check_json(value, f'{name}["configurable"][{key!r}]')
     metadata = config.get("metadata")
     if metadata is not None:
@@ -215,6 +250,12 @@ def check_checkpoint(checkpoint: Any, metadata: Any) -> None:
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("id"), str):
         raise bad_argument("checkpoint", 'expected a Checkpoint dict with a str "id"')
     check_name(checkpoint["id"], 'checkpoint["id"]')
+    # One quick walk of the whole envelope (its parts one level down, as
+    # below); the walk that names the bad part only when it is not fine.
+    envelope = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+    if _json_fine(envelope, -1, False):
+        check_json(check_dict(metadata, "metadata"), "metadata")
+        return
     for key, value in checkpoint.items():
         if key != "channel_values":
             check_json(value, f"checkpoint[{key!r}]")
