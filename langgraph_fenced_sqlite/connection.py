@@ -201,9 +201,15 @@ def connect(path: str, busy_timeout: float, *, readonly: bool = False) -> sqlite
     # A damaged TEXT cell may hold bytes that are not UTF-8: the default
     # decoder raises for the whole query; this keeps them (as lone surrogates,
     # never equal to what was written), so the row's checksum refuses it.
-    conn.text_factory = _lenient_text
+    conn.text_factory = lenient_text
     return conn
 
 
-def _lenient_text(data: bytes) -> str:
+def lenient_text(data: bytes) -> str:
+    """Decode a TEXT cell, keeping bytes that are not UTF-8 as lone surrogates."""
     return data.decode("utf-8", "surrogateescape")
+
+
+def is_undecodable_text(exc: sqlite3.Error) -> bool:
+    """Whether `exc` is the default decoder refusing a TEXT cell that is not UTF-8."""
+    return isinstance(exc, sqlite3.OperationalError) and "decode to UTF-8" in str(exc)

@@ -28,9 +28,11 @@ costs one commit, not one per call. The wait is bounded and adapts:
   and never past the write's own deadline;
 - it ends the moment the put is queued, or another caller leads the batch;
 - per thread, a wait that ran out (no put followed: a caller that writes
-  and then puts from the same thread, or a slow sibling task) backs off:
-  that thread's next 1, 2, 4, ... up to `MAX_BACKOFF` awaited writes lead at
-  once, so a caller whose put never follows pays one bound in hundreds;
+  and then puts from the same thread, a slow sibling task, or a write to a
+  `DeltaChannel`, whose put LangGraph sends only after the write returned)
+  backs off: that thread's next 1, 2, 4, ... up to `MAX_BACKOFF` awaited
+  writes lead at once, so a caller whose put never follows pays one bound in
+  hundreds; a wait that was joined halves the back-off;
 - at most `MAX_WAITING` writes wait at once, so writes queued on a bounded
   executor cannot occupy every worker its put needs.
 
@@ -263,7 +265,14 @@ class GroupCommit:
             self._waiting -= 1
         if job.followed:
             self._stats["joined"] += 1
-            self._backoff.pop(thread_id, None)
+            if backoff is not None:
+                # Halved, not forgotten: a graph whose steps alternate (a
+                # `DeltaChannel` write makes LangGraph wait for the write
+                # before it puts, so that step's wait always runs out) keeps
+                # most of its back-off instead of paying a bound every step.
+                backoff[1] //= 2
+                if not backoff[1]:
+                    del self._backoff[thread_id]
         elif job.state == PENDING:
             # Ran out: no put followed. Back off on this thread.
             self._stats["ran_out"] += 1

@@ -22,6 +22,7 @@ import threading
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
@@ -236,3 +237,40 @@ def test_a_fan_out_commits_once_per_step(tmp_path: Any, generous: None, api: str
         # input, __start__, split, the three branches, join: five commits.
         assert after["commits"] - before["commits"] == 5
         assert after["ran_out"] == before["ran_out"]
+
+
+class DeltaState(TypedDict):
+    """A list kept in a `DeltaChannel`: LangGraph puts only after its writes returned."""
+
+    items: Annotated[list[str], DeltaChannel(lambda state, writes: [*state, *sum(writes, [])])]
+
+
+def test_writes_whose_put_waits_for_them_back_off(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `DeltaChannel` write is awaited by LangGraph before it sends the put.
+
+    Surprise pinned here: for such writes the put cannot join (it is sent
+    only once the write returned), so every wait would run out; the back-off
+    keeps that to a few waits, whatever the number of steps.
+    """
+    monkeypatch.setattr(groupcommit, "FOLLOW_MIN_S", 0.05)
+    monkeypatch.setattr(groupcommit, "FOLLOW_MAX_S", 0.05)
+    monkeypatch.setattr(groupcommit, "CHEAP_COMMIT_S", 0.0)
+    graph = StateGraph(DeltaState)
+    previous = START
+    for i in range(5):
+        graph.add_node(f"n{i}", lambda s, i=i: {"items": [f"n{i}"]})
+        graph.add_edge(previous, f"n{i}")
+        previous = f"n{i}"
+    graph.add_edge(previous, END)
+    with FencedSqliteSaver(str(tmp_path / "s.db")) as saver:
+        app = graph.compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "t"}}
+        for _ in range(4):
+            result = app.invoke({"items": ["in"]}, config, durability="sync")
+        assert result["items"].count("n4") == 4
+        stats = saver._engine._group.stats()
+        assert stats["joined"] == 0  # pinned: the put never joins these writes
+        # 24 awaited writes (6 per invoke); waits at the 1st, 3rd, 6th, 11th, 20th.
+        assert stats["ran_out"] <= 5 and stats["skipped"] >= 19
