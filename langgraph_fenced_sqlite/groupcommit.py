@@ -271,7 +271,9 @@ class GroupCommit:
                 # before it puts, so that step's wait always runs out) keeps
                 # most of its back-off instead of paying a bound every step.
                 backoff[1] //= 2
-                if not backoff[1]:
+                # Writes of one step wait together and share this entry:
+                # only the first to find it spent removes it.
+                if not backoff[1] and self._backoff.get(thread_id) is backoff:
                     del self._backoff[thread_id]
         elif job.state == PENDING:
             # Ran out: no put followed. Back off on this thread.

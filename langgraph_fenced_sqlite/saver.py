@@ -191,6 +191,18 @@ class FencedSqliteSaver(  # type: ignore[misc]
         """Seconds between polls of `wait_events` and `watch`."""
         return self._poll_interval
 
+    def commit_stats(self) -> dict[str, int]:
+        """Return this store's group-commit counters since it was opened.
+
+        `commits` counts durable COMMITs (one fsync each); `waited` counts
+        writes that waited for the put expected to follow them (LangGraph's
+        writes, then the step's put), `joined` those whose put came and shared
+        their commit, `ran_out` those whose wait ended without it, and
+        `skipped` those that did not wait (back-off, a cheap disk, or enough
+        writes waiting already). See "Group commit" in the README.
+        """
+        return self._engine._group.stats()
+
     def setup(self) -> None:
         """Set the schema up; done at open, so this only checks the store is open."""
         self._engine.run("setup", lambda conn: None)

@@ -239,6 +239,49 @@ def test_a_fan_out_commits_once_per_step(tmp_path: Any, generous: None, api: str
         assert after["ran_out"] == before["ran_out"]
 
 
+def test_writes_of_one_step_that_wait_together_after_a_back_off_all_commit(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three tasks' writes wait on one thread that had backed off: each is answered.
+
+    They share the thread's back-off entry; once, all three removed it and
+    the second removal raised `KeyError` out of `put_writes` (seen in the
+    README's human-review example under load).
+    """
+    monkeypatch.setattr(groupcommit, "CHEAP_COMMIT_S", 0.0)
+    monkeypatch.setattr(groupcommit, "FOLLOW_MIN_S", 0.05)
+    monkeypatch.setattr(groupcommit, "FOLLOW_MAX_S", 0.05)
+    with FencedSqliteSaver(str(tmp_path / "s.db")) as saver:
+        parent = saver.put(_config("t"), _checkpoint(0), {"source": "loop", "step": 0}, {})
+        saver.put_writes(parent, [("x", 0)], "solo-0")  # waits, runs out: back-off
+        saver.put_writes(parent, [("x", 1)], "solo-1")  # skipped; the next ones wait
+        monkeypatch.setattr(groupcommit, "FOLLOW_MIN_S", 5.0)
+        monkeypatch.setattr(groupcommit, "FOLLOW_MAX_S", 5.0)
+        group = saver._engine._group
+        before = group.stats()
+        outcomes: dict[str, Any] = {}
+
+        def write(i: int) -> None:
+            try:
+                outcomes[i] = saver.put_writes(parent, [("x", i)], f"task-{i}")
+            except Exception as exc:  # noqa: BLE001 - recorded for the assertions
+                outcomes[i] = exc
+
+        writers = [threading.Thread(target=write, args=(i,)) for i in range(3)]
+        for writer in writers:
+            writer.start()
+        _until(lambda: group.stats()["waited"] == before["waited"] + 3)
+        saver.put(parent, _checkpoint(1), {"source": "loop", "step": 1}, {})
+        for writer in writers:
+            writer.join(30)
+        assert outcomes == {0: None, 1: None, 2: None}
+        after = group.stats()
+        assert after["joined"] - before["joined"] == 3
+        assert after["commits"] - before["commits"] == 1
+        stored = saver.get_tuple(parent)
+        assert stored is not None and len(stored.pending_writes) == 5
+
+
 class DeltaState(TypedDict):
     """A list kept in a `DeltaChannel`: LangGraph puts only after its writes returned."""
 
