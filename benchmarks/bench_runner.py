@@ -24,7 +24,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from contextlib import AsyncExitStack, ExitStack
 from typing import Annotated, Any, TypedDict
 
@@ -64,23 +63,32 @@ def build() -> StateGraph:
     return graph
 
 
-def count_commits(saver: FencedSqliteSaver) -> list[int]:
-    """Count the store's write transactions (its one commit path); return the counter."""
-    engine, counter = saver._engine, [0]
-    write = engine.write
+class Commits:
+    """The store's durable COMMITs since the last `reset` (group commit merges writes)."""
 
-    def counted(op: str, fn: Callable[..., Any]) -> Any:
-        counter[0] += 1
-        return write(op, fn)
+    def __init__(self, saver: FencedSqliteSaver) -> None:
+        """Count `saver`'s COMMITs from now on."""
+        self.saver = saver
+        self.start = saver.commit_stats()["commits"]
 
-    engine.write = counted  # type: ignore[method-assign]
-    return counter
+    def reset(self) -> None:
+        """Start counting again from zero."""
+        self.start = self.saver.commit_stats()["commits"]
+
+    def count(self) -> int:
+        """Return the COMMITs made since the last reset."""
+        return self.saver.commit_stats()["commits"] - self.start
+
+
+def count_commits(saver: FencedSqliteSaver) -> Commits:
+    """Count the store's durable COMMITs (one fsync each)."""
+    return Commits(saver)
 
 
 class Target:
     """One configuration, opened once: its invoke callable and commit counter."""
 
-    def __init__(self, kind: str, durability: str, call: Any, counter: list[int] | None) -> None:
+    def __init__(self, kind: str, durability: str, call: Any, counter: Commits | None) -> None:
         """Keep the configuration's invoke callable and commit counter."""
         self.kind, self.durability, self.call, self.counter = kind, durability, call, counter
         self.done = 0
@@ -96,12 +104,12 @@ class Target:
         """Forget the warm-up invocation (first-call costs are not what we compare)."""
         self.done = 0
         if self.counter is not None:
-            self.counter[0] = 0
+            self.counter.reset()
         return self
 
     def commits(self) -> float | None:
         """Return commits per invocation (None for other savers)."""
-        return None if self.counter is None else self.counter[0] / self.done
+        return None if self.counter is None else self.counter.count() / self.done
 
 
 INPUT = {"count": 0, "trail": []}
