@@ -64,8 +64,8 @@ PENDING, RUNNING, DONE = "pending", "running", "done"
 # once) saves nothing worth waiting for.
 CHEAP_COMMIT_S = 50e-6
 # Bounds of a following write's wait, as a multiple of the usual gap.
-FOLLOW_FACTOR = 3.0
-FOLLOW_MIN_S = 300e-6
+FOLLOW_FACTOR = 4.0
+FOLLOW_MIN_S = 500e-6
 FOLLOW_MAX_S = 3e-3
 # Before any gap was seen: what LangGraph's loop takes on a quiet machine.
 INITIAL_GAP_S = 300e-6
