@@ -159,11 +159,6 @@ class GroupCommit:
         with self._changed:
             return dict(self._stats)
 
-    def follow_wait(self) -> float:
-        """Return how long a following write would wait now at most (seconds; benchmarks)."""
-        with self._changed:
-            return self._bound()
-
     def write(
         self,
         op: str,
@@ -261,6 +256,13 @@ class GroupCommit:
                 if left <= 0:
                     break
                 self._changed.wait(left)
+        except BaseException:
+            # Interrupted while waiting (KeyboardInterrupt): the caller hears
+            # of it, so the write must never run later; out of the queue.
+            if job.state == PENDING:
+                self._queue.remove(job)
+                job.state = DONE
+            raise
         finally:
             self._waiting -= 1
         if job.followed:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import os
+import signal
 import threading
 from typing import Annotated, Any, TypedDict
 
@@ -280,6 +282,28 @@ def test_writes_of_one_step_that_wait_together_after_a_back_off_all_commit(
         assert after["commits"] - before["commits"] == 1
         stored = saver.get_tuple(parent)
         assert stored is not None and len(stored.pending_writes) == 5
+
+
+def test_an_interrupted_wait_leaves_the_write_unwritten(tmp_path: Any, generous: None) -> None:
+    """Ctrl-C while a write waits for its put: the caller hears it, the write never lands."""
+    with FencedSqliteSaver(str(tmp_path / "s.db")) as saver:
+        parent = saver.put(_config("t"), _checkpoint(0), {"source": "loop", "step": 0}, {})
+        group = saver._engine._group
+        waited = group.stats()["waited"]
+
+        def interrupt_when_waiting() -> None:
+            _until(lambda: group.stats()["waited"] == waited + 1)
+            os.kill(os.getpid(), signal.SIGINT)  # a real signal: it ends a blocked wait
+
+        helper = threading.Thread(target=interrupt_when_waiting)
+        helper.start()
+        with pytest.raises(KeyboardInterrupt):
+            saver.put_writes(parent, [("x", 1)], "task-1")
+        helper.join(30)
+        saver.put(parent, _checkpoint(1), {"source": "loop", "step": 1}, {})
+        stored = saver.get_tuple(parent)
+        assert stored is not None and stored.pending_writes == []
+        assert group.queued() == 0
 
 
 class DeltaState(TypedDict):
