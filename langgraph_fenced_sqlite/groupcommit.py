@@ -185,8 +185,26 @@ class GroupCommit:
             self._queue.append(job)
             if closes is not None:
                 self._closing(job)
+        try:
             if awaits is not None:
-                self._follow(job)
+                with self._changed:
+                    self._follow(job)
+            self._await(job)
+        except BaseException:
+            # Interrupted (KeyboardInterrupt) before a leader took it: the
+            # caller hears of it, so the write must never run later.
+            with self._changed:
+                if job.state == PENDING:
+                    self._queue.remove(job)
+                    job.state = DONE
+            raise
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    def _await(self, job: Job) -> None:
+        # Lead a batch holding `job`, or wait for the leader that took it.
+        engine = self._engine
         lock = engine._lock
         while job.state != DONE:
             remaining = job.deadline - time.monotonic()
@@ -211,9 +229,6 @@ class GroupCommit:
                     # A leader has it: it answers (or hands it back) by the
                     # deadline, or the job has started and must finish.
                     self._changed.wait()
-        if job.error is not None:
-            raise job.error
-        return job.result
 
     def _closing(self, put: Job) -> None:
         # Under `_changed`: a put arrived; wake the writes that await it.
@@ -256,13 +271,6 @@ class GroupCommit:
                 if left <= 0:
                     break
                 self._changed.wait(left)
-        except BaseException:
-            # Interrupted while waiting (KeyboardInterrupt): the caller hears
-            # of it, so the write must never run later; out of the queue.
-            if job.state == PENDING:
-                self._queue.remove(job)
-                job.state = DONE
-            raise
         finally:
             self._waiting -= 1
         if job.followed:

@@ -306,6 +306,48 @@ def test_an_interrupted_wait_leaves_the_write_unwritten(tmp_path: Any, generous:
         assert group.queued() == 0
 
 
+def test_a_write_interrupted_while_queued_behind_another_call_never_lands(
+    tmp_path: Any,
+) -> None:
+    """Ctrl-C while a put waits for the store's lock: it must not run later.
+
+    Before, it stayed queued, and the next caller's batch committed it
+    although its own caller had been told it was interrupted.
+    """
+    with FencedSqliteSaver(str(tmp_path / "s.db")) as saver:
+        parent = saver.put(_config("t"), _checkpoint(0), {"source": "loop", "step": 0}, {})
+        group = saver._engine._group
+        gate, holding = threading.Event(), threading.Event()
+
+        def hold(conn: Any) -> None:
+            holding.set()
+            gate.wait(30)
+
+        blocker = threading.Thread(target=saver._engine.run, args=("hold", hold))
+        blocker.start()
+        assert holding.wait(30)
+
+        def interrupt_when_queued() -> None:
+            _until(lambda: group.queued() == 1)
+            os.kill(os.getpid(), signal.SIGINT)
+
+        helper = threading.Thread(target=interrupt_when_queued)
+        helper.start()
+        with pytest.raises(KeyboardInterrupt):
+            saver.put(parent, _checkpoint(1), {"source": "loop", "step": 1}, {})
+        helper.join(30)
+        gate.set()
+        blocker.join(30)
+        assert group.queued() == 0
+        saver.put_writes(parent, [("x", 1)], "task-after")  # a later write runs alone
+        latest = saver.get_tuple(_config("t"))
+        assert latest is not None
+        assert (
+            latest.config["configurable"]["checkpoint_id"]
+            == parent["configurable"]["checkpoint_id"]
+        )
+
+
 class DeltaState(TypedDict):
     """A list kept in a `DeltaChannel`: LangGraph puts only after its writes returned."""
 
