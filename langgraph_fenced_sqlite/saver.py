@@ -388,7 +388,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
             StaleClaim: the config's token is not the thread's claim.
             ThreadBusy: no token, and the thread has a live claim (or the
                 store requires claims).
-            CheckpointConflict: see CONTRACT §3 (version and identity).
+            CheckpointConflict: see docs/semantics.md §3 (version and identity).
         """
         thread_id, ns, _ = config_target(config)
         token = token_from_config(config)
