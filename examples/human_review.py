@@ -17,8 +17,9 @@ import operator
 import os
 import sys
 import tempfile
-from typing import Annotated, TypedDict
+from typing import Annotated, Any, TypedDict
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
@@ -35,19 +36,19 @@ class State(TypedDict, total=False):
     published: Annotated[list[str], operator.add]
 
 
-def draft(state: State) -> dict:
+def draft(state: State) -> dict[str, Any]:
     """Write a (very short) draft for the request."""
     words = state["request"].split()
     return {"draft": f"{words[0].upper()}: " + " ".join(reversed(words[1:]))}
 
 
-def review(state: State) -> dict:
+def review(state: State) -> dict[str, Any]:
     """Stop for a reviewer's verdict; publish the draft if approved."""
     verdict = interrupt({"draft": state["draft"]})  # the graph stops here
     return {"published": [state["draft"]]} if verdict == "approve" else {}
 
 
-def build() -> StateGraph:
+def build() -> StateGraph[State]:
     """Return the uncompiled graph: draft -> review."""
     graph = StateGraph(State)
     graph.add_node("draft", draft)
@@ -67,7 +68,10 @@ def main(path: str) -> None:
 
         def turn(n: int, request: str) -> str:
             """Ask for a piece of writing; return the turn's run id."""
-            config = {"configurable": {"thread_id": THREAD}, "metadata": {"run_id": f"turn-{n}"}}
+            config: RunnableConfig = {
+                "configurable": {"thread_id": THREAD},
+                "metadata": {"run_id": f"turn-{n}"},
+            }
             out = runner.invoke({"request": request}, config)
             (question,) = out["__interrupt__"]
             print(f"turn {n}: asked for {request!r}; waiting for review of {question.value}")
@@ -75,13 +79,17 @@ def main(path: str) -> None:
 
         def answer(n: int, verdict: str) -> None:
             """Resume the graph with the reviewer's verdict."""
-            config = {"configurable": {"thread_id": THREAD}, "metadata": {"run_id": f"review-{n}"}}
+            config: RunnableConfig = {
+                "configurable": {"thread_id": THREAD},
+                "metadata": {"run_id": f"review-{n}"},
+            }
             runner.invoke(Command(resume=verdict), config)
             print(f"  reviewer: {verdict} -> published {published()}")
 
         def published() -> list[str]:
             """Return what the thread has published."""
-            return graph.get_state({"configurable": {"thread_id": THREAD}}).values["published"]
+            values = graph.get_state({"configurable": {"thread_id": THREAD}}).values
+            return list(values["published"])
 
         def checkpoints() -> list[str]:
             """Return the thread's checkpoint ids, newest first."""

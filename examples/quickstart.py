@@ -15,8 +15,9 @@ import operator
 import os
 import sys
 import tempfile
-from typing import Annotated, TypedDict
+from typing import Annotated, Any, TypedDict
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_fenced_sqlite import FencedRunner, FencedSqliteSaver
@@ -29,18 +30,18 @@ class State(TypedDict):
     turns: int
 
 
-def listen(state: State) -> dict:
+def listen(state: State) -> dict[str, Any]:
     """Count the turn."""
     return {"turns": state.get("turns", 0) + 1}
 
 
-def answer(state: State) -> dict:
+def answer(state: State) -> dict[str, Any]:
     """Answer the last message."""
     question = state["messages"][-1]
     return {"messages": [f"bot: you said {question!r} (turn {state['turns']})"]}
 
 
-def build() -> StateGraph:
+def build() -> StateGraph[State]:
     """Return the uncompiled graph: listen -> answer."""
     graph = StateGraph(State)
     graph.add_node("listen", listen)
@@ -53,7 +54,7 @@ def build() -> StateGraph:
 
 def main(path: str) -> None:
     """Run two turns on thread "demo", then read everything back from the file."""
-    config = {"configurable": {"thread_id": "demo"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "demo"}}
 
     with FencedSqliteSaver(path) as saver:
         runner = FencedRunner(build().compile(checkpointer=saver), saver, holder="quickstart")

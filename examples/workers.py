@@ -27,6 +27,7 @@ import threading
 import time
 from typing import Annotated, Any, TypedDict
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_fenced_sqlite import FencedRunner, FencedSqliteSaver, ThreadBusy
@@ -64,23 +65,23 @@ class State(TypedDict, total=False):
     think: float
 
 
-def receive(state: State) -> dict:
+def receive(state: State) -> dict[str, Any]:
     """Acknowledge the last message."""
     return {"messages": [f"got {state['messages'][-1]!r}"]}
 
 
-def think(state: State) -> dict:
+def think(state: State) -> dict[str, Any]:
     """Take the time a model call would."""
     time.sleep(state["think"])  # the slow part: a model call, a tool...
     return {}
 
 
-def reply(state: State) -> dict:
+def reply(state: State) -> dict[str, Any]:
     """Reply, saying which process did."""
     return {"messages": [f"reply #{len(state['messages']) // 3 + 1} from pid {os.getpid()}"]}
 
 
-def build() -> StateGraph:
+def build() -> StateGraph[State]:
     """Return the uncompiled graph: receive -> think -> reply."""
     graph = StateGraph(State)
     for name, fn in (("receive", receive), ("think", think), ("reply", reply)):
@@ -95,7 +96,7 @@ def build() -> StateGraph:
 # --- a worker process -----------------------------------------------------------------------
 
 
-def worker(path: str, name: str, requests: list[dict]) -> None:
+def worker(path: str, name: str, requests: list[dict[str, Any]]) -> None:
     """Serve `requests` in order: {thread, text, think, strategy[, after, durability]}.
 
     A request with `after` first waits until another worker has started on
@@ -104,7 +105,7 @@ def worker(path: str, name: str, requests: list[dict]) -> None:
     with FencedSqliteSaver(path) as saver:
         runner = FencedRunner(build().compile(checkpointer=saver), saver, holder=name, ttl=TTL)
         for req in requests:
-            config = {"configurable": {"thread_id": req["thread"]}}
+            config: RunnableConfig = {"configurable": {"thread_id": req["thread"]}}
             inputs = {"messages": [req["text"]], "think": req["think"]}
             if req.get("after"):
                 while not saver.events_after(req["thread"], 0, 1):
@@ -148,7 +149,7 @@ def describe(event: Any) -> str:
     return f"{token} run {data.get('run_id', '')[:8]}"
 
 
-def spawn(path: str, name: str, requests: list[dict]) -> subprocess.Popen:
+def spawn(path: str, name: str, requests: list[dict[str, Any]]) -> subprocess.Popen[bytes]:
     """Start a worker process serving `requests`."""
     args = [sys.executable, __file__, "--worker", path, name, json.dumps(requests)]
     return subprocess.Popen(args)

@@ -1,6 +1,6 @@
 """A LangGraph checkpointer on one SQLite file, with claims and fencing tokens.
 
-Public names only; see README.md and CONTRACT.md for what they promise.
+Public names only; see README.md and docs/semantics.md for what they promise.
 """
 
 from .claims import TOKEN_KEY, Claim

@@ -25,7 +25,7 @@ __all__ = ["ClaimsAPI"]
 
 
 class ClaimsAPI:
-    """Claims and leases on threads (see CONTRACT §2)."""
+    """Claims and leases on threads (see docs/semantics.md §2)."""
 
     _engine: Engine
 

@@ -49,7 +49,7 @@ def _position(
 
 
 class EventsAPI:
-    """The per-thread event log (see CONTRACT §4)."""
+    """The per-thread event log (see docs/semantics.md §5)."""
 
     _engine: Engine
     _poll_interval: float

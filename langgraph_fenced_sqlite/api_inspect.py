@@ -29,7 +29,7 @@ _list = builtins.list
 
 
 class InspectionAPI:
-    """History pages (CONTRACT §5) and what the CLI shows of a file."""
+    """History pages (docs/semantics.md §6) and what the CLI shows of a file."""
 
     _engine: Engine
     serde: Any

@@ -30,7 +30,7 @@ _list = builtins.list
 
 
 class RetentionAPI:
-    """Deletion, retention, copying and retraction (CONTRACT §5)."""
+    """Deletion, retention, copying and retraction (docs/semantics.md §6)."""
 
     _engine: Engine
     require_claim: bool
@@ -40,7 +40,7 @@ class RetentionAPI:
 
         The id then names a new thread, in the next incarnation, whose events
         start at 1; a reader still at a position of the old incarnation gets
-        `ReplayUnavailable` (CONTRACT §4). Tokens issued afterwards are still
+        `ReplayUnavailable` (docs/semantics.md §5). Tokens issued afterwards are still
         greater than every earlier one. An unknown thread: nothing happens.
         The store checks no claim (`FencedRunner.delete_thread` does).
         """
@@ -147,7 +147,7 @@ class RetentionAPI:
         """Remove old history from each listed thread.
 
         LangGraph's strategies remove history, so they are fenced like a
-        write on every listed thread (CONTRACT §5): without `token`, a thread
+        write on every listed thread (docs/semantics.md §6): without `token`, a thread
         under someone's live claim refuses it; with `token`, every listed
         thread's current claim must carry it (a token is one thread's, so
         list only that thread). They run as one transaction, so the first

@@ -1,13 +1,13 @@
 """LangGraph checkpoints and pending writes: encoding, the write path, reads.
 
 Invariant: `put_txn` and `put_writes_txn` run inside a transaction the engine
-opened, check in CONTRACT §3's order (fence, then version/identity), and
+opened, check in docs/semantics.md §3's order (fence, then version/identity), and
 append their event in that same transaction; they never commit, so several
 callers' writes could later share one durable commit. Encoding and decoding
 happen outside the store's lock; history is append-only.
 
 Every row written here carries `checksums.checksum` of its value cells
-(CONTRACT §7), and every row read is checked against it before anything in it
+(docs/semantics.md §7), and every row read is checked against it before anything in it
 is decoded: damage is an `UndecodableRow`, never a different valid value.
 """
 
@@ -171,7 +171,7 @@ def put_txn(
         if tuple(stored) == mine:
             return False
         # Any other put of a stored id fails; which check fails first follows
-        # CONTRACT §3's order: the version (a fenced input/loop put whose
+        # docs/semantics.md §3's order: the version (a fenced input/loop put whose
         # parent is not the latest), then the identity.
         _check_version(conn, enc, token, position)
         raise CheckpointConflict(

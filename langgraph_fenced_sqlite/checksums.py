@@ -1,4 +1,4 @@
-"""The checksum stored beside every value (CONTRACT §7).
+"""The checksum stored beside every value (docs/semantics.md §7).
 
 Invariant: a row's checksum is computed from exactly the cells it covers, in
 one fixed order, by this one function, on write (in Python) and in
@@ -33,7 +33,7 @@ def checksum(*parts: object) -> int:
 
     Length prefixes make the split between parts count: moving bytes from one
     cell to its neighbour changes the checksum. `None` and empty differ too.
-    Every stored value's row carries this (CONTRACT §7); a read recomputes it,
+    Every stored value's row carries this (docs/semantics.md §7); a read recomputes it,
     so a flipped bit, appended bytes or a cut cell is caught, never decoded.
 
     Args:

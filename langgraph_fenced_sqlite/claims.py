@@ -67,7 +67,7 @@ class ThreadRow:
     `next_seq` is also the position of the commit being made: every commit
     appends at least one event, and takes its first event's seq. `run_id` is
     the run the claim was granted for (`begin_run`), and `incarnation` counts
-    the thread's lives: `delete_thread` raises it (CONTRACT §4).
+    the thread's lives: `delete_thread` raises it (docs/semantics.md §5).
     """
 
     next_seq: int

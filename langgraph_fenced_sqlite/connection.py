@@ -5,7 +5,7 @@ checksum function registered, the SQLite version checked, a file that is not
 a database refused untouched), and every `sqlite3` error leaves the package
 through `translate`, as a `StoreError` subclass naming the operation and path.
 
-Read-only locations (CONTRACT §6, `readonly=True`): SQLite reads a WAL file
+Read-only locations (docs/semantics.md §8, `readonly=True`): SQLite reads a WAL file
 through its `-shm` index, which it must be able to create or open. On a
 read-only directory or mount where no `-shm` exists, `mode=ro` fails with
 SQLITE_CANTOPEN; there the file is opened with `immutable=1`, which tells

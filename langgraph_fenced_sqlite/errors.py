@@ -1,7 +1,7 @@
 """The one exception hierarchy of `langgraph_fenced_sqlite`.
 
 Invariant: every error a caller can branch on is a `FencedSqliteError` with a
-stable `code`, the fields named in CONTRACT.md §8, a picklable shape (so it
+stable `code`, the fields named in docs/semantics.md §10, a picklable shape (so it
 crosses process boundaries intact) and the public package as `__module__`.
 """
 

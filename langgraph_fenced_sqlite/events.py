@@ -429,7 +429,7 @@ class EventPoller:
         """Async twin of `wait`; cancelling the awaiting task ends it at once.
 
         Each poll runs in a worker thread: opening the connection and reading
-        are I/O, and must never stall the event loop (CONTRACT §6). Returns []
+        are I/O, and must never stall the event loop (docs/semantics.md §8). Returns []
         without polling again once `stop` is set or the poller is closed.
         """
         deadline = time.monotonic() + timeout

@@ -489,7 +489,7 @@ def retract_txn(
     *,
     now: float,
 ) -> Retraction:
-    """Remove one turn (CONTRACT §5) under the claim carrying `token`."""
+    """Remove one turn (docs/semantics.md §6) under the claim carrying `token`."""
     row = claims.check_fence(conn, thread_id, token, now=now, require_claim=True)
     nodes = _skeleton(conn, thread_id)
     if run_id is None:

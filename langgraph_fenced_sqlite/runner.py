@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Generator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, cast
@@ -304,7 +304,7 @@ class FencedRunner:
         strategy: str = "reject",
         wait_timeout: float | timedelta = 60.0,
         **kwargs: Any,
-    ) -> Any:
+    ) -> dict[str, Any] | Any:
         """Run the graph on the config's thread under a claim, as `graph.invoke` does.
 
         Args:
@@ -352,7 +352,7 @@ class FencedRunner:
         strategy: str = "reject",
         wait_timeout: float | timedelta = 60.0,
         **kwargs: Any,
-    ) -> Any:
+    ) -> dict[str, Any] | Any:
         """Async twin of `invoke`; a cancelled task still releases its claim."""
         call = self._prepare(config, strategy, wait_timeout)
         run = await self._abegin(call)
@@ -374,7 +374,7 @@ class FencedRunner:
         strategy: str = "reject",
         wait_timeout: float | timedelta = 60.0,
         **kwargs: Any,
-    ) -> Iterator[Any]:
+    ) -> Generator[dict[str, Any] | Any, None, None]:
         """Stream the graph on the config's thread under a claim, as `graph.stream` does.
 
         The claim is taken when iteration starts (so a busy thread raises
@@ -395,7 +395,7 @@ class FencedRunner:
         strategy: str = "reject",
         wait_timeout: float | timedelta = 60.0,
         **kwargs: Any,
-    ) -> AsyncIterator[Any]:
+    ) -> AsyncGenerator[dict[str, Any] | Any, None]:
         """Async twin of `stream`; close it with `aclose()` if you stop early.
 
         Yields:
@@ -550,7 +550,9 @@ class FencedRunner:
             return {"configurable": {"thread_id": run.claim.thread_id}}
         return None
 
-    def _stream(self, input: Any, call: _Call, kwargs: dict[str, Any]) -> Iterator[Any]:
+    def _stream(
+        self, input: Any, call: _Call, kwargs: dict[str, Any]
+    ) -> Generator[dict[str, Any] | Any, None, None]:
         run = self._begin(call)
         inner = None
         try:
@@ -565,7 +567,9 @@ class FencedRunner:
             raise
         self._complete(run, call, static)
 
-    async def _astream(self, input: Any, call: _Call, kwargs: dict[str, Any]) -> AsyncIterator[Any]:
+    async def _astream(
+        self, input: Any, call: _Call, kwargs: dict[str, Any]
+    ) -> AsyncGenerator[dict[str, Any] | Any, None]:
         run = await self._abegin(call)
         inner = None
         try:

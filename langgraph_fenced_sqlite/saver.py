@@ -49,6 +49,7 @@ from .validation import (
     check_limit,
     check_name,
     check_writes,
+    checked_arguments,
     config_target,
 )
 
@@ -72,6 +73,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
     host may open the same file.
     """
 
+    @checked_arguments
     def __init__(
         self,
         path: str,
@@ -157,14 +159,50 @@ class FencedSqliteSaver(  # type: ignore[misc]
         return cls(path, **kwargs)
 
     @classmethod
-    def from_conn_string(cls, conn_string: str, **kwargs: Any) -> _Opener:
+    @checked_arguments
+    def from_conn_string(
+        cls,
+        conn_string: str,
+        *,
+        busy_timeout: float | timedelta = 5.0,
+        serde: SerializerProtocol | None = None,
+        allowed_types: Iterable[TypeKey | type] = (),
+        allowed_modules: Iterable[str] | str = (),
+        clock: Clock | None = None,
+        require_claim: bool = False,
+        poll_interval: float | timedelta = 0.05,
+        readonly: bool = False,
+    ) -> _Opener:
         """Open a saver as a context manager, sync (`with`) or async (`async with`).
+
+        The keywords are `__init__`'s, spelled out so that a misspelt one is a
+        type error, and an `InvalidArgument` naming it at run time.
 
         Args:
             conn_string: The file path (LangGraph's name for it).
-            **kwargs: `__init__`'s keyword arguments (`readonly=True` among them).
+            busy_timeout: See `__init__`, as for every keyword below.
+            serde: A serializer to use instead of the data-only default.
+            allowed_types: Extra classes or `(module, name)` pairs to rebuild.
+            allowed_modules: Packages whose classes may be rebuilt.
+            clock: The store's clock.
+            require_claim: Refuse every write that carries no token.
+            poll_interval: How often `wait_events`/`watch` look for commits.
+            readonly: Open an existing file for reading only.
+
+        Raises:
+            InvalidArgument: an argument that `__init__` does not take.
         """
-        return _Opener(cls, conn_string, kwargs)
+        options = {
+            "busy_timeout": busy_timeout,
+            "serde": serde,
+            "allowed_types": allowed_types,
+            "allowed_modules": allowed_modules,
+            "clock": clock,
+            "require_claim": require_claim,
+            "poll_interval": poll_interval,
+            "readonly": readonly,
+        }
+        return _Opener(cls, conn_string, options)
 
     @property
     def path(self) -> str:
@@ -362,7 +400,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
             StaleClaim: the config's token is not the thread's claim.
             ThreadBusy: no token, and the thread has a live claim (or the
                 store requires claims).
-            CheckpointConflict: see CONTRACT §3 (version and identity).
+            CheckpointConflict: see docs/semantics.md §3 (version and identity).
         """
         thread_id, ns, _ = config_target(config)
         token = token_from_config(config)
@@ -458,7 +496,9 @@ class FencedSqliteSaver(  # type: ignore[misc]
         return f"{current_v + 1:032}.{random.random():016}"
 
 
-class _Opener(AbstractContextManager, AbstractAsyncContextManager):
+class _Opener(
+    AbstractContextManager["FencedSqliteSaver"], AbstractAsyncContextManager["FencedSqliteSaver"]
+):
     """What `from_conn_string` returns: usable with `with` and `async with`."""
 
     def __init__(self, cls: type[FencedSqliteSaver], path: str, kwargs: dict[str, Any]) -> None:

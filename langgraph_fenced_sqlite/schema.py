@@ -107,7 +107,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (thread_id, seq)
         ) WITHOUT ROWID""",
     ),
-    # 1 -> 2: a checksum on every stored value (CONTRACT §7), thread
+    # 1 -> 2: a checksum on every stored value (docs/semantics.md §7), thread
     # incarnations (§4: `delete_thread` raises it, so a reader of an earlier
     # incarnation is never silently shown a gap), and the run id a claim was
     # granted for (what `strategy="rollback"` retracts; events may be pruned).
@@ -231,7 +231,7 @@ _NOT_TOMBSTONE = (
 )
 # `delete_thread` keeps the row as a tombstone of the next incarnation (floor
 # back at 1, no claim) instead of deleting it: a reader holding a position of
-# the old incarnation must learn that numbering restarted (CONTRACT §4).
+# the old incarnation must learn that numbering restarted (docs/semantics.md §5).
 # Run before the thread's rows are deleted; a bare tombstone is left as it is
 # (deleting it again gives no reader anything to miss). Tokens come from the
 # file's counter, so they stay monotonic regardless. Parameters: the id twice.
@@ -355,7 +355,7 @@ INSERT_WRITE_FIRST_WINS = _WRITE_INSERT + _WRITE_VALUES + " ON CONFLICT DO NOTHI
 # token; this guard keeps that true of the row itself). The last parameter is
 # true for an unfenced write the fence accepted: no claim is live (none,
 # released, or expired unreplaced), so nobody's fence protects the stored
-# write, and an accepted write must take effect (CONTRACT §3), not be
+# write, and an accepted write must take effect (docs/semantics.md §3), not be
 # silently dropped under an expired holder's token.
 UPSERT_WRITE_LAST_WINS = (
     _WRITE_INSERT + _WRITE_VALUES + " ON CONFLICT DO UPDATE SET task_path = excluded.task_path, "

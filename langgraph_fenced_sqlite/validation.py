@@ -11,9 +11,12 @@ keys (JSON would silently turn others into strings) and bounded nesting.
 
 from __future__ import annotations
 
+import difflib
+import functools
+import inspect
 import math
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ParamSpec, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 
@@ -21,6 +24,9 @@ from .errors import bad_argument
 
 # One bound for JSON nesting, on arguments and on stored cells alike.
 from .serde import MAX_JSON_DEPTH
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 MAX_ID_LENGTH = 1024
 # SQLite's INTEGER is a signed 64-bit number; a bigger Python int overflows at bind time.
@@ -301,3 +307,62 @@ def check_before(value: Any) -> str | None:
     conf = check_config(value, "before")
     cid = conf.get("checkpoint_id")
     return None if cid is None else check_name(cid, 'before["configurable"]["checkpoint_id"]')
+
+
+def checked_arguments(fn: Callable[P, R]) -> Callable[P, R]:
+    """Make a call with an unknown, missing or surplus argument raise `InvalidArgument`.
+
+    Python reports these as a bare `TypeError` ("unexpected keyword argument
+    'busy_timout'"); the wrapped function names the argument instead, and for
+    a misspelt keyword the one it resembles, before its body runs. The
+    signature is kept, so a type checker still flags the typo.
+
+    Args:
+        fn: The function (or method) to wrap.
+
+    Returns:
+        `fn`, checking how it is called.
+    """
+    signature = inspect.signature(fn)
+    where = fn.__qualname__.removesuffix(".__init__")
+
+    @functools.wraps(fn)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise _binding_error(signature, where, args, kwargs, exc) from None
+        return fn(*args, **kwargs)
+
+    return checked
+
+
+def _binding_error(
+    signature: inspect.Signature,
+    where: str,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    exc: TypeError,
+) -> Exception:
+    """Return the `InvalidArgument` for a call that does not fit `signature`."""
+    params = [p for p in signature.parameters.values() if p.name not in ("self", "cls")]
+    offset = len(signature.parameters) - len(params)  # self/cls, passed positionally
+    keywords = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    unknown = [name for name in kwargs if name not in keywords]
+    if unknown:
+        name = unknown[0]
+        close = difflib.get_close_matches(name, keywords, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return bad_argument(
+            name, f"{where} takes no argument {name!r}{hint}; it takes {', '.join(keywords)}"
+        )
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    given = positional[: max(len(args) - offset, 0)]
+    for p in given:
+        if p.name in kwargs:
+            return bad_argument(p.name, f"{where} got it both by position and by keyword")
+    for p in params:
+        required = p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        if required and p not in given and p.name not in kwargs:
+            return bad_argument(p.name, f"{where} needs it")
+    return bad_argument("args", f"{where}: {exc}")

@@ -250,7 +250,7 @@ async def longest_loop_stall(work: Callable[[], Awaitable[Any]]) -> float:
     """Await `work()` while a ticker task runs on the loop; return the longest gap between ticks.
 
     A tick is due every 10 ms, so a gap much longer than that is time the
-    event loop was blocked (CONTRACT §6: no async method blocks it).
+    event loop was blocked (docs/semantics.md §8: no async method blocks it).
     """
     gaps: list[float] = []
     stop = asyncio.Event()

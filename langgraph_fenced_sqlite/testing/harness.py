@@ -40,7 +40,7 @@ CAPABILITIES = frozenset({"sibling", "reopen", "processes"})
 
 @dataclass(frozen=True)
 class Case:
-    """One contract case: its number in CONTRACT-CASES.md, name and function."""
+    """One contract case: its number (by topic: docs/semantics.md §11), name, function."""
 
     number: int
     name: str
@@ -57,7 +57,7 @@ CASES: dict[str, Case] = {}
 
 
 def contract_case(number: int, *, needs: Iterable[str] = ()) -> Callable[[Any], Any]:
-    """Register a function as contract case `number` (see CONTRACT-CASES.md).
+    """Register a function as contract case `number` (docs/semantics.md §11).
 
     Args:
         number: The case number it (partly) checks; several functions may
