@@ -236,7 +236,8 @@ def sweep(args: argparse.Namespace, out: Out, policy: RetentionPolicy) -> int:
             if r.checkpoints or r.events_removed or r.writes_removed
         ]
         lines.append(
-            f"swept {plural(len(done.pruned), 'thread')}"
+            ("" if lines else "nothing to remove; ")
+            + f"swept {plural(len(done.pruned), 'thread')}"
             + (f"; left alone under a live claim: {', '.join(done.busy)}" if done.busy else "")
         )
         lines += [f"skipped (does not decode): {e['message']}" for e in done.errors]
