@@ -10,7 +10,6 @@ data without `--yes` (or a yes at a terminal prompt).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import signal
 import socket
@@ -35,23 +34,21 @@ from .cli_io import (
     count,
     duration,
     fail,
+    find_thread,
     is_number,
     open_existing,
     plural,
     when,
 )
 from .cli_ops import (
+    add_claims_command,
     add_db_option,
-    claims_usage,
-    cmd_claims,
-    cmd_vacuum,
     parse_claims_words,
     resolve_file,
     status_text,
-    sweep,
 )
+from .cli_retention import add_prune_command, add_vacuum_command
 from .errors import CheckpointNotFound
-from .retention import RetentionPolicy
 from .saver import FencedSqliteSaver
 
 __all__ = ["EXIT_CODES", "build_parser", "main"]
@@ -67,13 +64,8 @@ def _open(path: str) -> FencedSqliteSaver:
     return open_existing(path, serde=cli_serde())
 
 
-def _thread(saver: FencedSqliteSaver, thread_id: str) -> dict[str, Any]:
-    for summary in saver.threads():
-        if summary["thread_id"] == thread_id:
-            return summary
-    raise CliError(
-        "thread_not_found", f"thread {thread_id!r} not found in {saver.path}", thread_id=thread_id
-    )
+# The one summary lookup (a missing thread is `thread_not_found`).
+_thread = find_thread
 
 
 def _holder() -> str:
@@ -275,46 +267,6 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _cmd_prune(args: argparse.Namespace, out: Out) -> int:
-    given = (args.keep, args.max_age, args.max_events, args.keep_subgraph_runs)
-    if args.all == bool(args.threads):
-        raise CliError("usage", "prune: name THREADs, or pass --all (not both)")
-    if args.inactive_for is not None and not args.all:
-        raise CliError("usage", "prune: --inactive-for selects threads for --all only")
-    if args.all and all(g is None for g in given):
-        # A sweep with no option keeps what each thread needs to go on.
-        policy = RetentionPolicy(max_checkpoints=0, max_subgraph_runs=0)
-    elif all(g is None for g in given):
-        raise CliError(
-            "usage", "prune: give --keep, --max-age, --max-events or --keep-subgraph-runs"
-        )
-    else:
-        policy = RetentionPolicy(*given)
-    if args.all:
-        return sweep(args, out, policy)
-    with _open(args.path) as saver:
-        for thread_id in args.threads:
-            _thread(saver, thread_id)
-        results = saver.prune(args.threads, strategy=policy, dry_run=True)
-        n_cp = sum(len(r.checkpoints) for r in results)
-        n_ev = sum(r.events_removed for r in results)
-        if not args.dry_run and (n_cp or n_ev):
-            what = f"{plural(n_cp, 'checkpoint')} and {plural(n_ev, 'event')}"
-            confirm(args, f"prune would remove {what}")
-            results = saver.prune(args.threads, strategy=policy)
-    verb = "would remove" if args.dry_run else "removed"
-    docs = [{**dataclasses.asdict(r), "dry_run": args.dry_run} for r in results]
-    out.document(
-        docs,
-        lambda: "\n".join(
-            f"{r.thread_id}: {verb} {plural(len(r.checkpoints), 'checkpoint')}, "
-            f"{plural(r.events_removed, 'event')} (floor {r.floor})"
-            for r in results
-        ),
-    )
-    return 0
-
-
 def _cmd_compact(args: argparse.Namespace, out: Out) -> int:
     with _open(args.path) as saver:
         summary = _thread(saver, args.thread)
@@ -470,31 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     path_thread(p)
     p.add_argument("--from", dest="from_", metavar="ID", help="default: the parent of --to")
     p.add_argument("--to", metavar="ID", help="default: the latest checkpoint")
-    p = command(
-        "claims",
-        cmd_claims,
-        "list claims; release or take over a thread's claim",
-        True,
-        usage=claims_usage(),
-    )
-    p.add_argument(
-        "words",
-        nargs="*",
-        metavar="[release | take-over] [PATH] [THREAD]",
-        help="no action: list every claim, live or expired; `release THREAD` ends "
-        "the thread's claim, whoever holds it; `take-over THREAD` gives it to you with "
-        "a new token; either fences off the holder (its next write is refused) and "
-        "logs an event naming you",
-    )
-    p.add_argument("--operator", metavar="NAME", help="who you are, for the event (user@host)")
-    p.add_argument(
-        "--ttl",
-        type=duration,
-        default=300.0,
-        metavar="DURATION",
-        help="how long a take-over holds the thread (default 5m)",
-    )
-    yes(p, "release or take over")
+    add_claims_command(command, yes)
     p = command("events", _cmd_events, "print a thread's event log", True)
     path_thread(p, ns=False)
     p.add_argument("--after", type=count(0), metavar="N", help="only events after seq N")
@@ -507,27 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--kind", action="append", metavar="KIND", help="only events of KIND (repeatable)"
     )
-    p = command("prune", _cmd_prune, "remove old checkpoints and events of threads")
-    path_only(p)
-    p.add_argument("threads", metavar="THREAD", nargs="*", help="thread ids (or --all)")
-    p.add_argument("--all", action="store_true", help="sweep every thread, one at a time")
-    p.add_argument(
-        "--inactive-for",
-        type=duration,
-        metavar="DURATION",
-        help="with --all: only threads not written for DURATION, e.g. 30d",
-    )
-    p.add_argument("--keep", type=count(0), metavar="N", help="keep the N newest checkpoints")
-    p.add_argument("--max-age", type=duration, metavar="DURATION", help="e.g. 30s, 15m, 2h, 7d")
-    p.add_argument("--max-events", type=count(0), metavar="N", help="keep the N newest events")
-    p.add_argument(
-        "--keep-subgraph-runs",
-        type=count(0),
-        metavar="N",
-        help="keep N past subgraph runs' namespaces, remove older ones",
-    )
-    p.add_argument("--dry-run", action="store_true", help="only report what would be removed")
-    yes(p)
+    add_prune_command(command, path_only, yes)
     p = command("compact", _cmd_compact, "remove a thread's events below seq SEQ")
     path_thread(p, ns=False)
     p.add_argument("--before", type=count(1), metavar="SEQ", required=True, help="new floor")
@@ -541,11 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
     yes(p)
     p = command("doctor", cmd_doctor, "check the file; exit 1 on a problem")
     path_only(p)
-    p = command("vacuum", cmd_vacuum, "reclaim free space (refused while a writer is active)")
-    path_only(p)
-    p.add_argument(
-        "--force", action="store_true", help="vacuum despite live claims or a held write lock"
-    )
+    add_vacuum_command(command, path_only)
     p = command("import-sqlitesaver", _cmd_import, "copy a LangGraph SqliteSaver file into DEST")
     p.add_argument("src", metavar="SRC", help="the SqliteSaver file (read-only)")
     p.add_argument("dest", metavar="DEST", help="the fenced file (created if missing)")

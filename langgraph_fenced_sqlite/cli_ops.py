@@ -1,8 +1,8 @@
-"""`lgfs` for an operator's hand on a file: which file, claims, sweeps, vacuum.
+"""`lgfs` for an operator's hand on a file: which file, which status, which claim.
 
 Invariant: as in `cli.py`, nothing here judges: a claim is released or taken
-over by `force_release` / `take_over(operator=...)`, a sweep is `sweep`, a
-status is `thread_status`'s, and a vacuum's refusal is `vacuum`'s. This module
+over by `force_release` / `take_over(operator=...)` and a status is
+`thread_status`'s. This module
 parses, asks for `--yes`, calls and prints. The file a command works on is
 named one way for every command (`resolve_file`): `--db PATH` (before or
 after the command), else `$LGFS_PATH`, else a `PATH` first argument (the
@@ -12,10 +12,10 @@ older form, still accepted).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import getpass
 import os
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from .cli_allow import cli_serde
@@ -25,23 +25,21 @@ from .cli_io import (
     claim_doc,
     claim_text,
     confirm,
+    duration,
+    find_thread,
     open_existing,
-    plural,
     span,
     when,
 )
-from .retention import RetentionPolicy
 
 __all__ = [
+    "add_claims_command",
     "add_db_option",
-    "claims_usage",
     "cmd_claims",
-    "cmd_vacuum",
     "operator_name",
     "parse_claims_words",
     "resolve_file",
     "status_text",
-    "sweep",
 ]
 
 _ENV = "LGFS_PATH"
@@ -147,12 +145,7 @@ def cmd_claims(args: argparse.Namespace, out: Out) -> int:
         return _list_claims(args, out)
     operator = operator_name(args)
     with open_existing(args.path, serde=cli_serde()) as saver:
-        if not any(t["thread_id"] == args.thread for t in saver.threads()):
-            raise CliError(
-                "thread_not_found",
-                f"thread {args.thread!r} not found in {saver.path}",
-                thread_id=args.thread,
-            )
+        find_thread(saver, args.thread)
         current, now = saver.current_claim(args.thread), saver.clock.now()
         held = "no claim" if current is None else claim_text(claim_doc(current, now))
         if args.action == "release":
@@ -210,62 +203,37 @@ def _list_claims(args: argparse.Namespace, out: Out) -> int:
     return 1 if any(i.get("error") for i in items) else 0
 
 
-# --- sweep and vacuum -----------------------------------------------------------------------
+_CLAIMS_USAGE = (
+    "lgfs claims [PATH] [--db PATH] [--json | --nl]\n"
+    "       lgfs claims release [PATH] THREAD --yes [--operator NAME]\n"
+    "       lgfs claims take-over [PATH] THREAD --yes [--ttl DURATION] [--operator NAME]"
+)
 
 
-def sweep(args: argparse.Namespace, out: Out, policy: RetentionPolicy) -> int:
-    """`prune --all`: dry-run the sweep, ask, sweep thread by thread, report."""
-    with open_existing(args.path, serde=cli_serde()) as saver:
-        plan = saver.sweep(policy, inactive_for=args.inactive_for, dry_run=True)
-        n_cp = sum(len(r.checkpoints) for r in plan.pruned)
-        n_ev = sum(r.events_removed for r in plan.pruned)
-        done = plan
-        if not args.dry_run and (n_cp or n_ev or any(r.writes_removed for r in plan.pruned)):
-            what = f"{plural(n_cp, 'checkpoint')} and {plural(n_ev, 'event')}"
-            touched = sum(1 for r in plan.pruned if r.checkpoints or r.events_removed)
-            confirm(args, f"prune --all would remove {what} from {plural(touched, 'thread')}")
-            done = saver.sweep(policy, inactive_for=args.inactive_for)
-    verb = "would remove" if args.dry_run else "removed"
-    doc = {**dataclasses.asdict(done), "dry_run": args.dry_run}
-
-    def text() -> str:
-        lines = [
-            f"{r.thread_id}: {verb} {plural(len(r.checkpoints), 'checkpoint')}, "
-            f"{plural(r.events_removed, 'event')} (floor {r.floor})"
-            for r in done.pruned
-            if r.checkpoints or r.events_removed or r.writes_removed
-        ]
-        lines.append(
-            ("" if lines else "nothing to remove; ")
-            + f"swept {plural(len(done.pruned), 'thread')}"
-            + (f"; left alone under a live claim: {', '.join(done.busy)}" if done.busy else "")
-        )
-        lines += [f"skipped (does not decode): {e['message']}" for e in done.errors]
-        return "\n".join(lines)
-
-    out.document(doc, text)
-    return 1 if done.errors else 0
-
-
-def cmd_vacuum(args: argparse.Namespace, out: Out) -> int:
-    """`vacuum`: reclaim free space; refused while a writer is active unless `--force`."""
-    with open_existing(args.path, serde=cli_serde()) as saver:
-        report = saver.vacuum(force=args.force)
-    freed = report.bytes_before - report.bytes_after
-    out.document(
-        {**dataclasses.asdict(report), "bytes_reclaimed": freed},
-        lambda: (
-            f"vacuumed {report.path}: {report.bytes_before} -> {report.bytes_after} bytes "
-            f"({freed} reclaimed)"
-        ),
+def add_claims_command(command: Callable[..., argparse.ArgumentParser], yes: Callable) -> None:
+    """Register `claims` (list, release, take-over) through `cli.build_parser`'s helpers."""
+    p = command(
+        "claims",
+        cmd_claims,
+        "list claims; release or take over a thread's claim",
+        True,
+        usage=_CLAIMS_USAGE,
     )
-    return 0
-
-
-def claims_usage() -> str:
-    """The `claims` command's usage lines."""
-    return (
-        "lgfs claims [PATH] [--db PATH] [--json | --nl]\n"
-        "       lgfs claims release [PATH] THREAD --yes [--operator NAME]\n"
-        "       lgfs claims take-over [PATH] THREAD --yes [--ttl DURATION] [--operator NAME]"
+    p.add_argument(
+        "words",
+        nargs="*",
+        metavar="[release | take-over] [PATH] [THREAD]",
+        help="no action: list every claim, live or expired; `release THREAD` ends "
+        "the thread's claim, whoever holds it; `take-over THREAD` gives it to you with "
+        "a new token; either fences off the holder (its next write is refused) and "
+        "logs an event naming you",
     )
+    p.add_argument("--operator", metavar="NAME", help="who you are, for the event (user@host)")
+    p.add_argument(
+        "--ttl",
+        type=duration,
+        default=_TAKE_OVER_TTL,
+        metavar="DURATION",
+        help="how long a take-over holds the thread (default 5m)",
+    )
+    yes(p, "release or take over")

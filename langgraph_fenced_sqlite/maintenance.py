@@ -18,6 +18,7 @@ from typing import Any
 
 from . import claims, retention, schema
 from .api_inspect import last_activity
+from .connection import is_busy
 from .errors import StoreBusy, ThreadBusy
 from .retention import PruneResult, RetentionPolicy
 
@@ -123,6 +124,8 @@ def refuse_if_writer(conn: sqlite3.Connection, path: str, now: float) -> None:
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise  # the engine names it (a StoreError), by its result code
             raise StoreBusy(
                 "vacuum",
                 path,
