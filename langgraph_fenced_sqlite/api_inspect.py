@@ -321,8 +321,9 @@ class InspectionAPI:
     def resolve_namespace(self, thread_id: str, prefix: str) -> str:
         """Return the one namespace of a thread that is `prefix` or starts with it.
 
-        An exact match wins (so "" is the root graph); otherwise exactly one
-        namespace must start with `prefix`, e.g. `agent` for `agent:<uuid>`.
+        An exact match wins, and "" is always the root graph's; otherwise
+        exactly one namespace must start with `prefix`, e.g. `agent` for
+        `agent:<uuid>`.
 
         Raises:
             InvalidArgument: (`checkpoint_ns`) none or several match; the
@@ -330,8 +331,8 @@ class InspectionAPI:
         """
         check_name(prefix, "checkpoint_ns", allow_empty=True)
         found = self.namespaces(thread_id)
-        if prefix in found:
-            return prefix
+        if prefix in found or prefix == "":
+            return prefix  # the root graph's namespace, even before its first checkpoint
         matches = [ns for ns in found if ns.startswith(prefix)]
         if len(matches) == 1:
             return matches[0]

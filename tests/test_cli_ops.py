@@ -406,6 +406,9 @@ def test_ns_takes_a_unique_prefix_and_lists_what_exists(ops: str, cli: Any) -> N
     unique = runs[0][: len("sub:") + 8]
     assert parsed(cli("diff", ops, "twice", "--ns", unique, "--json"))["checkpoint_ns"] == runs[0]
     assert parsed(cli("history", ops, "done", "--ns", "", "--json"))[0]["checkpoint_ns"] == ""
+    with FencedSqliteSaver(ops) as saver:
+        saver.claim("empty", "w", 60)  # a thread with no checkpoint yet
+    assert parsed(cli("history", ops, "empty", "--json")) == []
 
 
 # --- prune --all, --keep-subgraph-runs ------------------------------------------------------------
