@@ -3,6 +3,7 @@
 Public names only; see README.md and docs/semantics.md for what they promise.
 """
 
+from .api_inspect import THREAD_STATES, ThreadStatus
 from .claims import TOKEN_KEY, Claim
 from .clock import Clock, ManualClock, SystemClock
 from .errors import (
@@ -27,6 +28,7 @@ from .errors import (
 from .events import Event
 from .importer import import_sqlitesaver
 from .lease import AsyncLease, Lease
+from .maintenance import SweepResult, VacuumReport
 from .retention import PruneResult, RetentionPolicy, Retraction
 from .runner import FencedRunner
 from .saver import FencedSqliteSaver
@@ -34,6 +36,7 @@ from .serde import DataOnlySerializer
 from .watch import AsyncEventWatch, EventWatch
 
 __all__ = [
+    "THREAD_STATES",
     "TOKEN_KEY",
     "AsyncEventWatch",
     "AsyncLease",
@@ -61,10 +64,13 @@ __all__ = [
     "StoreBusy",
     "StoreClosed",
     "StoreError",
+    "SweepResult",
     "SystemClock",
     "ThreadBusy",
+    "ThreadStatus",
     "UndecodableRow",
     "UnsupportedFormat",
+    "VacuumReport",
     "WrongProcess",
     "WrongThread",
     "import_sqlitesaver",

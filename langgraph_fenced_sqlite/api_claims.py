@@ -41,13 +41,80 @@ class ClaimsAPI:
         """Async twin of `claim`."""
         return await self._engine.arun(self.claim, thread_id, holder, ttl)
 
-    def take_over(self, thread_id: str, holder: str, ttl: float | timedelta) -> Claim:
-        """Claim a thread even over a live claim, fencing off its holder."""
-        return self._grant("take_over", thread_id, holder, ttl, force=True)
+    def take_over(
+        self,
+        thread_id: str,
+        holder: str,
+        ttl: float | timedelta,
+        *,
+        operator: str | None = None,
+    ) -> Claim:
+        """Claim a thread even over a live claim, fencing off its holder.
 
-    async def atake_over(self, thread_id: str, holder: str, ttl: float | timedelta) -> Claim:
+        The previous holder's next fenced write, renewal or end of run is
+        refused (`StaleClaim`, or a no-op for release).
+
+        Args:
+            thread_id: The thread.
+            holder: The new holder.
+            ttl: How long the new claim is live.
+            operator: Who is doing this by hand (e.g. `alice@host`); when
+                given, a `claim_taken_over` event naming the operator, the
+                previous holder and token is logged in the same commit.
+        """
+        if operator is None:
+            return self._grant("take_over", thread_id, holder, ttl, force=True)
+        check_name(thread_id, "thread_id")
+        check_name(holder, "holder")
+        check_name(operator, "operator")
+        seconds = to_seconds(ttl, "ttl")
+        return self._engine.write(
+            "take_over",
+            lambda c: runs.operator_take_over_txn(
+                c, thread_id, holder, operator, seconds, now=read_now(self._engine.clock)
+            ),
+        )
+
+    async def atake_over(
+        self,
+        thread_id: str,
+        holder: str,
+        ttl: float | timedelta,
+        *,
+        operator: str | None = None,
+    ) -> Claim:
         """Async twin of `take_over`."""
-        return await self._engine.arun(self.take_over, thread_id, holder, ttl)
+        return await self._engine.arun(self.take_over, thread_id, holder, ttl, operator=operator)
+
+    def force_release(self, thread_id: str, *, operator: str) -> Claim | None:
+        """End the thread's claim, whoever holds it, live or expired (an operator's release).
+
+        Unlike `release`, no token is needed. The released holder is fenced
+        off exactly as by a takeover: its next fenced write or renewal raises
+        `StaleClaim`, and its own release or end of run changes nothing. Logs
+        a `claim_released_by_operator` event (`operator`, `previous_holder`,
+        `previous_token`, `previous_run_id`, `was_live`) in the same commit.
+
+        Args:
+            thread_id: The thread.
+            operator: Who is doing this (e.g. `alice@host`), for the event.
+
+        Returns:
+            The claim released, or None if the thread had no claim (nothing
+            changes, nothing is logged).
+        """
+        check_name(thread_id, "thread_id")
+        check_name(operator, "operator")
+        return self._engine.write(
+            "force_release",
+            lambda c: runs.force_release_txn(
+                c, thread_id, operator, now=read_now(self._engine.clock)
+            ),
+        )
+
+    async def aforce_release(self, thread_id: str, *, operator: str) -> Claim | None:
+        """Async twin of `force_release`."""
+        return await self._engine.arun(self.force_release, thread_id, operator=operator)
 
     def _grant(self, op: str, thread_id: str, holder: str, ttl: Any, *, force: bool) -> Claim:
         check_name(thread_id, "thread_id")

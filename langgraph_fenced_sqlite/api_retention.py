@@ -11,12 +11,15 @@ provides `_engine` and `require_claim`.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from . import retention
+from . import maintenance, retention
+from .api_inspect import inactive_for_seconds
 from .clock import read_now
-from .errors import bad_argument
+from .errors import ReadOnlyStore, UndecodableRow, bad_argument
+from .maintenance import SweepResult, VacuumReport
 from .retention import PruneResult, RetentionPolicy, Retraction
 from .validation import check_bool, check_int, check_iterable, check_name
 
@@ -253,6 +256,118 @@ class RetentionAPI:
         return await self._engine.arun(
             self.prune, thread_ids, strategy=strategy, dry_run=dry_run, token=token
         )
+
+    # --- an operator's sweep and vacuum ---------------------------------------------------
+
+    def sweep(
+        self,
+        policy: RetentionPolicy,
+        *,
+        inactive_for: float | timedelta | None = None,
+        dry_run: bool = False,
+        on_thread: Callable[[PruneResult], None] | None = None,
+    ) -> SweepResult:
+        """Prune every thread of the file by `policy`, one transaction per thread.
+
+        A sweep never holds the write lock longer than one thread's prune:
+        writers of other threads (any process) commit between two threads'
+        prunes. Each thread's transaction decides for itself whether it still
+        qualifies, so a thread claimed or written meanwhile is left alone.
+        Like `prune` with a policy, it needs no claim and logs no event.
+
+        Args:
+            policy: What to keep (see `RetentionPolicy`; `max_subgraph_runs`
+                removes past subgraph runs' namespaces).
+            inactive_for: Only threads not written (no checkpoint, no event)
+                for at least this long, by the store's clock; None: every thread.
+            dry_run: Only report what would be removed.
+            on_thread: Called with each thread's result after its
+                transaction committed (outside the store's lock).
+
+        Returns:
+            The threads swept, those left alone under a live claim, and those
+            whose rows do not decode.
+        """
+        if not isinstance(policy, RetentionPolicy):
+            raise bad_argument("policy", f"expected a RetentionPolicy, got {policy!r}")
+        idle_for = inactive_for_seconds(inactive_for)
+        check_bool(dry_run, "dry_run")
+        if on_thread is not None and not callable(on_thread):
+            raise bad_argument("on_thread", "expected a callable or None")
+        result = SweepResult()
+        for thread_id in self._engine.read("sweep", maintenance.thread_ids):
+
+            def job(conn: Any, thread_id: str = thread_id) -> PruneResult | str | None:
+                return maintenance.sweep_thread_txn(
+                    conn,
+                    thread_id,
+                    policy,
+                    now=read_now(self._engine.clock),
+                    idle_for=idle_for,
+                    dry_run=dry_run,
+                )
+
+            try:
+                done = self._engine.write("sweep", job)
+            except UndecodableRow as exc:
+                result.errors.append(exc.to_dict())
+                continue
+            if done == "busy":
+                result.busy.append(thread_id)
+            elif isinstance(done, PruneResult):
+                result.pruned.append(done)
+                if on_thread is not None:
+                    on_thread(done)
+        return result
+
+    async def asweep(
+        self,
+        policy: RetentionPolicy,
+        *,
+        inactive_for: float | timedelta | None = None,
+        dry_run: bool = False,
+        on_thread: Callable[[PruneResult], None] | None = None,
+    ) -> SweepResult:
+        """Async twin of `sweep` (`on_thread` runs on the store's worker thread)."""
+        return await self._engine.arun(
+            self.sweep, policy, inactive_for=inactive_for, dry_run=dry_run, on_thread=on_thread
+        )
+
+    def vacuum(self, *, force: bool = False) -> VacuumReport:
+        """Reclaim the file's free pages (SQLite's `VACUUM`), then truncate the WAL.
+
+        VACUUM rewrites the whole file and holds the write lock meanwhile, so
+        by default it refuses while a writer is active: a live claim on any
+        thread, or another connection holding the write lock. Readers may go
+        on; one holding an old snapshot keeps the WAL from being truncated.
+
+        Args:
+            force: Vacuum despite live claims (their holders' writes wait for
+                it, up to their busy timeout), waiting for the write lock up
+                to this store's `busy_timeout`.
+
+        Returns:
+            The file's size (with its WAL) before and after.
+
+        Raises:
+            ThreadBusy: a live claim exists (unless `force`); nothing changed.
+            StoreBusy: another connection holds the write lock (unless
+                `force`), or held it past `busy_timeout`; nothing changed.
+            ReadOnlyStore: the store was opened with `readonly=True`.
+        """
+        check_bool(force, "force")
+        if self._engine.readonly:
+            raise ReadOnlyStore("vacuum", self._engine.path)
+        return self._engine.run(
+            "vacuum",
+            lambda c: maintenance.vacuum_job(
+                c, self._engine.path, now=read_now(self._engine.clock), force=force
+            ),
+        )
+
+    async def avacuum(self, *, force: bool = False) -> VacuumReport:
+        """Async twin of `vacuum`."""
+        return await self._engine.arun(self.vacuum, force=force)
 
     # --- retraction -------------------------------------------------------------------------
 

@@ -10,7 +10,6 @@ data without `--yes` (or a yes at a terminal prompt).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import signal
 import socket
@@ -19,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import __version__, importer
+from .api_inspect import THREAD_STATES
 from .cli_allow import add_allow_options, allow_from_args, cli_serde
 from .cli_doctor import cmd_doctor
 from .cli_io import (
@@ -34,13 +34,21 @@ from .cli_io import (
     count,
     duration,
     fail,
+    find_thread,
     is_number,
     open_existing,
     plural,
     when,
 )
+from .cli_ops import (
+    add_claims_command,
+    add_db_option,
+    parse_claims_words,
+    resolve_file,
+    status_text,
+)
+from .cli_retention import add_prune_command, add_vacuum_command
 from .errors import CheckpointNotFound
-from .retention import RetentionPolicy
 from .saver import FencedSqliteSaver
 
 __all__ = ["EXIT_CODES", "build_parser", "main"]
@@ -56,13 +64,8 @@ def _open(path: str) -> FencedSqliteSaver:
     return open_existing(path, serde=cli_serde())
 
 
-def _thread(saver: FencedSqliteSaver, thread_id: str) -> dict[str, Any]:
-    for summary in saver.threads():
-        if summary["thread_id"] == thread_id:
-            return summary
-    raise CliError(
-        "thread_not_found", f"thread {thread_id!r} not found in {saver.path}", thread_id=thread_id
-    )
+# The one summary lookup (a missing thread is `thread_not_found`).
+_thread = find_thread
 
 
 def _holder() -> str:
@@ -72,12 +75,15 @@ def _holder() -> str:
 # --- commands -------------------------------------------------------------------------------
 
 
+def _ns(saver: FencedSqliteSaver, args: argparse.Namespace) -> None:
+    # `--ns agent` for `agent:<uuid>`; none or several: the error lists them.
+    args.ns = saver.resolve_namespace(args.thread, args.ns)
+
+
 def _cmd_threads(args: argparse.Namespace, out: Out) -> int:
-    path = args.path or os.environ.get("LGFS_PATH")
-    if not path:
-        raise CliError("usage", "threads: give PATH or set LGFS_PATH")
-    with _open(path) as saver:
-        rows, now = saver.threads(), saver.clock.now()
+    with _open(args.path) as saver:
+        rows = saver.threads(status=args.status, inactive_for=args.inactive_for)
+        now = saver.clock.now()
     items = []
     for r in rows[: args.limit]:
         claim = None if r["claim"] is None else claim_doc(r["claim"], now)
@@ -86,6 +92,7 @@ def _cmd_threads(args: argparse.Namespace, out: Out) -> int:
         items,
         [
             ("THREAD", lambda i: i["thread_id"]),
+            ("STATUS", lambda i: status_text(i["status"], now)),
             ("CHECKPOINTS", lambda i: i["checkpoints"]),
             ("NAMESPACES", lambda i: len(i["namespaces"])),
             ("STEP", lambda i: "-" if i["latest_step"] is None else i["latest_step"]),
@@ -102,6 +109,7 @@ def _cmd_threads(args: argparse.Namespace, out: Out) -> int:
 def _cmd_history(args: argparse.Namespace, out: Out) -> int:
     with _open(args.path) as saver:
         _thread(saver, args.thread)
+        _ns(saver, args)
         records = saver.history_records(
             args.thread, checkpoint_ns=args.ns, before=args.before, limit=args.limit
         )
@@ -139,6 +147,7 @@ def _err_text(err: dict[str, Any]) -> str:
 def _cmd_show(args: argparse.Namespace, out: Out) -> int:
     with _open(args.path) as saver:
         _thread(saver, args.thread)
+        _ns(saver, args)
         found = _inspect(saver, args, args.checkpoint)
     md, checkpoint = found["metadata"] or {}, found.pop("checkpoint")
     writes, error = found.pop("writes"), found.pop("error")
@@ -172,6 +181,7 @@ def _cmd_show(args: argparse.Namespace, out: Out) -> int:
 def _cmd_diff(args: argparse.Namespace, out: Out) -> int:
     with _open(args.path) as saver:
         _thread(saver, args.thread)
+        _ns(saver, args)
         new = _inspect(saver, args, args.to)
         from_id = args.from_ or new["parent_checkpoint_id"]
         old = _inspect(saver, args, from_id) if from_id else None
@@ -211,24 +221,6 @@ def _cmd_diff(args: argparse.Namespace, out: Out) -> int:
     return 1 if errors else 0
 
 
-def _cmd_claims(args: argparse.Namespace, out: Out) -> int:
-    with _open(args.path) as saver:
-        claims, now = saver.claims(), saver.clock.now()
-    items = [{"thread_id": c.thread_id, **claim_doc(c, now)} for c in claims]
-    out.rows(
-        items,
-        [
-            ("THREAD", lambda i: i["thread_id"]),
-            ("HOLDER", lambda i: i["holder"]),
-            ("TOKEN", lambda i: i["token"]),
-            ("STATE", lambda i: "live" if i["live"] else "expired"),
-            ("EXPIRES", lambda i: when(i["expires_at"])),
-            ("", lambda i: claim_text(i).split(", ")[-1]),
-        ],
-    )
-    return 1 if any(i.get("error") for i in items) else 0
-
-
 def _event_text(e: Any) -> str:
     where = f" {e.checkpoint_id}" if e.checkpoint_id else ""
     where += f" ns={e.checkpoint_ns}" if e.checkpoint_ns else ""
@@ -239,8 +231,15 @@ def _event_text(e: Any) -> str:
 def _cmd_events(args: argparse.Namespace, out: Out) -> int:
     if args.follow and out.mode == "json":
         raise CliError("usage", "events --follow streams: use --nl instead of --json")
+    kinds = set(args.kind or ())
+
+    def wanted(event: Any) -> bool:
+        return not kinds or event.kind in kinds
+
     with _open(args.path) as saver:
-        floor = _thread(saver, args.thread)["floor"]
+        # Following a thread that does not exist yet waits for its first event.
+        known = not args.follow or any(t["thread_id"] == args.thread for t in saver.threads())
+        floor = _thread(saver, args.thread)["floor"] if known else 1
         if args.after is not None:
             after = args.after
         else:  # a damaged floor cell: read from the start and let the store judge it
@@ -249,7 +248,7 @@ def _cmd_events(args: argparse.Namespace, out: Out) -> int:
             found: list[Any] = []
             while args.limit is None or len(found) < args.limit:
                 page = saver.events_after(args.thread, after, limit=100)
-                found += page
+                found += [e for e in page if wanted(e)]
                 if len(page) < 100:
                     break
                 after = page[-1].seq
@@ -258,7 +257,7 @@ def _cmd_events(args: argparse.Namespace, out: Out) -> int:
         signal.signal(signal.SIGTERM, _interrupt)
         with saver.watch(args.thread, after) as watch:
             try:
-                out.stream(watch, _event_text)
+                out.stream((e for e in watch if wanted(e)), _event_text)
             except KeyboardInterrupt:
                 return 0  # the normal way to stop following
     return 0
@@ -266,33 +265,6 @@ def _cmd_events(args: argparse.Namespace, out: Out) -> int:
 
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
-
-
-def _cmd_prune(args: argparse.Namespace, out: Out) -> int:
-    if args.keep is None and args.max_age is None and args.max_events is None:
-        raise CliError("usage", "prune: give --keep, --max-age or --max-events")
-    policy = RetentionPolicy(args.keep, args.max_age, args.max_events)
-    with _open(args.path) as saver:
-        for thread_id in args.threads:
-            _thread(saver, thread_id)
-        results = saver.prune(args.threads, strategy=policy, dry_run=True)
-        n_cp = sum(len(r.checkpoints) for r in results)
-        n_ev = sum(r.events_removed for r in results)
-        if not args.dry_run and (n_cp or n_ev):
-            what = f"{plural(n_cp, 'checkpoint')} and {plural(n_ev, 'event')}"
-            confirm(args, f"prune would remove {what}")
-            results = saver.prune(args.threads, strategy=policy)
-    verb = "would remove" if args.dry_run else "removed"
-    docs = [{**dataclasses.asdict(r), "dry_run": args.dry_run} for r in results]
-    out.document(
-        docs,
-        lambda: "\n".join(
-            f"{r.thread_id}: {verb} {plural(len(r.checkpoints), 'checkpoint')}, "
-            f"{plural(r.events_removed, 'event')} (floor {r.floor})"
-            for r in results
-        ),
-    )
-    return 0
 
 
 def _cmd_compact(args: argparse.Namespace, out: Out) -> int:
@@ -385,6 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"lgfs {__version__}")
+    add_db_option(parser, dest="db_global")
     doc = Parser(add_help=False)
     doc.add_argument("--json", action="store_true", help="print one JSON document")
     stream = Parser(add_help=False)
@@ -394,25 +367,50 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     allow = add_allow_options(Parser(add_help=False))
+    db = Parser(add_help=False)
+    add_db_option(db)
+    file_help = "the checkpoint file (or --db PATH, or $LGFS_PATH)"
 
-    def command(name: str, fn: Callable, help: str, streams: bool = False) -> Parser:
+    def command(name: str, fn: Callable, help: str, streams: bool = False, **kw: Any) -> Parser:
         parents = [stream if streams else doc, allow]
-        p = sub.add_parser(name, parents=parents, help=help, description=help)
+        if name != "import-sqlitesaver":  # it names its own two files
+            parents.append(db)
+        p = sub.add_parser(name, parents=parents, help=help, description=help, **kw)
         p.set_defaults(func=fn)
         return p
 
+    def path_only(p: argparse.ArgumentParser) -> None:
+        p.add_argument("path", metavar="PATH", nargs="?", help=file_help)
+
     def path_thread(p: argparse.ArgumentParser, ns: bool = True) -> None:
-        p.add_argument("path", metavar="PATH", help="the checkpoint file")
+        path_only(p)
         p.add_argument("thread", metavar="THREAD", help="the thread id")
         if ns:
-            p.add_argument("--ns", default="", help='checkpoint namespace (default "", the root)')
+            p.add_argument(
+                "--ns",
+                default="",
+                help='checkpoint namespace, or a unique prefix of one (default "", the root)',
+            )
 
-    def yes(p: argparse.ArgumentParser) -> None:
-        p.add_argument("-y", "--yes", action="store_true", help="remove data without asking")
+    def yes(p: argparse.ArgumentParser, what: str = "remove data") -> None:
+        p.add_argument("-y", "--yes", action="store_true", help=f"{what} without asking")
 
     p = command("threads", _cmd_threads, "list threads, most recently active first", True)
-    p.add_argument("path", metavar="PATH", nargs="?", help="the file (default: $LGFS_PATH)")
+    path_only(p)
     p.add_argument("--limit", type=count(1), help="at most N threads")
+    p.add_argument(
+        "--status",
+        action="append",
+        choices=THREAD_STATES,
+        metavar="STATE",
+        help=f"only threads in STATE (repeatable): {', '.join(THREAD_STATES)}",
+    )
+    p.add_argument(
+        "--inactive-for",
+        type=duration,
+        metavar="DURATION",
+        help="only threads not written for DURATION, e.g. 7d",
+    )
     p = command("history", _cmd_history, "list a thread's checkpoints, newest first", True)
     path_thread(p)
     p.add_argument("--limit", type=count(1), default=20, help="page size (default 20)")
@@ -424,21 +422,20 @@ def build_parser() -> argparse.ArgumentParser:
     path_thread(p)
     p.add_argument("--from", dest="from_", metavar="ID", help="default: the parent of --to")
     p.add_argument("--to", metavar="ID", help="default: the latest checkpoint")
-    p = command("claims", _cmd_claims, "list live and expired claims", True)
-    p.add_argument("path", metavar="PATH", help="the checkpoint file")
+    add_claims_command(command, yes)
     p = command("events", _cmd_events, "print a thread's event log", True)
     path_thread(p, ns=False)
     p.add_argument("--after", type=count(0), metavar="N", help="only events after seq N")
     p.add_argument("--limit", type=count(1), help="at most N events (without --follow)")
-    p.add_argument("--follow", action="store_true", help="keep printing new events until Ctrl-C")
-    p = command("prune", _cmd_prune, "remove old checkpoints and events of threads")
-    p.add_argument("path", metavar="PATH", help="the checkpoint file")
-    p.add_argument("threads", metavar="THREAD", nargs="+", help="thread ids")
-    p.add_argument("--keep", type=count(0), metavar="N", help="keep the N newest checkpoints")
-    p.add_argument("--max-age", type=duration, metavar="DURATION", help="e.g. 30s, 15m, 2h, 7d")
-    p.add_argument("--max-events", type=count(0), metavar="N", help="keep the N newest events")
-    p.add_argument("--dry-run", action="store_true", help="only report what would be removed")
-    yes(p)
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep printing new events until Ctrl-C (waits for a thread not there yet)",
+    )
+    p.add_argument(
+        "--kind", action="append", metavar="KIND", help="only events of KIND (repeatable)"
+    )
+    add_prune_command(command, path_only, yes)
     p = command("compact", _cmd_compact, "remove a thread's events below seq SEQ")
     path_thread(p, ns=False)
     p.add_argument("--before", type=count(1), metavar="SEQ", required=True, help="new floor")
@@ -451,7 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
     path_thread(p, ns=False)
     yes(p)
     p = command("doctor", cmd_doctor, "check the file; exit 1 on a problem")
-    p.add_argument("path", metavar="PATH", help="the checkpoint file")
+    path_only(p)
+    add_vacuum_command(command, path_only)
     p = command("import-sqlitesaver", _cmd_import, "copy a LangGraph SqliteSaver file into DEST")
     p.add_argument("src", metavar="SRC", help="the SqliteSaver file (read-only)")
     p.add_argument("dest", metavar="DEST", help="the fenced file (created if missing)")
@@ -469,6 +467,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     as_json = "--json" in argv or "--nl" in argv
     try:
         args = build_parser().parse_args(argv)
+        if args.command == "claims":
+            parse_claims_words(args)
+        resolve_file(args)
         allow_from_args(args)
         return args.func(args, Out(args))
     except SystemExit as exc:  # --help, --version

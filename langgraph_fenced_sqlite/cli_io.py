@@ -41,6 +41,7 @@ __all__ = [
     "count",
     "duration",
     "fail",
+    "find_thread",
     "is_number",
     "jsonable",
     "open_existing",
@@ -138,6 +139,20 @@ def open_existing(path: str, serde: SerializerProtocol | None = None) -> FencedS
     if not os.path.isfile(path):
         raise CliError("not_a_file", f"{path}: not a file", path=path)
     return FencedSqliteSaver(path, serde=serde)
+
+
+def find_thread(saver: FencedSqliteSaver, thread_id: str) -> dict[str, Any]:
+    """Return the thread's summary (`saver.threads()`'s).
+
+    Raises:
+        CliError: `thread_not_found`.
+    """
+    for summary in saver.threads():
+        if summary["thread_id"] == thread_id:
+            return summary
+    raise CliError(
+        "thread_not_found", f"thread {thread_id!r} not found in {saver.path}", thread_id=thread_id
+    )
 
 
 def confirm(args: argparse.Namespace, what: str) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from . import checkpoints, claims, events, schema
+from . import checkpoints, claims, events, schema, subgraph_runs
 from .clock import to_seconds
 from .errors import CheckpointConflict, bad_argument
 
@@ -38,14 +38,20 @@ class RetentionPolicy:
         max_age: Remove checkpoints older than this (seconds or timedelta),
             by the store's clock.
         max_events: Keep at most this many newest events (raises the floor).
+        max_subgraph_runs: Keep the checkpoints of at most this many past
+            subgraph runs per thread (newest first); the others' namespaces
+            go entirely, latest checkpoint included (see `subgraph_runs.py`:
+            a subgraph still running or waiting at an interrupt is never
+            past). None keeps every run's namespace.
     """
 
     max_checkpoints: int | None = None
     max_age: float | timedelta | None = None
     max_events: int | None = None
+    max_subgraph_runs: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_checkpoints", "max_events"):
+        for name in ("max_checkpoints", "max_events", "max_subgraph_runs"):
             value = getattr(self, name)
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int) or value < 0
@@ -204,11 +210,16 @@ def prune_txn(
 ) -> PruneResult:
     """Apply `policy` to one thread (no claim needed, nothing logged)."""
     nodes = _skeleton(conn, thread_id)
+    candidates, past = nodes, set()
+    if policy.max_subgraph_runs is not None and not keep_latest_only:
+        # Past runs' namespaces go whole: none of them counts as kept below.
+        past = subgraph_runs.past_namespaces(conn, thread_id, nodes, policy.max_subgraph_runs)
+        candidates = [n for n in nodes if n.ns not in past]
     latest: dict[str, _Node] = {}
-    for node in nodes:
+    for node in candidates:
         latest[node.ns] = node
     keep = {(n.ns, n.cid) for n in latest.values()}
-    newest_first = sorted(nodes, key=lambda n: n.position, reverse=True)
+    newest_first = sorted(candidates, key=lambda n: n.position, reverse=True)
     max_age = policy.max_age_seconds
     for rank, node in enumerate(newest_first):
         if keep_latest_only:
@@ -235,11 +246,16 @@ def prune_txn(
             target = max(target, next_seq - policy.max_events)
         new_floor = min(target, next_seq) if target > floor else floor
         orphans = conn.execute(schema.COUNT_ORPHAN_WRITES, (thread_id,)).fetchone()[0]
+        for ns in past:
+            orphans += conn.execute(schema.COUNT_NS_ORPHAN_WRITES, (thread_id, ns)).fetchone()[0]
         return PruneResult(thread_id, removed, new_floor, new_floor - floor, orphans)
     _remove(conn, thread_id, removed)
     # After the checkpoints: the latest of each namespace is kept, so which
-    # writes are orphans does not depend on what was just removed.
+    # writes are orphans does not depend on what was just removed. A past
+    # run's namespace has no latest left: whatever writes remain there go.
     orphans = conn.execute(schema.DELETE_ORPHAN_WRITES, (thread_id,)).rowcount
+    for ns in past:
+        orphans += conn.execute(schema.DELETE_NS_ORPHAN_WRITES, (thread_id, ns)).rowcount
     target = floor
     if removed:
         # Events go with their checkpoints: the floor moves up to the first

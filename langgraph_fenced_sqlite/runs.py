@@ -156,3 +156,67 @@ def delete_unclaimed_txn(
         # The claim created the row; a thread that never existed has no
         # reader to warn, so it leaves no tombstone behind.
         conn.execute(schema.DELETE_THREAD_ROW, (thread_id,))
+
+
+# --- an operator's hand on a claim ------------------------------------------------------------
+
+OPERATOR_RELEASED = "claim_released_by_operator"
+OPERATOR_TOOK_OVER = "claim_taken_over"
+
+
+def _previous(row: claims.ThreadRow, operator: str, now: float) -> dict[str, Any]:
+    return {
+        "operator": operator,
+        "previous_holder": row.holder,
+        "previous_token": row.token,
+        "previous_run_id": row.run_id,
+        "was_live": row.live(now),
+    }
+
+
+def force_release_txn(
+    conn: sqlite3.Connection, thread_id: str, operator: str, *, now: float
+) -> Claim | None:
+    """End the thread's claim, whoever holds it, and log who did it, in one commit.
+
+    The released token is fenced off like a taken-over one: its holder's next
+    fenced write or renewal is `StaleClaim`, its release and end of run change
+    nothing (`end_run_txn` returns False). The event is unfenced (no token).
+
+    Returns:
+        The claim that was released, or None when the thread had none
+        (nothing changes, nothing is logged).
+    """
+    row = claims.read_thread(conn, thread_id)
+    if row is None or row.token is None:
+        return None
+    previous = Claim(thread_id, row.holder or "", row.token, row.expires_at or 0.0)
+    claims.release(conn, thread_id, row.token)
+    event = events.NewEvent(OPERATOR_RELEASED, _previous(row, operator, now))
+    events.append(conn, thread_id, row, [event], token=None, now=now)
+    return previous
+
+
+def operator_take_over_txn(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    holder: str,
+    operator: str,
+    ttl: float,
+    *,
+    now: float,
+) -> Claim:
+    """Take the thread over for `holder` (fencing off any holder) and log it, in one commit.
+
+    `holder` gets a new token until `now + ttl`; the `claim_taken_over`
+    event carries that token and names `operator`, the previous holder and
+    token (None when the thread had no claim).
+    """
+    before = claims.ensure_thread(conn, thread_id)
+    claim = claims.grant(conn, thread_id, holder, ttl, now=now, force=True)
+    data = {**_previous(before, operator, now), "holder": holder, "expires_at": claim.expires_at}
+    row = claims.read_thread(conn, thread_id)
+    assert row is not None
+    event = events.NewEvent(OPERATOR_TOOK_OVER, data)
+    events.append(conn, thread_id, row, [event], token=claim.token, now=now)
+    return claim

@@ -392,6 +392,20 @@ _ORPHAN_WRITES = (
 )
 COUNT_ORPHAN_WRITES = "SELECT count(*) " + _ORPHAN_WRITES
 DELETE_ORPHAN_WRITES = "DELETE " + _ORPHAN_WRITES
+# Writes of one namespace whose checkpoint is not stored (a past subgraph run's
+# namespace, once its checkpoints are removed: all of its writes).
+_NS_ORPHAN_WRITES = (
+    "FROM writes WHERE thread_id = ? AND checkpoint_ns = ? AND NOT EXISTS (SELECT 1 "
+    "FROM checkpoints c WHERE c.thread_id = writes.thread_id AND c.checkpoint_ns = "
+    "writes.checkpoint_ns AND c.checkpoint_id = writes.checkpoint_id)"
+)
+# Before the removal (a dry run): those the general count above leaves out.
+COUNT_NS_ORPHAN_WRITES = (
+    "SELECT count(*) " + _NS_ORPHAN_WRITES + " AND position >= (SELECT max(l.position) "
+    "FROM checkpoints l WHERE l.thread_id = writes.thread_id "
+    "AND l.checkpoint_ns = writes.checkpoint_ns)"
+)
+DELETE_NS_ORPHAN_WRITES = "DELETE " + _NS_ORPHAN_WRITES
 # Copy the writes of one source checkpoint, at the position its copy got.
 # A write the target already has for that key stays (first writer wins), so
 # copying again adds nothing.
@@ -550,6 +564,48 @@ TABLE_COUNTS = (
     "(SELECT count(*) FROM writes), (SELECT count(*) FROM events)"
 )
 INTEGRITY_CHECK = "PRAGMA integrity_check"
+# A thread's status (`api_inspect.thread_status`): its last run lifecycle
+# event, and the interrupts pending on its latest root checkpoint.
+LAST_RUN_EVENT = (
+    "SELECT seq, kind, data FROM events WHERE thread_id = ? AND kind IN ("
+    "'run_started', 'run_completed', 'run_interrupted', 'run_failed', 'run_superseded', "
+    "'run_cancelled', 'run_timed_out', 'claim_released_by_operator', 'claim_taken_over') "
+    "ORDER BY seq DESC LIMIT 1"
+)
+LATEST_ROOT_INTERRUPTS = (
+    "SELECT w.task_path FROM writes w WHERE w.thread_id = ? AND w.checkpoint_ns = '' "
+    "AND w.channel = '__interrupt__' AND w.checkpoint_id = (SELECT c.checkpoint_id "
+    "FROM checkpoints c WHERE c.thread_id = w.thread_id AND c.checkpoint_ns = '' "
+    "ORDER BY c.position DESC LIMIT 1) ORDER BY w.task_path, w.task_id, w.idx"
+)
+LATEST_ROOT_POSITION = (
+    "SELECT max(position) FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ''"
+)
+# The namespaces a thread's checkpoints are in (for `--ns` prefixes).
+THREAD_NAMESPACES = (
+    "SELECT DISTINCT checkpoint_ns FROM checkpoints WHERE thread_id = ? ORDER BY checkpoint_ns"
+)
+# When a thread was last written: its newest checkpoint and its newest event.
+THREAD_ACTIVITY = (
+    "SELECT (SELECT max(created_at) FROM checkpoints WHERE thread_id = ?), "
+    "(SELECT max(ts) FROM events WHERE thread_id = ?)"
+)
+# Every listed thread's id, for a sweep (tombstones hold nothing to prune).
+THREAD_IDS = f"SELECT t.thread_id FROM threads t WHERE {_NOT_TOMBSTONE} ORDER BY t.thread_id"
+# `parents` of a checkpoint's metadata: the checkpoint of each enclosing
+# namespace it was written under (LangGraph's `{"": parent_id, ...}`).
+CHECKPOINT_PARENTS = (
+    "SELECT CASE WHEN json_valid(metadata) THEN json_extract(metadata, '$.parents') END "
+    "FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
+)
+
+# --- vacuum ----------------------------------------------------------------------------
+# VACUUM cannot run inside a transaction; the WAL it fills is then truncated.
+VACUUM = "VACUUM"
+WAL_CHECKPOINT_TRUNCATE = "PRAGMA wal_checkpoint(TRUNCATE)"
+GET_PAGE_COUNT = "PRAGMA page_count"
+GET_FREELIST_COUNT = "PRAGMA freelist_count"
+GET_PAGE_SIZE = "PRAGMA page_size"
 
 # --- SqliteSaver import (read-only source) ---------------------------------------------
 # Run by `importer.py` on a LangGraph `SqliteSaver` file opened read-only

@@ -31,7 +31,8 @@ from langgraph_fenced_sqlite.cli import build_parser, main
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 COMMANDS = (
-    "threads history show diff claims events prune compact retract delete doctor import-sqlitesaver"
+    "threads history show diff claims events prune compact retract delete doctor vacuum "
+    "import-sqlitesaver"
 ).split()
 
 
@@ -164,7 +165,7 @@ def test_threads_lists_counts_claims_and_latest_activity_first(demo: str, cli: A
     assert [json.loads(line)["thread_id"] for line in nl] == [t["thread_id"] for t in threads]
     text = lgfs("threads", env={"LGFS_PATH": demo})
     assert text.returncode == 0
-    assert text.stdout.splitlines()[0].split()[:2] == ["THREAD", "CHECKPOINTS"]
+    assert text.stdout.splitlines()[0].split()[:3] == ["THREAD", "STATUS", "CHECKPOINTS"]
     assert "worker-2 token" in text.stdout and "expires in" in text.stdout
     assert "expired" in text.stdout
 
@@ -633,7 +634,7 @@ def test_doctor_reports_a_file_with_damaged_pages_as_an_integrity_failure(copy: 
 def test_an_unexpected_error_is_one_line_with_exit_7(demo: str, cli: Any, monkeypatch: Any) -> None:
     """A bug anywhere below a command is converted like any error: no traceback, exit 7."""
 
-    def broken(self: Any) -> Any:
+    def broken(self: Any, **filters: Any) -> Any:
         raise ZeroDivisionError("boom")
 
     monkeypatch.setattr(FencedSqliteSaver, "threads", broken)

@@ -228,3 +228,37 @@ def test_removing_methods(
             _check(db_path, call, params)
         except Exception as exc:
             assert type(exc).__name__ in ("StaleClaim", "ThreadBusy"), exc
+
+
+@FUZZ
+@given(thread_id=name, operator=name, value=junk, seconds=junk)
+def test_operator_methods(
+    world: Any, db_path: str, thread_id: Any, operator: Any, value: Any, seconds: Any
+) -> None:
+    """The operator's calls: release, take over, status, filters, sweep, namespaces, vacuum."""
+    from langgraph_fenced_sqlite import RetentionPolicy, ThreadBusy
+
+    store, _, _ = world
+    calls = [
+        (lambda: store.force_release(thread_id, operator=operator), ("thread_id", "operator")),
+        (
+            lambda: store.take_over(thread_id, "ops", 60, operator=operator),
+            ("thread_id", "operator"),
+        ),
+        (lambda: store.thread_status(thread_id), ("thread_id",)),
+        (lambda: store.threads(status=value), ("status",)),
+        (lambda: store.threads(inactive_for=seconds), ("inactive_for",)),
+        (lambda: store.sweep(RetentionPolicy(), inactive_for=seconds), ("inactive_for",)),
+        (lambda: store.sweep(value), ("policy",)),
+        (lambda: RetentionPolicy(max_subgraph_runs=value), ("max_subgraph_runs",)),
+        (lambda: store.resolve_namespace("t", value), ("checkpoint_ns",)),
+        (lambda: store.vacuum(force=value), ("force",)),
+    ]
+    for call, params in calls:
+        try:
+            got = _check(db_path, call, params)
+        except ThreadBusy as exc:  # vacuum, refused: alice holds "t"
+            assert exc.thread_id == "t"
+            continue
+        if hasattr(got, "token") and getattr(got, "holder", None) == "ops":
+            store.force_release(got.thread_id, operator="fuzz")

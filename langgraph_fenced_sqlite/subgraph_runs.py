@@ -1,0 +1,100 @@
+"""Which subgraph namespaces of a thread belong to runs that are over.
+
+Invariant: a namespace is judged *past* only when its enclosing namespace has
+moved on: the checkpoint its latest checkpoint was written under (metadata
+`parents`) is stored, and a newer checkpoint of the enclosing namespace was
+committed after it. Anything this cannot tell (no `parents`, the parent
+checkpoint not stored yet or any more, damaged metadata) is kept, so a
+subgraph still running, or interrupted and waiting for its resume (its parent
+has not moved on), is never judged past. Runs inside a transaction the engine
+opened; decides nothing else.
+
+LangGraph names a subgraph's namespace `node:<task id>` (nested ones joined
+by `|`), and each run of the node is a new task, so every past run leaves a
+namespace behind that no later run reads again (time travel to an older
+parent checkpoint excepted: that is what `max_subgraph_runs` gives up).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from . import schema
+
+__all__ = ["past_namespaces"]
+
+# LangGraph's separator of nested namespaces (`langgraph.constants.NS_SEP`).
+NS_SEP = "|"
+
+
+class _Node(Protocol):
+    @property
+    def ns(self) -> str: ...
+    @property
+    def cid(self) -> str: ...
+    @property
+    def position(self) -> int: ...
+
+
+def _parent_ns(ns: str) -> str:
+    return ns.rsplit(NS_SEP, 1)[0] if NS_SEP in ns else ""
+
+
+def _parents(conn: sqlite3.Connection, thread_id: str, ns: str, cid: str) -> dict[str, Any]:
+    row = conn.execute(schema.CHECKPOINT_PARENTS, (thread_id, ns, cid)).fetchone()
+    if row is None or not isinstance(row[0], str):
+        return {}
+    try:
+        parents = json.loads(row[0])
+    except ValueError:
+        return {}
+    return parents if isinstance(parents, dict) else {}
+
+
+def past_namespaces(
+    conn: sqlite3.Connection, thread_id: str, nodes: Iterable[_Node], keep_runs: int
+) -> set[str]:
+    """Return the subgraph namespaces to remove: past runs beyond the `keep_runs` newest.
+
+    A run is a past namespace whose enclosing namespace is not past itself;
+    its nested namespaces go with it. Runs are ranked by their latest commit.
+
+    Args:
+        nodes: The thread's checkpoints (namespace, id, position), any order.
+        keep_runs: How many past runs to keep (0: remove every past run).
+    """
+    latest: dict[str, _Node] = {}
+    positions: dict[tuple[str, str], int] = {}
+    for node in nodes:
+        positions[(node.ns, node.cid)] = node.position
+        if node.ns not in latest or node.position > latest[node.ns].position:
+            latest[node.ns] = node
+    own_past: set[str] = set()
+    for ns, node in latest.items():
+        if ns == "":
+            continue
+        outer = _parent_ns(ns)
+        parent_id = _parents(conn, thread_id, ns, node.cid).get(outer)
+        if not isinstance(parent_id, str) or outer not in latest:
+            continue
+        parent_at = positions.get((outer, parent_id))
+        # The parent checkpoint must be stored: a subgraph's first checkpoint
+        # may commit before its parent's (LangGraph puts asynchronously).
+        if parent_at is not None and latest[outer].position > parent_at:
+            own_past.add(ns)
+
+    def is_past(ns: str) -> bool:
+        while ns:
+            if ns in own_past:
+                return True
+            ns = _parent_ns(ns)
+        return False
+
+    past = {ns for ns in latest if ns and is_past(ns)}
+    runs = [ns for ns in past if _parent_ns(ns) not in past]
+    runs.sort(key=lambda ns: latest[ns].position, reverse=True)
+    kept = set(runs[:keep_runs])
+    return {ns for ns in past if not any(ns == r or ns.startswith(r + NS_SEP) for r in kept)}

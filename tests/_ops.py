@@ -1,0 +1,111 @@
+"""Shared graphs and files for the operator tests: statuses, claims in hand, retention.
+
+`build_graph` is a small agent: `step` -> `sub` (a subgraph) -> `ask` (an
+`interrupt`), and `step` raises when the input says `boom`. `make_ops_file`
+writes threads in every status through the real runner and LangGraph:
+
+- `done`: ran, stopped at the interrupt, resumed and completed (idle);
+- `waiting`: stopped at the interrupt (interrupted at `ask`);
+- `broken`: its run raised (failed);
+- `busy`: claimed live by `worker-9` for an hour (running);
+- `old`: completed 40 days ago, by a store whose clock is 40 days behind (idle);
+- `plain`: run by plain `graph.invoke`, no runner, no claim (idle).
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import subprocess
+import sys
+import time
+from typing import Annotated, Any, TypedDict
+
+from langgraph.graph import START, StateGraph
+from langgraph.types import Command, interrupt
+
+from langgraph_fenced_sqlite import FencedRunner, FencedSqliteSaver, ManualClock
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+DAY = 86400.0
+
+
+class State(TypedDict, total=False):
+    """The agent's state."""
+
+    items: Annotated[list[str], operator.add]
+    count: int
+    boom: bool
+
+
+def _step(state: State) -> dict[str, Any]:
+    if state.get("boom"):
+        raise ValueError("the model call failed")
+    return {"items": [f"step{state.get('count', 0)}"], "count": 1}
+
+
+def build_graph(checkpointer: Any, **compile_kwargs: Any) -> Any:
+    """Compile step -> sub(tag) -> ask (an interrupt) with `checkpointer` (and `compile_kwargs`)."""
+    sub = StateGraph(State)
+    sub.add_node("tag", lambda s: {"items": ["sub"]})
+    sub.add_edge(START, "tag")
+    graph = StateGraph(State)
+    graph.add_node("step", _step)
+    graph.add_node("sub", sub.compile())
+    graph.add_node("ask", lambda s: {"items": [interrupt("approve?")]})
+    graph.add_edge(START, "step")
+    graph.add_edge("step", "sub")
+    graph.add_edge("sub", "ask")
+    return graph.compile(checkpointer=checkpointer, **compile_kwargs)
+
+
+def config(thread_id: str) -> dict[str, Any]:
+    """A plain config for `thread_id`."""
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def make_ops_file(path: str) -> None:
+    """Write the six threads described in the module docstring into `path`."""
+    with FencedSqliteSaver(path, clock=ManualClock(time.time() - 40 * DAY)) as saver:
+        runner = FencedRunner(build_graph(saver), saver, holder="worker-old")
+        runner.invoke({"count": 0}, config("old"))
+        runner.invoke(Command(resume="ok"), config("old"))
+    with FencedSqliteSaver(path) as saver:
+        graph = build_graph(saver)
+        runner = FencedRunner(graph, saver, holder="worker-1")
+        runner.invoke({"count": 0}, config("done"))
+        runner.invoke(Command(resume="ok"), config("done"))
+        runner.invoke({"count": 2}, config("waiting"))
+        try:
+            runner.invoke({"boom": True}, config("broken"))
+        except ValueError:
+            pass
+        else:  # pragma: no cover - the node raises
+            raise AssertionError("the broken run did not fail")
+        graph.invoke({"count": 3}, config("plain"))
+        graph.invoke(Command(resume="fine"), config("plain"))
+        claim = saver.claim("busy", "worker-9", 3600)
+        graph.invoke({"count": 4}, claim.config())
+
+
+def lgfs(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the real `lgfs` command in a subprocess (no terminal: nothing is asked)."""
+    return subprocess.run(
+        [sys.executable, "-m", "langgraph_fenced_sqlite", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def python(script: str, *args: str) -> subprocess.Popen[str]:
+    """Start `python -c script args...` with pipes (a real other process)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )

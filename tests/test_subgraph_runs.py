@@ -1,0 +1,277 @@
+"""`RetentionPolicy(max_subgraph_runs=N)`: past subgraph runs' namespaces become prunable.
+
+Every run of a subgraph node writes a namespace of its own (`child:<task
+id>`), which the file otherwise keeps forever. These tests run real graphs (a
+subgraph, a nested one, a `Send` fan-out, an interrupt inside a subgraph, a
+run paused inside a subgraph node in another process) and check that only
+namespaces whose parent has moved on go, that what goes goes whole, and that
+every thread still reads and resumes as before.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import uuid
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from _ops import TESTS_DIR, python
+from conftest import dump
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.graph import START, StateGraph
+from langgraph.types import Command, Send, interrupt
+
+from langgraph_fenced_sqlite import FencedSqliteSaver, InvalidArgument, RetentionPolicy
+
+
+class Log(TypedDict, total=False):
+    """The graphs' state: what ran, in order."""
+
+    log: Annotated[list[str], operator.add]
+    topic: str
+
+
+def child_graph(ask: bool = False, nested: bool = False) -> Any:
+    """work (an interrupt if `ask`) [-> inner subgraph if `nested`]."""
+    sub = StateGraph(Log)
+    sub.add_node("work", lambda s: {"log": [interrupt("ok?") if ask else "work"]})
+    sub.add_edge(START, "work")
+    if nested:
+        inner = StateGraph(Log)
+        inner.add_node("deep", lambda s: {"log": ["deep"]})
+        inner.add_edge(START, "deep")
+        sub.add_node("inner", inner.compile())
+        sub.add_edge("work", "inner")
+    return sub.compile()
+
+
+def agent(saver: FencedSqliteSaver, ask: bool = False, nested: bool = False) -> Any:
+    """prep -> child (a subgraph) -> END: every run writes a new `child:<id>` namespace."""
+    g = StateGraph(Log)
+    g.add_node("prep", lambda s: {"log": ["prep"]})
+    g.add_node("child", child_graph(ask, nested))
+    g.add_edge(START, "prep")
+    g.add_edge("prep", "child")
+    return g.compile(checkpointer=saver)
+
+
+class FanLog(TypedDict, total=False):
+    """The fan-out parent's state (the topic is each Send's own)."""
+
+    log: Annotated[list[str], operator.add]
+
+
+def fan_out(saver: FencedSqliteSaver) -> Any:
+    """prep -> Send to `child` once per topic (a fan-out: one namespace per Send)."""
+    g = StateGraph(FanLog)
+    g.add_node("prep", lambda s: {"log": ["prep"]})
+    g.add_node("child", child_graph())
+    g.add_edge(START, "prep")
+    g.add_conditional_edges("prep", lambda s: [Send("child", {"topic": t}) for t in "abc"])
+    return g.compile(checkpointer=saver)
+
+
+def cfg(thread_id: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def namespaces(saver: FencedSqliteSaver, thread_id: str) -> list[str]:
+    return saver.namespaces(thread_id)
+
+
+def children(saver: FencedSqliteSaver, thread_id: str) -> list[str]:
+    """The subgraph namespaces, oldest run first (by their first checkpoint's position)."""
+    first: dict[str, int] = {}
+    for ns in namespaces(saver, thread_id):
+        if ns:
+            records = saver.history_records(thread_id, checkpoint_ns=ns, limit=1000)
+            first[ns] = min(r["position"] for r in records)
+    return sorted(first, key=first.__getitem__)
+
+
+def test_past_runs_go_whole_and_the_newest_n_stay(store: FencedSqliteSaver) -> None:
+    graph = agent(store)
+    for _ in range(4):
+        for thread_id in ("t", "control"):  # the same turns; only "t" is pruned
+            graph.invoke({"log": []}, cfg(thread_id))
+    runs = children(store, "t")
+    assert len(runs) == 4 and all(ns.startswith("child:") for ns in runs)
+    state = graph.get_state(cfg("t"))
+    root = store.history_records("t", limit=1000)
+    policy = RetentionPolicy(max_subgraph_runs=1)
+    (dry,) = store.prune(["t"], strategy=policy, dry_run=True)
+    (done,) = store.prune(["t"], strategy=policy)
+    assert done == dry
+    assert {ns for ns, _ in done.checkpoints} == set(runs[:3])
+    assert namespaces(store, "t") == ["", runs[3]]
+    assert store.history_records("t", limit=1000) == root  # the root is untouched
+    assert graph.get_state(cfg("t")).values == state.values
+    # Their writes went with them.
+    conn_rows = dump(store.path)["writes"]
+    assert not [w for w in conn_rows if w[1] in runs[:3]]
+    # The next run goes on as if nothing was pruned; then no past run is kept.
+    out = graph.invoke({"log": []}, cfg("t"))
+    assert out == graph.invoke({"log": []}, cfg("control"))
+    store.prune(["t"], strategy=RetentionPolicy(max_subgraph_runs=0))
+    assert namespaces(store, "t") == [""]
+    assert graph.get_state(cfg("t")).values == out
+
+
+def test_without_the_option_every_run_is_kept(store: FencedSqliteSaver) -> None:
+    graph = agent(store)
+    for _ in range(3):
+        graph.invoke({"log": []}, cfg("t"))
+    store.prune(["t"], strategy=RetentionPolicy(max_checkpoints=0))
+    assert len(children(store, "t")) == 3  # the latest of each namespace stays
+
+
+def test_an_interrupted_subgraph_is_current_and_resumes_after_a_prune(
+    store: FencedSqliteSaver,
+) -> None:
+    graph = agent(store, ask=True)
+    for thread_id in ("t", "control"):  # the same turns; only "t" is pruned
+        graph.invoke({"log": []}, cfg(thread_id))
+        graph.invoke(Command(resume="yes"), cfg(thread_id))
+        graph.invoke({"log": []}, cfg(thread_id))  # waits inside the subgraph again
+    past, waiting = children(store, "t")
+    before = graph.get_state(cfg("t"), subgraphs=True)
+    assert before.tasks and before.tasks[0].interrupts
+    (done,) = store.prune(["t"], strategy=RetentionPolicy(max_subgraph_runs=0))
+    assert {ns for ns, _ in done.checkpoints} == {past}
+    assert namespaces(store, "t") == ["", waiting]
+    after = graph.get_state(cfg("t"), subgraphs=True)
+    assert after.tasks[0].interrupts == before.tasks[0].interrupts
+    assert after.tasks[0].state.values == before.tasks[0].state.values
+    out = graph.invoke(Command(resume="again"), cfg("t"))
+    assert out == graph.invoke(Command(resume="again"), cfg("control"))
+    assert out["log"][-1] == "again"
+
+
+def test_nested_subgraphs_go_with_their_run(store: FencedSqliteSaver) -> None:
+    graph = agent(store, nested=True)
+    graph.invoke({"log": []}, cfg("t"))
+    graph.invoke({"log": []}, cfg("t"))
+    nested = [ns for ns in namespaces(store, "t") if "|" in ns]
+    assert len(nested) == 2
+    newest = children(store, "t")[-1].split("|")[0]
+    store.prune(["t"], strategy=RetentionPolicy(max_subgraph_runs=1))
+    left = namespaces(store, "t")
+    assert left == sorted(["", newest, *[ns for ns in nested if ns.startswith(newest + "|")]])
+    assert len(left) == 3
+
+
+def test_a_fan_out_is_one_namespace_per_send_and_all_go_when_past(
+    store: FencedSqliteSaver,
+) -> None:
+    graph = fan_out(store)
+    graph.invoke({"log": []}, cfg("t"))
+    graph.invoke({"log": []}, cfg("t"))
+    assert len(children(store, "t")) == 6
+    state = graph.get_state(cfg("t")).values
+    store.prune(["t"], strategy=RetentionPolicy(max_subgraph_runs=3))
+    assert len(children(store, "t")) == 3  # the second run's three sends
+    store.prune(["t"], strategy=RetentionPolicy(max_subgraph_runs=0))
+    assert namespaces(store, "t") == [""]
+    assert graph.get_state(cfg("t")).values == state
+
+
+def _put(saver: FencedSqliteSaver, ns: str, parent: str | None, metadata: dict[str, Any]) -> str:
+    cp = empty_checkpoint()
+    cp["id"] = str(uuid.uuid4())
+    conf: dict[str, Any] = {"thread_id": "t", "checkpoint_ns": ns}
+    if parent:
+        conf["checkpoint_id"] = parent
+    saver.put({"configurable": conf}, cp, metadata, {})
+    return cp["id"]
+
+
+def test_what_cannot_be_judged_is_kept(store: FencedSqliteSaver) -> None:
+    """No `parents`, or a parent checkpoint not stored (yet): the namespace stays."""
+    a = _put(store, "", None, {"source": "input", "step": -1, "parents": {}})
+    # A subgraph's first checkpoint may commit before its parent's (LangGraph
+    # puts asynchronously): its parent is not stored yet.
+    _put(store, "early:1", None, {"source": "input", "step": -1, "parents": {"": "not-yet"}})
+    _put(store, "old:1", None, {"source": "input", "step": -1})  # no parents at all
+    _put(store, "", a, {"source": "loop", "step": 0, "parents": {}})
+    (dry,) = store.prune(["t"], strategy=RetentionPolicy(max_subgraph_runs=0), dry_run=True)
+    assert dry.checkpoints == []
+    # A namespace written under the latest root checkpoint is current too.
+    latest = store.history_records("t", limit=1)[0]["checkpoint_id"]
+    _put(store, "now:1", None, {"source": "input", "step": -1, "parents": {"": latest}})
+    # ...and one under an older root checkpoint is past.
+    _put(store, "past:1", None, {"source": "input", "step": -1, "parents": {"": a}})
+    (done,) = store.prune(["t"], strategy=RetentionPolicy(max_subgraph_runs=0))
+    assert [ns for ns, _ in done.checkpoints] == ["past:1"]
+    assert namespaces(store, "t") == ["", "early:1", "now:1", "old:1"]
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "2", True])
+def test_a_bad_count_names_the_option(bad: Any) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        RetentionPolicy(max_subgraph_runs=bad)
+    assert "max_subgraph_runs" in str(info.value)
+
+
+PAUSED = """
+import json, sys, operator
+sys.path.insert(0, sys.argv[2])
+from test_subgraph_runs import Log
+from langgraph.graph import START, StateGraph
+from langgraph_fenced_sqlite import FencedSqliteSaver
+
+def slow(state):
+    print(json.dumps({"inside": True}), flush=True)
+    sys.stdin.readline()  # the parent prunes meanwhile
+    return {"log": ["slow"]}
+
+with FencedSqliteSaver(sys.argv[1]) as saver:
+    sub = StateGraph(Log)
+    sub.add_node("first", lambda s: {"log": ["first"]})
+    sub.add_node("slow", slow)
+    sub.add_edge(START, "first")
+    sub.add_edge("first", "slow")
+    g = StateGraph(Log)
+    g.add_node("prep", lambda s: {"log": ["prep"]})
+    g.add_node("child", sub.compile())
+    g.add_edge(START, "prep")
+    g.add_edge("prep", "child")
+    graph = g.compile(checkpointer=saver)
+    claim = saver.claim("t", "worker", 120)
+    out = graph.invoke({"log": []}, claim.config())
+    print(json.dumps({"done": out["log"]}), flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_prune_from_another_process_never_takes_a_running_subgraph(
+    store: FencedSqliteSaver,
+) -> None:
+    graph = agent(store)
+    graph.invoke({"log": []}, cfg("t"))  # one past run, unclaimed
+    past = children(store, "t")
+    worker = python(PAUSED, store.path, TESTS_DIR)
+    try:
+        assert worker.stdout is not None and worker.stdin is not None
+        line = worker.stdout.readline()
+        assert json.loads(line or "{}") == {"inside": True}, (
+            worker.stderr.read() if not line else ""
+        )
+        running = [ns for ns in children(store, "t") if ns not in past]
+        assert len(running) == 1
+        (done,) = store.prune(["t"], strategy=RetentionPolicy(max_subgraph_runs=0))
+        assert {ns for ns, _ in done.checkpoints} == set(past)
+        assert running[0] in namespaces(store, "t")
+        worker.stdin.write("go\n")
+        worker.stdin.flush()
+        out = json.loads(worker.stdout.readline())
+        assert worker.wait(timeout=60) == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        for pipe in (worker.stdin, worker.stdout, worker.stderr):
+            assert pipe is not None
+            pipe.close()
+    assert out["done"][-1] == "slow" and "first" in out["done"]
