@@ -14,9 +14,12 @@ from typing import TYPE_CHECKING, Any
 from langgraph.checkpoint.base import CheckpointTuple
 
 from . import checkpoints as cps
-from . import schema
-from .claims import Claim, claim_row
-from .errors import CheckpointNotFound, UndecodableRow
+from . import events, schema, status
+from .claims import Claim, claim_row, read_thread
+from .clock import read_now
+from .errors import CheckpointNotFound, ReplayUnavailable, UndecodableRow
+from .state_view import CheckpointDiff, diff_channels
+from .status import ThreadStatus
 from .validation import check_int, check_name
 
 if TYPE_CHECKING:
@@ -29,7 +32,7 @@ _list = builtins.list
 
 
 class InspectionAPI:
-    """History pages (CONTRACT §5) and what the CLI shows of a file."""
+    """History pages (CONTRACT §5) and what the CLI shows of a file: summaries, status, diffs."""
 
     _engine: Engine
     serde: Any
@@ -142,6 +145,58 @@ class InspectionAPI:
         """
         return self._engine.read("threads", _thread_summaries)
 
+    def thread_summary(self, thread_id: str) -> dict[str, Any] | None:
+        """Summarise one thread as `threads()` does; None if the file has no such thread."""
+        check_name(thread_id, "thread_id")
+        found = self._engine.read(
+            "thread_summary",
+            lambda c: _summaries(c.execute(schema.THREAD_SUMMARY, (thread_id,))),
+        )
+        return found[0] if found else None
+
+    def thread_status(self, thread_id: str) -> ThreadStatus | None:
+        """Judge what a thread is doing: idle, running, interrupted or failed.
+
+        Reads the thread's claim, its latest root checkpoint's pending writes
+        and its latest run event in one snapshot, and applies the one rule
+        (`ThreadStatus` documents each state). A damaged thread row gives
+        `state="unknown"` with the error, not an exception.
+
+        Returns:
+            None if the file has no such thread.
+        """
+        check_name(thread_id, "thread_id")
+        facts = self._engine.read("thread_status", lambda c: _status_facts(c, thread_id))
+        if facts is None:
+            return None
+        now = read_now(self._engine.clock)
+        if "error" in facts:
+            return ThreadStatus(thread_id, "unknown", error=facts["error"])
+        row, latest, last_run = facts["row"], facts["latest"], facts["last_run"]
+        writes, values, cid = [], None, None
+        if latest is not None:
+            cid = latest[0][2]
+            wanted = (status.INTERRUPT, status.RESUME, status.ERROR)
+            writes = self._decode_writes(thread_id, cid, latest[1], only=wanted)
+            if any("__pregel_push" in str(w["task_path"]) for w in writes):
+                values = self._decode_values(latest[0])  # names the nodes of Send tasks
+        return status.judge(
+            thread_id,
+            now=now,
+            holder=row.holder,
+            token=row.token,
+            expires_at=row.expires_at,
+            claim_run_id=row.run_id,
+            checkpoint_id=cid,
+            waiting=status.pending_interrupts(writes, values),
+            failures=status.failed_tasks(writes, values),
+            last_run=last_run,
+        )
+
+    async def athread_status(self, thread_id: str) -> ThreadStatus | None:
+        """Async twin of `thread_status`."""
+        return await self._engine.arun(self.thread_status, thread_id)
+
     def claims(self) -> _list[Claim]:
         """Return every current claim, live or expired."""
         rows = self._engine.read("claims", lambda c: c.execute(schema.LIST_CLAIMS).fetchall())
@@ -152,7 +207,11 @@ class InspectionAPI:
         return out
 
     def stats(self) -> dict[str, Any]:
-        """Report the file's pragmas, schema version, counts and integrity."""
+        """Report the file's pragmas, schema version, counts and integrity.
+
+        `pragmas` maps each name of `schema.PRAGMAS` to the value this
+        store's connection has; `journal_mode` and `synchronous` repeat two.
+        """
 
         def job(conn: Any) -> dict[str, Any]:
             threads, checkpoints, writes, evs = conn.execute(schema.TABLE_COUNTS).fetchone()
@@ -160,6 +219,11 @@ class InspectionAPI:
                 "journal_mode": conn.execute(schema.GET_JOURNAL_MODE).fetchone()[0],
                 "synchronous": conn.execute(schema.GET_SYNCHRONOUS).fetchone()[0],
                 "schema_version": conn.execute(schema.GET_USER_VERSION).fetchone()[0],
+                # Every pragma the engine sets, as this connection has it.
+                "pragmas": {
+                    name: (conn.execute(schema.get_pragma(name)).fetchone() or (None,))[0]
+                    for name, _ in schema.PRAGMAS
+                },
                 # None when the counter row is missing (a damaged file).
                 "token_counter": (conn.execute(schema.GET_TOKEN_COUNTER).fetchone() or (None,))[0],
                 "integrity": [r[0] for r in conn.execute(schema.INTEGRITY_CHECK)],
@@ -228,8 +292,67 @@ class InspectionAPI:
                 out["metadata"] = cps.decode_metadata(row)
             except UndecodableRow:
                 pass
+        out["writes"] = self._decode_writes(thread_id, cid, write_rows)
+        return out
+
+    def diff_checkpoints(
+        self,
+        thread_id: str,
+        *,
+        checkpoint_ns: str = "",
+        from_id: str | None = None,
+        to_id: str | None = None,
+    ) -> CheckpointDiff | None:
+        """Compare two checkpoints of a namespace channel by channel (`diff_channels`).
+
+        Args:
+            thread_id: The thread.
+            checkpoint_ns: The namespace ("" is the root graph).
+            from_id: The older checkpoint; default: the parent of `to_id`
+                (an empty state for a checkpoint without parent).
+            to_id: The newer checkpoint; default: the namespace's latest.
+
+        Returns:
+            None if the namespace has no checkpoint (and `to_id` is None).
+            A checkpoint that does not decode counts as an empty state, its
+            error in `errors`.
+
+        Raises:
+            CheckpointNotFound: `from_id` or `to_id` is not stored.
+        """
+        new = self.inspect_checkpoint(thread_id, checkpoint_ns=checkpoint_ns, checkpoint_id=to_id)
+        if new is None:
+            if to_id is not None:
+                raise CheckpointNotFound(thread_id, to_id)
+            return None
+        start = from_id or new["parent_checkpoint_id"]
+        old = None
+        if start is not None:
+            old = self.inspect_checkpoint(
+                thread_id, checkpoint_ns=checkpoint_ns, checkpoint_id=start
+            )
+            if old is None:
+                raise CheckpointNotFound(thread_id, start)
+        errors = tuple(x["error"] for x in (old, new) if x is not None and x["error"])
+        before = ((old or {}).get("checkpoint") or {}).get("channel_values") or {}
+        after = (new["checkpoint"] or {}).get("channel_values") or {}
+        return CheckpointDiff(
+            thread_id,
+            checkpoint_ns,
+            start,
+            new["checkpoint_id"],
+            tuple(diff_channels(before, after)),
+            errors,
+        )
+
+    def _decode_writes(
+        self, thread_id: str, cid: str, write_rows: Any, only: tuple[str, ...] | None = None
+    ) -> _list[dict[str, Any]]:
+        out = []
         for w in write_rows:
             task_id, channel, _, _, task_path, idx, _ = w
+            if only is not None and channel not in only:
+                continue
             write: dict[str, Any] = {
                 "task_id": task_id,
                 "task_path": task_path,
@@ -242,17 +365,67 @@ class InspectionAPI:
                 write["value"] = cps.decode_write(self.serde, thread_id, cid, w)
             except UndecodableRow as exc:
                 write["error"] = exc.to_dict()
-            out["writes"].append(write)
+            out.append(write)
         return out
+
+    def _decode_values(self, row: Any) -> dict[str, Any] | None:
+        try:
+            return cps.decode_tuple(self.serde, row, []).checkpoint["channel_values"]
+        except UndecodableRow:
+            return None
 
 
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _status_facts(conn: Any, thread_id: str) -> dict[str, Any] | None:
+    """Read what `thread_status` judges, in the caller's read transaction."""
+    if conn.execute(schema.THREAD_EXISTS, (thread_id,)).fetchone() is None:
+        return None
+    try:
+        row = read_thread(conn, thread_id)
+    except UndecodableRow as exc:
+        return {"error": exc.to_dict()}
+    assert row is not None
+    latest = cps.fetch_tuple(conn, thread_id, "", None)
+    return {"row": row, "latest": latest, "last_run": _last_run_event(conn, thread_id, row)}
+
+
+def _last_run_event(conn: Any, thread_id: str, row: Any) -> Any:
+    """Return the thread's latest run lifecycle event, if still current.
+
+    A root checkpoint written after it under another token (or none: a graph
+    run outside the runner) makes it stale: None. Looks back at most
+    `_RUN_SCAN` events; a damaged or compacted log gives None too.
+    """
+    later: set[Any] = set()  # tokens of root checkpoints newer than the event
+    hi, stop = row.next_seq - 1, max(row.floor, row.next_seq - _RUN_SCAN)
+    while hi >= stop:
+        lo = max(stop, hi - _RUN_PAGE + 1)
+        try:
+            page = events.read_after(conn, thread_id, lo - 1, hi - lo + 1, row.incarnation)
+        except (UndecodableRow, ReplayUnavailable):
+            return None
+        for event in reversed(page):
+            if event.kind in status.RUN_EVENTS:
+                return None if later - {event.token} else event
+            if event.kind == "checkpoint" and event.checkpoint_ns == "":
+                later.add(event.token)
+        hi = lo - 1
+    return None
+
+
+_RUN_PAGE, _RUN_SCAN = 64, 1024  # events read per page, and at most, by `thread_status`
+
+
 def _thread_summaries(conn: Any) -> list[dict[str, Any]]:
+    return _summaries(conn.execute(schema.THREAD_SUMMARIES))
+
+
+def _summaries(rows: Any) -> list[dict[str, Any]]:
     out = []
-    for row in conn.execute(schema.THREAD_SUMMARIES):
+    for row in rows:
         (
             thread_id,
             holder,

@@ -170,6 +170,11 @@ def get_pragma(name: str) -> str:
     return f"PRAGMA {name}"
 
 
+def pragma_matches(current: object, value: str) -> bool:
+    """Whether a pragma read back as `current` already has `value` (its `PRAGMAS` value)."""
+    return current is not None and str(current).lower() == value
+
+
 def set_pragma(name: str, value: str | int) -> str:
     """Return the statement that sets pragma `name` (pragmas take no parameters)."""
     return f"PRAGMA {name} = {value}"
@@ -545,6 +550,10 @@ THREAD_SUMMARIES = (
     "(SELECT max(e.ts) FROM events e WHERE e.thread_id = t.thread_id) "
     f"FROM threads t WHERE {_NOT_TOMBSTONE}"
 )
+# One thread's summary (the columns of `THREAD_SUMMARIES`); no row for a
+# thread that does not exist (or is a tombstone).
+THREAD_SUMMARY = f"{THREAD_SUMMARIES} AND t.thread_id = ?"
+THREAD_EXISTS = f"SELECT 1 FROM threads t WHERE t.thread_id = ? AND {_NOT_TOMBSTONE}"
 TABLE_COUNTS = (
     "SELECT (SELECT count(*) FROM threads), (SELECT count(*) FROM checkpoints), "
     "(SELECT count(*) FROM writes), (SELECT count(*) FROM events)"
