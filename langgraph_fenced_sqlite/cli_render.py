@@ -259,7 +259,7 @@ def _err_text(err: dict[str, Any]) -> str:
 
 def diff_text(diff: CheckpointDiff, view: View) -> str:
     """Render `lgfs diff`: per channel, what was appended, added, removed or changed."""
-    lines = [f"diff {diff.from_id or '(empty)'} -> {diff.to_id}"]
+    lines = [f"from  {diff.from_id or '(an empty state)'}", f"to    {diff.to_id}"]
     lines += [view.paint(_err_text(e), "red") for e in diff.errors]
     shown = [c for c in diff.changes if view.all_channels or not c.internal]
     hidden = [c.channel for c in diff.changes if c not in shown]

@@ -309,15 +309,18 @@ def table(items: Sequence[Any], columns: Columns, view: View) -> str:
 
 
 def _grow(ws: list[int], wanted: list[int], width: int) -> list[int]:
-    """Give room left over back to shrunk columns, left to right, up to their natural width."""
+    """Share room left over among shrunk columns, in proportion to what each lost."""
     spare = width - (sum(ws) + _GAP * (len(ws) - 1))
-    out = list(ws)
-    for i, (have, want) in enumerate(zip(ws, wanted, strict=True)):
-        if spare <= 0:
-            break
-        extra = min(spare, max(0, want - have))
+    lost = [max(0, want - have) for have, want in zip(ws, wanted, strict=True)]
+    if spare <= 0 or not sum(lost):
+        return list(ws)
+    share = min(spare, sum(lost))
+    out = [have + share * loss // sum(lost) for have, loss in zip(ws, lost, strict=True)]
+    left = share - (sum(out) - sum(ws))
+    for i, (have, want) in enumerate(zip(out, wanted, strict=True)):
+        extra = min(left, max(0, want - have))
         out[i] += extra
-        spare -= extra
+        left -= extra
     return out
 
 
