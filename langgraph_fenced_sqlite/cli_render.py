@@ -12,6 +12,7 @@ through here, so `--json` keeps its shape.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -231,7 +232,7 @@ def show_text(
         node = _writer(w["task_path"], sends)
         who = f"{node} {w['task_id']} [{w['idx']}]" if view.full else node
         value = view.paint(_err_text(w["error"]), "red") if w["error"] else compact(w["value"])
-        lines.append(_line(view, 2, f"{who} {w['channel']}: ", value))
+        lines.append(_line(view, 2, f"{who} -> {w['channel']}: ", value))
     if quiet:
         names = sorted({w["channel"] for w in quiet})
         head = f"({plural(len(quiet), 'write')} hidden, to: "
@@ -332,11 +333,14 @@ def _replaced(head: str, old: Any, new: Any, view: View, indent: int) -> list[st
 # --- events -----------------------------------------------------------------------------------
 
 
-def _clock(ts: Any) -> str:
+def _clock(ts: Any, now: float) -> str:
+    """`HH:MM:SS` for a time of today (UTC), `MM-DD HH:MM` for another day."""
     try:
-        return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%m-%d %H:%M:%S")
+        at = datetime.fromtimestamp(ts, tz=timezone.utc)
+        today = datetime.fromtimestamp(now, tz=timezone.utc).date()
     except (TypeError, ValueError, OverflowError, OSError):
         return f"?{ts!r}"
+    return at.strftime("%H:%M:%S" if at.date() == today else "%m-%d %H:%M")
 
 
 def _event_summary(e: Any) -> str:
@@ -363,9 +367,11 @@ def event_line(e: Any, view: View) -> str:
     full = f"{e.seq:>6}  {when(e.ts)}  {e.kind}{where}{token}  {compact(e.data)}"
     if view.full or cells(full) <= view.width:
         return full
-    where = f" {cut(e.checkpoint_id, 18, middle=True)}" if e.checkpoint_id else ""
-    where += f" ns={cut(e.checkpoint_ns, 14)}" if e.checkpoint_ns else ""
+    where = f" {cut(e.checkpoint_id, 13, middle=True)}" if e.checkpoint_id else ""
+    if e.checkpoint_ns:  # a subgraph's namespace, by its node: `sub:<task id>` -> `sub:…`
+        node, _, task = e.checkpoint_ns.partition(":")
+        where += f" {node}:{cut(task, 1)}" if task else f" {node}"
     token = "" if e.token is None else f" t={e.token}"
-    head = f"{e.seq:>6}  {_clock(e.ts)}  "
+    head = f"{e.seq:>6}  {_clock(e.ts, time.time())}  "
     line = f"{e.kind}{where}{token}  {_event_summary(e)}"
     return view.paint(head, "dim") + cut(line, max(8, view.width - cells(head)))

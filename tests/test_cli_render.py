@@ -110,7 +110,7 @@ def test_show_renders_messages_tool_calls_and_the_waiting_interrupt(agent_db: st
     values = out.split("values:", 1)[1].split("metadata:", 1)[0]
     assert "__pregel_tasks:" not in values and "branch:to:review:" not in values
     assert "internal channels hidden: " in values and "--all-channels" in values
-    assert "  review __interrupt__: " in out  # the pending write, by node
+    assert "  review -> __interrupt__: " in out  # the pending write, by node
 
     full = lgfs("show", agent_db, "chat-1", "--full", "--all-channels").stdout
     assert f"    human: {QUESTION}" in full.splitlines()  # the whole text, uncut
