@@ -320,6 +320,11 @@ class InspectionAPI:
         Raises:
             CheckpointNotFound: `from_id` or `to_id` is not stored.
         """
+        check_name(thread_id, "thread_id")
+        check_name(checkpoint_ns, "checkpoint_ns", allow_empty=True)
+        for value, argument in ((from_id, "from_id"), (to_id, "to_id")):
+            if value is not None:
+                check_name(value, argument)
         new = self.inspect_checkpoint(thread_id, checkpoint_ns=checkpoint_ns, checkpoint_id=to_id)
         if new is None:
             if to_id is not None:

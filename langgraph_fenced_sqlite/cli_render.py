@@ -178,6 +178,8 @@ def status_text(st: ThreadStatus) -> str:
 def status_line(st: ThreadStatus, view: View) -> str:
     """Render `show`'s status line: the state, and who holds the claim until when."""
     text = st.state
+    if st.failure is not None and st.failure.node is None:  # else `failed at NODE` says it
+        text += f": {st.failure.message}"
     if st.holder is not None and st.expires_in is not None:
         live = st.state == "running"
         doc = {"holder": st.holder, "token": st.token, "live": live, "expires_in": st.expires_in}

@@ -153,6 +153,20 @@ def test_show_says_who_runs_a_claimed_thread_and_nothing_waits_once_resumed(agen
     assert "status " not in shown and "waiting at" not in shown
 
 
+def test_show_calls_a_run_whose_worker_died_failed(agent_db: str, tmp_path: Any) -> None:
+    """`run_started` logged, no end, the claim expired: the worker is gone."""
+    db = str(tmp_path / "died.db")
+    shutil.copyfile(agent_db, db)
+    with FencedSqliteSaver(db) as saver:
+        claim = saver.begin_run("chat-6", "worker-9", 0.2, run_id="run-9")
+        while saver.clock.now() < claim.expires_at:  # wait for the store's clock to pass it
+            select.select([], [], [], 0.05)
+    shown = lgfs("show", db, "chat-6").stdout.splitlines()
+    status = next(line for line in shown if line.startswith("status"))
+    assert status.startswith("status      failed: run 'run-9' of 'worker-9' stopped without ending")
+    assert "expired" in status
+
+
 # --- diff -----------------------------------------------------------------------------------
 
 
