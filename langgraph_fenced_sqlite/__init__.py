@@ -3,9 +3,9 @@
 Public names only; see README.md and docs/semantics.md for what they promise.
 """
 
-from .api_inspect import THREAD_STATES, ThreadStatus
-from .claims import TOKEN_KEY, Claim
+from .claims import TOKEN_KEY, Claim, claim_live
 from .clock import Clock, ManualClock, SystemClock
+from .doctor import Check, Diagnosis, diagnose
 from .errors import (
     CheckpointConflict,
     CheckpointNotFound,
@@ -33,6 +33,8 @@ from .retention import PruneResult, RetentionPolicy, Retraction
 from .runner import FencedRunner
 from .saver import FencedSqliteSaver
 from .serde import DataOnlySerializer
+from .state_view import ChannelChange, CheckpointDiff, Message, ToolCall, diff_channels
+from .status import THREAD_STATES, Failure, ThreadStatus, Waiting
 from .watch import AsyncEventWatch, EventWatch
 
 __all__ = [
@@ -40,20 +42,26 @@ __all__ = [
     "TOKEN_KEY",
     "AsyncEventWatch",
     "AsyncLease",
+    "ChannelChange",
+    "Check",
     "CheckpointConflict",
+    "CheckpointDiff",
     "CheckpointNotFound",
     "Claim",
     "ClaimError",
     "Clock",
     "DataOnlySerializer",
+    "Diagnosis",
     "Event",
     "EventWatch",
+    "Failure",
     "FencedRunner",
     "FencedSqliteError",
     "FencedSqliteSaver",
     "InvalidArgument",
     "Lease",
     "ManualClock",
+    "Message",
     "PruneResult",
     "ReadOnlyStore",
     "ReplayUnavailable",
@@ -68,11 +76,16 @@ __all__ = [
     "SystemClock",
     "ThreadBusy",
     "ThreadStatus",
+    "ToolCall",
     "UndecodableRow",
     "UnsupportedFormat",
     "VacuumReport",
+    "Waiting",
     "WrongProcess",
     "WrongThread",
+    "claim_live",
+    "diagnose",
+    "diff_channels",
     "import_sqlitesaver",
 ]
 

@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from . import maintenance, retention
-from .api_inspect import inactive_for_seconds
+from .api_threads import inactive_for_seconds
 from .clock import read_now
 from .errors import ReadOnlyStore, UndecodableRow, bad_argument
 from .maintenance import SweepResult, VacuumReport

@@ -18,11 +18,35 @@ from langchain_core.runnables import RunnableConfig
 from . import schema
 from .errors import StaleClaim, StoreError, ThreadBusy, UndecodableRow, bad_argument
 
-__all__ = ["TOKEN_KEY", "Claim", "ThreadRow", "check_fence", "token_from_config"]
+__all__ = ["TOKEN_KEY", "Claim", "ThreadRow", "check_fence", "claim_live", "token_from_config"]
 
 # The `config["configurable"]` key that carries a fencing token. The leading
 # "__" keeps LangGraph from copying it into checkpoint metadata.
 TOKEN_KEY = "__fence_token__"
+
+
+def claim_live(token: Any, expires_at: Any, now: float) -> bool | None:
+    """Judge a claim's liveness: the one rule every caller uses (`now < expires_at`).
+
+    Args:
+        token: The claim's token cell (None: no claim).
+        expires_at: The claim's expiry cell (store-clock seconds).
+        now: The store clock's current time.
+
+    Returns:
+        True if a claim exists and has not expired, False if there is none or
+        it expired, None if a cell holds a value of the wrong type (a damaged
+        row: nothing can be judged).
+    """
+    if token is None or expires_at is None:
+        return False
+    if not (_is_number(token) and _is_number(expires_at)):
+        return None
+    return bool(now < expires_at)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 
 @dataclass(frozen=True)
@@ -59,6 +83,10 @@ class Claim:
         base["configurable"] = conf
         return base  # type: ignore[return-value]
 
+    def live(self, now: float) -> bool:
+        """Whether this claim is live at store-clock time `now` (see `claim_live`)."""
+        return claim_live(self.token, self.expires_at, now) is True
+
 
 @dataclass(frozen=True)
 class ThreadRow:
@@ -79,8 +107,8 @@ class ThreadRow:
     incarnation: int = 1
 
     def live(self, now: float) -> bool:
-        """Whether a claim exists and `now < expires_at`."""
-        return self.token is not None and self.expires_at is not None and now < self.expires_at
+        """Whether a claim exists and `now < expires_at` (see `claim_live`)."""
+        return claim_live(self.token, self.expires_at, now) is True
 
 
 def token_from_config(config: RunnableConfig | None) -> int | None:

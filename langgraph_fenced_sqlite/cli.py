@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import __version__, importer
-from .api_inspect import THREAD_STATES
+from . import status as st
 from .cli_allow import add_allow_options, allow_from_args, cli_serde
 from .cli_doctor import cmd_doctor
 from .cli_io import (
@@ -28,8 +28,6 @@ from .cli_io import (
     Parser,
     ProgressBar,
     claim_doc,
-    claim_text,
-    compact,
     confirm,
     count,
     duration,
@@ -38,22 +36,21 @@ from .cli_io import (
     is_number,
     open_existing,
     plural,
-    when,
 )
-from .cli_ops import (
-    add_claims_command,
-    add_db_option,
-    parse_claims_words,
-    resolve_file,
-    status_text,
-)
+from .cli_ops import add_claims_command, add_db_option, parse_claims_words, resolve_file
+from .cli_render import claim_cell, diff_text, event_line, show_text, status_cell
 from .cli_retention import add_prune_command, add_vacuum_command
+from .cli_text import Fit, stamp
 from .errors import CheckpointNotFound
 from .saver import FencedSqliteSaver
 
 __all__ = ["EXIT_CODES", "build_parser", "main"]
 
 _CLAIM_TTL = 60.0  # retract/delete hold their claim this long at most
+# STATUS gives way last, and not below what says who runs a thread
+# (`running (worker-2, expires in`): the claim's column repeats the rest.
+# At 80 columns that leaves 16 cells for a thread id: a uuid's both ends.
+_STATUS = Fit(squeeze=30)
 
 
 # --- opening --------------------------------------------------------------------------------
@@ -91,15 +88,19 @@ def _cmd_threads(args: argparse.Namespace, out: Out) -> int:
     out.rows(
         items,
         [
-            ("THREAD", lambda i: i["thread_id"]),
-            ("STATUS", lambda i: status_text(i["status"], now)),
-            ("CHECKPOINTS", lambda i: i["checkpoints"]),
-            ("NAMESPACES", lambda i: len(i["namespaces"])),
+            ("THREAD", lambda i: i["thread_id"], Fit(squeeze=16, middle=True)),
+            ("STATUS", lambda i: status_cell(st.ThreadStatus.from_dict(i["status"])), _STATUS),
+            ("CHECKPOINTS", lambda i: i["checkpoints"], Fit(drop=1)),
+            ("NAMESPACES", lambda i: len(i["namespaces"]), Fit(drop=3)),
             ("STEP", lambda i: "-" if i["latest_step"] is None else i["latest_step"]),
-            ("LAST ACTIVITY", lambda i: when(i["last_activity"] or None)),
-            ("EVENTS", lambda i: i["events"]),
-            ("FLOOR", lambda i: i["floor"]),
-            ("CLAIM", lambda i: claim_text(i["claim"])),
+            (
+                "LAST ACTIVITY",
+                lambda i: stamp(i["last_activity"] or None, now),
+                Fit(short_header="ACTIVE"),
+            ),
+            ("EVENTS", lambda i: i["events"], Fit(drop=2)),
+            ("FLOOR", lambda i: i["floor"], Fit(drop=4)),
+            ("CLAIM", lambda i: claim_cell(i["claim"]), Fit(squeeze=16)),
         ],
     )
     damaged = any(i["error"] or (i["claim"] or {}).get("error") for i in items)
@@ -113,17 +114,18 @@ def _cmd_history(args: argparse.Namespace, out: Out) -> int:
         records = saver.history_records(
             args.thread, checkpoint_ns=args.ns, before=args.before, limit=args.limit
         )
+        now = saver.clock.now()
     out.rows(
         records,
         [
             ("POS", lambda r: r["position"]),
-            ("CHECKPOINT", lambda r: r["checkpoint_id"]),
+            ("CHECKPOINT", lambda r: r["checkpoint_id"], Fit(squeeze=20, middle=True)),
             ("STEP", lambda r: r.get("step", "?")),
-            ("SOURCE", lambda r: r.get("source") or "-"),
-            ("RUN", lambda r: r.get("run_id") or "-"),
-            ("TOKEN", lambda r: "-" if r["token"] is None else r["token"]),
-            ("PARENT", lambda r: r["parent_checkpoint_id"] or "-"),
-            ("TIME", lambda r: when(r["created_at"])),
+            ("SOURCE", lambda r: r.get("source") or "-", Fit(min=6)),
+            ("RUN", lambda r: r.get("run_id") or "-", Fit(min=8)),
+            ("TOKEN", lambda r: "-" if r["token"] is None else r["token"], Fit(drop=2)),
+            ("PARENT", lambda r: r["parent_checkpoint_id"] or "-", Fit(drop=1, middle=True)),
+            ("TIME", lambda r: stamp(r["created_at"], now), Fit(short_header="AGE")),
         ],
     )
     if out.mode == "text" and len(records) == args.limit:
@@ -140,15 +142,13 @@ def _inspect(saver: FencedSqliteSaver, args: argparse.Namespace, cid: str | None
     return found
 
 
-def _err_text(err: dict[str, Any]) -> str:
-    return f"ERROR ({err['code']}): {err['message']}"
-
-
 def _cmd_show(args: argparse.Namespace, out: Out) -> int:
     with _open(args.path) as saver:
         _thread(saver, args.thread)
         _ns(saver, args)
         found = _inspect(saver, args, args.checkpoint)
+        latest = args.checkpoint is None and args.ns == ""
+        status = saver.thread_status(args.thread) if latest and out.mode == "text" else None
     md, checkpoint = found["metadata"] or {}, found.pop("checkpoint")
     writes, error = found.pop("writes"), found.pop("error")
     doc = {**found, "step": md.get("step"), "source": md.get("source"), "run_id": md.get("run_id")}
@@ -157,22 +157,9 @@ def _cmd_show(args: argparse.Namespace, out: Out) -> int:
     bad = bool(error) or any(w["error"] for w in writes)
 
     def text() -> str:
-        token = "unfenced" if doc["token"] is None else f"token {doc['token']}"
-        lines = [
-            f"thread      {doc['thread_id']}" + (f"  namespace {args.ns!r}" if args.ns else ""),
-            f"checkpoint  {doc['checkpoint_id']}  (position {doc['position']}, "
-            f"step {doc['step']}, {doc['source']})",
-            f"parent      {doc['parent_checkpoint_id'] or '-'}",
-            f"written     {when(doc['created_at'])}, {token}",
-            "values:" if doc["error"] is None else "values: " + _err_text(doc["error"]),
-        ]
-        lines += [f"  {k}: {compact(v)}" for k, v in (doc["values"] or {}).items()]
-        lines.append("metadata:    " + compact(md))
-        lines.append(f"pending writes ({len(doc['writes'])}):")
-        for w in doc["writes"]:
-            value = _err_text(w["error"]) if w["error"] else compact(w["value"])
-            lines.append(f"  {w['task_id']} [{w['idx']}] {w['channel']}: {value}")
-        return "\n".join(lines)
+        waiting = st.pending_interrupts(writes, doc["values"])
+        failures = st.failed_tasks(writes, doc["values"])
+        return show_text(doc, out.view, waiting=waiting, failures=failures, status=status)
 
     out.document(doc, text)
     return 1 if bad else 0
@@ -182,50 +169,13 @@ def _cmd_diff(args: argparse.Namespace, out: Out) -> int:
     with _open(args.path) as saver:
         _thread(saver, args.thread)
         _ns(saver, args)
-        new = _inspect(saver, args, args.to)
-        from_id = args.from_ or new["parent_checkpoint_id"]
-        old = _inspect(saver, args, from_id) if from_id else None
-    errors = [x["error"] for x in (old, new) if x is not None and x["error"]]
-    before = (old or {}).get("checkpoint") or {"channel_values": {}}
-    after = new["checkpoint"] or {"channel_values": {}}
-    a, b = before["channel_values"], after["channel_values"]
-    changes = []
-    for channel in sorted(set(a) | set(b)):
-        if channel not in b:
-            changes.append({"channel": channel, "change": "removed", "before": a[channel]})
-        elif channel not in a:
-            changes.append({"channel": channel, "change": "added", "after": b[channel]})
-        elif a[channel] != b[channel]:
-            changes.append(
-                {"channel": channel, "change": "changed", "before": a[channel], "after": b[channel]}
-            )
-    doc = {
-        "thread_id": args.thread,
-        "checkpoint_ns": args.ns,
-        "from": from_id,
-        "to": new["checkpoint_id"],
-        "changes": changes,
-        "errors": errors,
-    }
-
-    def text() -> str:
-        lines = [f"diff {from_id or '(empty)'} -> {new['checkpoint_id']}"]
-        lines += [_err_text(e) for e in errors]
-        for c in changes:
-            mark = {"added": "+", "removed": "-", "changed": "~"}[c["change"]]
-            parts = [compact(c[k]) for k in ("before", "after") if k in c]
-            lines.append(f"{mark} {c['channel']}: {' -> '.join(parts)}")
-        return "\n".join(lines if changes or errors else lines + ["(no changes)"])
-
-    out.document(doc, text)
-    return 1 if errors else 0
-
-
-def _event_text(e: Any) -> str:
-    where = f" {e.checkpoint_id}" if e.checkpoint_id else ""
-    where += f" ns={e.checkpoint_ns}" if e.checkpoint_ns else ""
-    token = "" if e.token is None else f" token={e.token}"
-    return f"{e.seq:>6}  {when(e.ts)}  {e.kind}{where}{token}  {compact(e.data)}"
+        diff = saver.diff_checkpoints(
+            args.thread, checkpoint_ns=args.ns, from_id=args.from_, to_id=args.to
+        )
+    if diff is None:
+        raise CliError("checkpoint_not_found", f"thread {args.thread!r} has no checkpoint")
+    out.document(diff.to_dict(), lambda: diff_text(diff, out.view))
+    return 1 if diff.errors else 0
 
 
 def _cmd_events(args: argparse.Namespace, out: Out) -> int:
@@ -238,8 +188,8 @@ def _cmd_events(args: argparse.Namespace, out: Out) -> int:
 
     with _open(args.path) as saver:
         # Following a thread that does not exist yet waits for its first event.
-        known = not args.follow or any(t["thread_id"] == args.thread for t in saver.threads())
-        floor = _thread(saver, args.thread)["floor"] if known else 1
+        summary = saver.thread_summary(args.thread) if args.follow else _thread(saver, args.thread)
+        floor = 1 if summary is None else summary["floor"]
         if args.after is not None:
             after = args.after
         else:  # a damaged floor cell: read from the start and let the store judge it
@@ -252,12 +202,12 @@ def _cmd_events(args: argparse.Namespace, out: Out) -> int:
                 if len(page) < 100:
                     break
                 after = page[-1].seq
-            out.stream(found[: args.limit], _event_text)
+            out.stream(found[: args.limit], lambda e: event_line(e, out.view))
             return 0
         signal.signal(signal.SIGTERM, _interrupt)
         with saver.watch(args.thread, after) as watch:
             try:
-                out.stream((e for e in watch if wanted(e)), _event_text)
+                out.stream((e for e in watch if wanted(e)), lambda e: event_line(e, out.view))
             except KeyboardInterrupt:
                 return 0  # the normal way to stop following
     return 0
@@ -395,15 +345,22 @@ def build_parser() -> argparse.ArgumentParser:
     def yes(p: argparse.ArgumentParser, what: str = "remove data") -> None:
         p.add_argument("-y", "--yes", action="store_true", help=f"{what} without asking")
 
+    def view(p: argparse.ArgumentParser, channels: bool = False) -> None:
+        p.add_argument("--full", action="store_true", help="show everything, uncut")
+        if channels:
+            p.add_argument(
+                "--all-channels", action="store_true", help="show LangGraph's internal channels too"
+            )
+
     p = command("threads", _cmd_threads, "list threads, most recently active first", True)
     path_only(p)
     p.add_argument("--limit", type=count(1), help="at most N threads")
     p.add_argument(
         "--status",
         action="append",
-        choices=THREAD_STATES,
+        choices=st.THREAD_STATES,
         metavar="STATE",
-        help=f"only threads in STATE (repeatable): {', '.join(THREAD_STATES)}",
+        help=f"only threads in STATE (repeatable): {', '.join(st.THREAD_STATES)}",
     )
     p.add_argument(
         "--inactive-for",
@@ -411,18 +368,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="only threads not written for DURATION, e.g. 7d",
     )
+    view(p)
     p = command("history", _cmd_history, "list a thread's checkpoints, newest first", True)
     path_thread(p)
     p.add_argument("--limit", type=count(1), default=20, help="page size (default 20)")
     p.add_argument("--before", metavar="ID", help="start below this checkpoint id")
+    view(p)
     p = command("show", _cmd_show, "show a checkpoint's values, metadata and pending writes")
     path_thread(p)
     p.add_argument("--checkpoint", metavar="ID", help="checkpoint id (default: the latest)")
+    view(p, channels=True)
     p = command("diff", _cmd_diff, "show channel-level differences between two checkpoints")
     path_thread(p)
     p.add_argument("--from", dest="from_", metavar="ID", help="default: the parent of --to")
     p.add_argument("--to", metavar="ID", help="default: the latest checkpoint")
-    add_claims_command(command, yes)
+    view(p, channels=True)
+    add_claims_command(command, yes, view)
     p = command("events", _cmd_events, "print a thread's event log", True)
     path_thread(p, ns=False)
     p.add_argument("--after", type=count(0), metavar="N", help="only events after seq N")
@@ -435,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--kind", action="append", metavar="KIND", help="only events of KIND (repeatable)"
     )
+    view(p)
     add_prune_command(command, path_only, yes)
     p = command("compact", _cmd_compact, "remove a thread's events below seq SEQ")
     path_thread(p, ns=False)

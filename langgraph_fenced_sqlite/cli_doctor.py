@@ -1,102 +1,54 @@
-"""`lgfs doctor`: check a file and report every problem found, exit 1 if any.
+"""`lgfs doctor`: print what `doctor.diagnose` found, exit 1 if anything failed.
 
-Invariant: a damaged file is a finding, not a crash. When SQLite itself says
-the file is corrupt (at open, while counting rows, or during
-`integrity_check`), doctor reports that as the integrity failure and exits 1;
-it tells corruption apart from other database errors by the error's class
-and SQLite result code, never by message text.
+Invariant: this module judges nothing. The checks (the pragmas of
+`schema.PRAGMAS`, integrity, claims), their problems and what counts as a
+damaged file are `doctor.diagnose`'s; this prints the report as text or as
+the JSON document of `Diagnosis.to_dict`.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import sqlite3
-from typing import Any
 
 from .cli_allow import cli_serde
-from .cli_io import Out, open_existing
-from .errors import StoreError
+from .cli_io import Out, check_existing
+from .doctor import Diagnosis, diagnose
 
 __all__ = ["cmd_doctor"]
 
-# SQLite primary result codes that mean "the file's contents are damaged".
-_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
-
-
-def damaged(exc: BaseException) -> bool:
-    """Whether `exc` is a plain `StoreError` caused by SQLite finding the file corrupt."""
-    if type(exc) is not StoreError:  # busy, closed, unsupported format...: not damage
-        return False
-    cause = exc.__cause__
-    while cause is not None and not isinstance(cause, sqlite3.Error):
-        cause = cause.__cause__
-    if not isinstance(cause, sqlite3.DatabaseError):
-        return False
-    code = getattr(cause, "sqlite_errorcode", None)
-    if code is not None:
-        return code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
-    # Python 3.10 has no result code: sqlite3 raises exactly DatabaseError for
-    # CORRUPT/NOTADB (busy, I/O and the like are OperationalError).
-    return type(cause) is sqlite3.DatabaseError
-
-
-def _damaged_report(path: str, exc: StoreError) -> dict[str, Any]:
-    message = " ".join(str(exc).split())
-    return {
-        "path": path,
-        "integrity": [message],
-        "problems": [f"integrity_check found 1 problem(s): the file is damaged: {message}"],
-        "ok": False,
-    }
+_SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+# Labels that fit the report's 15-character column.
+_LABELS = {"journal_size_limit": "wal size limit"}
 
 
 def cmd_doctor(args: argparse.Namespace, out: Out) -> int:
     """Run `lgfs doctor PATH`: pragmas, schema, counts, claims, integrity."""
-    wal = args.path + "-wal"
-    try:
-        with open_existing(args.path, serde=cli_serde()) as saver:
-            stats, claims, now = saver.stats(), saver.claims(), saver.clock.now()
-            stats["wal_bytes"] = os.path.getsize(wal) if os.path.exists(wal) else 0
-    except StoreError as exc:
-        if not damaged(exc):
-            raise
-        doc = _damaged_report(args.path, exc)
-        text = f"{'file':<15} {args.path}\n{'status':<15} PROBLEMS: {doc['problems'][0]}"
-        out.document(doc, lambda: text)
-        return 1
-    stats["claims"] = len(claims)
-    stats["live_claims"] = sum(1 for c in claims if _live(c.expires_at, now))
-    problems = []
-    if str(stats["journal_mode"]).lower() != "wal":
-        problems.append(f"journal_mode is {stats['journal_mode']}, expected wal")
-    if stats["synchronous"] != 2:
-        problems.append(f"synchronous is {stats['synchronous']}, expected 2 (FULL)")
-    integrity = stats["integrity"]
-    if integrity != ["ok"]:
-        problems.append(f"integrity_check found {len(integrity)} problem(s): {integrity[0]}")
-    damaged_claims = [c.thread_id for c in claims if _live(c.expires_at, now) is None]
-    if damaged_claims:
-        problems.append(f"claims with cells of the wrong type: {damaged_claims}")
-    doc = {"path": args.path, **stats, "problems": problems, "ok": not problems}
-    names = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
-    lines = [
-        ("file", args.path),
-        ("schema version", stats["schema_version"]),
-        ("journal mode", stats["journal_mode"]),
-        ("synchronous", names.get(stats["synchronous"], stats["synchronous"])),
-        ("integrity", "ok" if integrity == ["ok"] else f"FAILED ({len(integrity)} messages)"),
-        ("wal size", f"{stats['wal_bytes']} bytes"),
-        *((k, stats[k]) for k in ("threads", "checkpoints", "writes", "events")),
-        ("claims", f"{stats['claims']} ({stats['live_claims']} live)"),
-        ("token counter", stats["token_counter"]),
-        ("status", "ok" if not problems else "PROBLEMS: " + "; ".join(problems)),
-    ]
-    out.document(doc, lambda: "\n".join(f"{k:<15} {v}" for k, v in lines))
-    return 1 if problems else 0
+    check_existing(args.path)
+    report = diagnose(args.path, serde=cli_serde())
+    out.document(report.to_dict(), lambda: _text(report))
+    return 0 if report.ok else 1
 
 
-def _live(expires_at: Any, now: float) -> bool | None:
-    if isinstance(expires_at, bool) or not isinstance(expires_at, (int, float)):
-        return None  # a damaged cell
-    return now < expires_at
+def _text(report: Diagnosis) -> str:
+    status = "ok" if report.ok else "PROBLEMS: " + "; ".join(report.problems)
+    stats = report.stats
+    if "schema_version" not in stats:  # too damaged to open
+        return f"{'file':<15} {report.path}\n{'status':<15} {status}"
+    lines: list[tuple[str, object]] = [("file", report.path)]
+    lines.append(("schema version", stats["schema_version"]))
+    for check in report.checks:
+        if check.name == "integrity":
+            found = check.found
+            lines.append(("integrity", "ok" if check.ok else f"FAILED ({len(found)} messages)"))
+        elif check.name != "claims":
+            value = check.found
+            if check.name == "synchronous":
+                value = _SYNCHRONOUS.get(value, value)
+            mark = "" if check.ok else f"  (expected {check.expected})"
+            lines.append((_LABELS.get(check.name, check.name.replace("_", " ")), f"{value}{mark}"))
+    lines.append(("wal size", f"{stats['wal_bytes']} bytes"))
+    lines += [(k, stats[k]) for k in ("threads", "checkpoints", "writes", "events")]
+    lines.append(("claims", f"{stats['claims']} ({stats['live_claims']} live)"))
+    lines.append(("token counter", stats["token_counter"]))
+    lines.append(("status", status))
+    return "\n".join(f"{k:<15} {v}" for k, v in lines)

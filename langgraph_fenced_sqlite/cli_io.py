@@ -19,37 +19,57 @@ import re
 import sqlite3
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime, timezone
-from typing import Any, NoReturn
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, NoReturn
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from .errors import FencedSqliteError
+from .claims import claim_live
+from .cli_text import Columns as Columns
+from .cli_text import View, span, table, when
+from .errors import (
+    CheckpointConflict,
+    CheckpointNotFound,
+    FencedSqliteError,
+    InvalidArgument,
+    ReplayUnavailable,
+    SerializationError,
+    StaleClaim,
+    StoreBusy,
+    ThreadBusy,
+    UndecodableRow,
+    UnsupportedFormat,
+)
 from .saver import FencedSqliteSaver
 
 __all__ = [
+    "EXIT_BY_CLASS",
     "EXIT_CODES",
     "CliError",
+    "ConfirmationRequired",
+    "NotAFile",
+    "NotFound",
+    "UsageError",
     "Out",
     "Parser",
     "ProgressBar",
     "claim_doc",
+    "check_existing",
     "claim_text",
     "compact",
     "confirm",
     "count",
     "duration",
+    "exit_code",
     "fail",
     "find_thread",
     "is_number",
     "jsonable",
     "open_existing",
     "plural",
+    "span",
     "when",
 ]
-
-Columns = Sequence[tuple[str, Callable[[Any], Any]]]
 
 EXIT_CODES: tuple[tuple[int, str], ...] = (
     (0, "success"),
@@ -62,22 +82,24 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (7, "any other database or operating-system error, or an internal error"),
     (130, "interrupted (Ctrl-C), except `events --follow`, which ends with 0"),
 )
-_EXIT_BY_CODE = {
-    code: exit_code
-    for exit_code, codes in (
-        (1, "undecodable_row serialization_error"),
-        (2, "usage invalid_argument"),
-        (3, "file_not_found thread_not_found checkpoint_not_found replay_unavailable"),
-        (4, "unsupported_format not_a_file"),
-        (5, "thread_busy stale_claim store_busy checkpoint_conflict"),
-        (6, "confirmation_required"),
-    )
-    for code in codes.split()
-}
 
 
 class CliError(Exception):
-    """Raise for a failure the CLI itself detects; `code` picks the exit code."""
+    """Raise for a failure the CLI itself detects; its class picks the exit code.
+
+    `CliError(code, message, **fields)` returns the subclass that stands for
+    `code` (as `OSError(errno, ...)` returns `FileNotFoundError`): `usage` is
+    a `UsageError`, `thread_not_found` a `NotFound`, and so on. A code no
+    subclass claims stays a plain `CliError` (exit 7).
+    """
+
+    codes: ClassVar[tuple[str, ...]] = ()
+
+    def __new__(cls, code: str, message: str, **fields: Any) -> CliError:
+        """Pick the subclass whose `codes` hold `code` (when called on `CliError`)."""
+        if cls is CliError:
+            cls = next((sub for sub in _CLI_ERRORS if code in sub.codes), CliError)
+        return super().__new__(cls)
 
     def __init__(self, code: str, message: str, **fields: Any) -> None:
         """Carry a stable `code`, a one-line message and JSON fields."""
@@ -87,6 +109,59 @@ class CliError(Exception):
     def to_dict(self) -> dict[str, Any]:
         """Return code, message and fields, ready for JSON output."""
         return {"code": self.code, "message": str(self), **self.fields}
+
+
+class UsageError(CliError):
+    """Bad usage or a bad argument (exit 2)."""
+
+    codes = ("usage",)
+
+
+class NotFound(CliError):
+    """A file, thread or checkpoint that is not there (exit 3)."""
+
+    codes = ("file_not_found", "thread_not_found", "checkpoint_not_found")
+
+
+class NotAFile(CliError):
+    """A path that is not a regular file (exit 4)."""
+
+    codes = ("not_a_file",)
+
+
+class ConfirmationRequired(CliError):
+    """Data would be removed and `--yes` was not given; nothing changed (exit 6)."""
+
+    codes = ("confirmation_required",)
+
+
+_CLI_ERRORS = (UsageError, NotFound, NotAFile, ConfirmationRequired)
+
+# The one mapping from error classes to exit codes (see `EXIT_CODES`): the
+# most specific class of an error's MRO that is listed wins, and an error of
+# no listed class exits 7. Never decided from a message or a code string.
+EXIT_BY_CLASS: dict[type[BaseException], int] = {
+    UndecodableRow: 1,
+    SerializationError: 1,
+    UsageError: 2,
+    InvalidArgument: 2,
+    NotFound: 3,
+    FileNotFoundError: 3,
+    CheckpointNotFound: 3,
+    ReplayUnavailable: 3,
+    NotAFile: 4,
+    UnsupportedFormat: 4,
+    ThreadBusy: 5,
+    StaleClaim: 5,
+    StoreBusy: 5,
+    CheckpointConflict: 5,
+    ConfirmationRequired: 6,
+}
+
+
+def exit_code(exc: BaseException) -> int:
+    """Return the exit code for `exc`, from its class (`EXIT_BY_CLASS`); 7 if none is listed."""
+    return next((EXIT_BY_CLASS[c] for c in type(exc).__mro__ if c in EXIT_BY_CLASS), 7)
 
 
 class Parser(argparse.ArgumentParser):
@@ -101,8 +176,8 @@ def fail(exc: BaseException, as_json: bool) -> int:
     """Print `exc` on stderr (one line, or one JSON object) and return its exit code.
 
     The one converter for every exception, expected or not: the exit code
-    comes from the error's class (through its `code`), never from its text,
-    and no traceback is ever printed.
+    comes from the error's class (`exit_code`), never from its text, and no
+    traceback is ever printed.
     """
     if isinstance(exc, (CliError, FencedSqliteError)):
         doc = exc.to_dict()
@@ -121,7 +196,7 @@ def fail(exc: BaseException, as_json: bool) -> int:
         print(json.dumps(jsonable(doc), ensure_ascii=False), file=sys.stderr)
     else:
         print("lgfs: error: " + " ".join(str(doc["message"]).split()), file=sys.stderr)
-    return _EXIT_BY_CODE.get(doc["code"], 7)
+    return exit_code(exc)
 
 
 def open_existing(path: str, serde: SerializerProtocol | None = None) -> FencedSqliteSaver:
@@ -134,22 +209,31 @@ def open_existing(path: str, serde: SerializerProtocol | None = None) -> FencedS
     Raises:
         CliError: `file_not_found` or `not_a_file`.
     """
+    check_existing(path)
+    return FencedSqliteSaver(path, serde=serde)
+
+
+def check_existing(path: str) -> None:
+    """Refuse a `path` that is not an existing regular file.
+
+    Raises:
+        CliError: `file_not_found` (a `NotFound`) or `not_a_file` (a `NotAFile`).
+    """
     if not os.path.exists(path):
         raise CliError("file_not_found", f"{path}: no such file", path=path)
     if not os.path.isfile(path):
         raise CliError("not_a_file", f"{path}: not a file", path=path)
-    return FencedSqliteSaver(path, serde=serde)
 
 
 def find_thread(saver: FencedSqliteSaver, thread_id: str) -> dict[str, Any]:
-    """Return the thread's summary (`saver.threads()`'s).
+    """Return the thread's summary (`saver.thread_summary`: as `threads()` gives it).
 
     Raises:
         CliError: `thread_not_found`.
     """
-    for summary in saver.threads():
-        if summary["thread_id"] == thread_id:
-            return summary
+    summary = saver.thread_summary(thread_id)
+    if summary is not None:
+        return summary
     raise CliError(
         "thread_not_found", f"thread {thread_id!r} not found in {saver.path}", thread_id=thread_id
     )
@@ -216,8 +300,9 @@ class Out:
     """Print results as text (default), one JSON document (`--json`) or lines (`--nl`)."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        """Pick the mode from the parsed `--json` / `--nl` flags."""
+        """Pick the mode from the parsed `--json` / `--nl` flags, and how text is drawn."""
         self.mode = "nl" if getattr(args, "nl", False) else "json" if args.json else "text"
+        self.view = View.for_args(args, sys.stdout)
 
     def _print(self, text: str) -> None:
         sys.stdout.write(text + "\n")
@@ -231,9 +316,9 @@ class Out:
             self._print(json.dumps(jsonable(doc), indent=2, ensure_ascii=False))
 
     def rows(self, items: list[dict[str, Any]], columns: Columns) -> None:
-        """Print `items` as a table in text mode, else as a JSON list or lines."""
+        """Print `items` as a table fitted to the terminal in text mode, else JSON list or lines."""
         if self.mode == "text":
-            self._print(table(items, columns) if items else "(none)")
+            self._print(table(items, columns, self.view) if items else "(none)")
         else:
             self.stream(items, str)
 
@@ -276,38 +361,9 @@ def compact(value: Any) -> str:
     return json.dumps(jsonable(value), ensure_ascii=False, separators=(", ", ": "))
 
 
-def table(items: list[dict[str, Any]], columns: Columns) -> str:
-    """Lay `items` out in aligned columns under their headers."""
-    cells = [[h for h, _ in columns]] + [[str(fn(i)) for _, fn in columns] for i in items]
-    widths = [max(len(row[c]) for row in cells) for c in range(len(columns))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells
-    )
-
-
 def is_number(value: Any) -> bool:
     """Whether `value` is a real number (a damaged cell may hold text or bytes)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
-
-
-def when(ts: Any) -> str:
-    """Format epoch seconds as UTC ISO 8601 (`-` for None, `?` for a damaged value)."""
-    if ts is None:
-        return "-"
-    try:
-        return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    except (TypeError, ValueError, OverflowError, OSError):
-        return f"?{ts!r}"
-
-
-def span(seconds: float) -> str:
-    """Format a duration briefly: `45s`, `12m5s`, `3h5m`, `2d4h`."""
-    s = int(abs(seconds))
-    for unit, size, sub, sub_size in (("d", 86400, "h", 3600), ("h", 3600, "m", 60)):
-        if s >= size:
-            rest = (s % size) // sub_size
-            return f"{s // size}{unit}{f'{rest}{sub}' if rest else ''}"
-    return f"{s // 60}m{s % 60}s" if s >= 60 else f"{s}s"
 
 
 def claim_doc(claim: Any, now: float) -> dict[str, Any]:
@@ -326,7 +382,7 @@ def claim_doc(claim: Any, now: float) -> dict[str, Any]:
         "holder": holder,
         "token": token,
         "expires_at": expires_at,
-        "live": now < expires_at,
+        "live": claim_live(token, expires_at, now),
         "expires_in": round(expires_at - now, 3),
     }
 

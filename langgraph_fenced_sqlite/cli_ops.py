@@ -1,9 +1,9 @@
 """`lgfs` for an operator's hand on a file: which file, which status, which claim.
 
 Invariant: as in `cli.py`, nothing here judges: a claim is released or taken
-over by `force_release` / `take_over(operator=...)` and a status is
-`thread_status`'s. This module
-parses, asks for `--yes`, calls and prints. The file a command works on is
+over by `force_release` / `take_over(operator=...)`, and its liveness is
+`claim_live`'s (through `claim_doc`). This module parses, asks for `--yes`,
+calls and prints. The file a command works on is
 named one way for every command (`resolve_file`): `--db PATH` (before or
 after the command), else `$LGFS_PATH`, else a `PATH` first argument (the
 older form, still accepted).
@@ -16,7 +16,6 @@ import getpass
 import os
 import socket
 from collections.abc import Callable
-from typing import Any
 
 from .cli_allow import cli_serde
 from .cli_io import (
@@ -29,8 +28,8 @@ from .cli_io import (
     find_thread,
     open_existing,
     span,
-    when,
 )
+from .cli_text import Cell, Fit, stamp
 
 __all__ = [
     "add_claims_command",
@@ -39,7 +38,6 @@ __all__ = [
     "operator_name",
     "parse_claims_words",
     "resolve_file",
-    "status_text",
 ]
 
 _ENV = "LGFS_PATH"
@@ -112,17 +110,6 @@ def operator_name(args: argparse.Namespace) -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def status_text(status: dict[str, Any], now: float) -> str:
-    """Say a `ThreadStatus` (as a dict) in a few words: `running (worker-2, expires in 5m)`."""
-    state = status["state"]
-    if state == "running":
-        left = status["expires_at"] - now if status["expires_at"] is not None else 0.0
-        return f"running ({status['holder']}, expires in {span(left)})"
-    if state == "interrupted" and status["node"]:
-        return f"interrupted at {status['node']}"
-    return str(state)
-
-
 # --- claims ---------------------------------------------------------------------------------
 
 
@@ -192,25 +179,27 @@ def _list_claims(args: argparse.Namespace, out: Out) -> int:
     out.rows(
         items,
         [
-            ("THREAD", lambda i: i["thread_id"]),
-            ("HOLDER", lambda i: i["holder"]),
+            ("THREAD", lambda i: i["thread_id"], Fit(squeeze=12, middle=True)),
+            ("HOLDER", lambda i: i["holder"], Fit(min=16)),
             ("TOKEN", lambda i: i["token"]),
             ("STATE", lambda i: "live" if i["live"] else "expired"),
-            ("EXPIRES", lambda i: when(i["expires_at"])),
-            ("", lambda i: claim_text(i).split(", ")[-1]),
+            ("EXPIRES", lambda i: stamp(i["expires_at"], now)),
+            ("", lambda i: Cell(claim_text(i).split(", ")[-1]), Fit(drop=1)),
         ],
     )
     return 1 if any(i.get("error") for i in items) else 0
 
 
 _CLAIMS_USAGE = (
-    "lgfs claims [PATH] [--db PATH] [--json | --nl]\n"
+    "lgfs claims [PATH] [--db PATH] [--json | --nl] [--full]\n"
     "       lgfs claims release [PATH] THREAD --yes [--operator NAME]\n"
     "       lgfs claims take-over [PATH] THREAD --yes [--ttl DURATION] [--operator NAME]"
 )
 
 
-def add_claims_command(command: Callable[..., argparse.ArgumentParser], yes: Callable) -> None:
+def add_claims_command(
+    command: Callable[..., argparse.ArgumentParser], yes: Callable, view: Callable
+) -> None:
     """Register `claims` (list, release, take-over) through `cli.build_parser`'s helpers."""
     p = command(
         "claims",
@@ -237,3 +226,4 @@ def add_claims_command(command: Callable[..., argparse.ArgumentParser], yes: Cal
         help="how long a take-over holds the thread (default 5m)",
     )
     yes(p, "release or take over")
+    view(p)

@@ -339,7 +339,7 @@ class Engine:
         conn = self._conn
         for name, value in schema.PRAGMAS:
             current = conn.execute(schema.get_pragma(name)).fetchone()
-            if current is not None and str(current[0]).lower() == value:
+            if current is not None and schema.pragma_matches(current[0], value):
                 continue
             statement = schema.set_pragma(name, value)
 

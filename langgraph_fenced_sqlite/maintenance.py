@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import claims, retention, schema
-from .api_inspect import last_activity
+from .api_threads import last_activity
 from .connection import is_busy
 from .errors import StoreBusy, ThreadBusy
 from .retention import PruneResult, RetentionPolicy

@@ -216,7 +216,7 @@ class _Renewer:
             if active:
                 logger.warning("run %s lost its claim: %s", run.run_id, exc)
         except Exception as exc:  # noqa: BLE001 - judged by the claim's expiry below
-            if self._saver.clock.now() >= run.claim.expires_at or self._saver.closed:
+            if not run.claim.live(self._saver.clock.now()) or self._saver.closed:
                 logger.error("run %s: renewal kept failing past expiry: %r", run.run_id, exc)
                 self.remove(run)
             else:

@@ -6,9 +6,9 @@ the sync method through one thread hop. `list`/`alist` fetch a page per job
 and yield outside it, so a caller may use the saver inside the loop.
 
 This module holds the LangGraph methods; claims, the event log,
-history/inspection and deletion/retention/retraction live in
-`api_claims.py`, `api_events.py`, `api_inspect.py` and `api_retention.py`,
-mixed into the one class.
+history/inspection, thread summaries/statuses and deletion/retention/retraction
+live in `api_claims.py`, `api_events.py`, `api_inspect.py`, `api_threads.py`
+and `api_retention.py`, mixed into the one class.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from .api_claims import ClaimsAPI
 from .api_events import EventsAPI
 from .api_inspect import InspectionAPI
 from .api_retention import RetentionAPI
+from .api_threads import ThreadsAPI
 from .claims import token_from_config
 from .clock import Clock, read_now, to_seconds
 from .engine import Engine
@@ -63,7 +64,7 @@ _list = builtins.list
 
 # `prune`/`aprune` (RetentionAPI) return a report where LangGraph's return None.
 class FencedSqliteSaver(  # type: ignore[misc]
-    ClaimsAPI, EventsAPI, InspectionAPI, RetentionAPI, BaseCheckpointSaver[str]
+    ClaimsAPI, EventsAPI, InspectionAPI, ThreadsAPI, RetentionAPI, BaseCheckpointSaver[str]
 ):
     """A LangGraph checkpointer on one SQLite file with claims and fencing.
 

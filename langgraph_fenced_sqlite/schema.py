@@ -9,7 +9,7 @@ is written with `INSERT OR REPLACE`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 # Identifies our files: `PRAGMA application_id` of every file we set up.
@@ -168,6 +168,11 @@ GET_SYNCHRONOUS = "PRAGMA synchronous"
 def get_pragma(name: str) -> str:
     """Return the statement that reads pragma `name` (one of `PRAGMAS`)."""
     return f"PRAGMA {name}"
+
+
+def pragma_matches(current: object, value: str) -> bool:
+    """Whether a pragma read back as `current` already has `value` (its `PRAGMAS` value)."""
+    return current is not None and str(current).lower() == value
 
 
 def set_pragma(name: str, value: str | int) -> str:
@@ -559,28 +564,40 @@ THREAD_SUMMARIES = (
     "(SELECT max(e.ts) FROM events e WHERE e.thread_id = t.thread_id) "
     f"FROM threads t WHERE {_NOT_TOMBSTONE}"
 )
+# One thread's summary (the columns of `THREAD_SUMMARIES`); no row for a
+# thread that does not exist (or is a tombstone).
+THREAD_SUMMARY = f"{THREAD_SUMMARIES} AND t.thread_id = ?"
+THREAD_EXISTS = f"SELECT 1 FROM threads t WHERE t.thread_id = ? AND {_NOT_TOMBSTONE}"
 TABLE_COUNTS = (
     "SELECT (SELECT count(*) FROM threads), (SELECT count(*) FROM checkpoints), "
     "(SELECT count(*) FROM writes), (SELECT count(*) FROM events)"
 )
 INTEGRITY_CHECK = "PRAGMA integrity_check"
-# A thread's status (`api_inspect.thread_status`): its last run lifecycle
-# event, and the interrupts pending on its latest root checkpoint.
-LAST_RUN_EVENT = (
-    "SELECT seq, kind, data FROM events WHERE thread_id = ? AND kind IN ("
-    "'run_started', 'run_completed', 'run_interrupted', 'run_failed', 'run_superseded', "
-    "'run_cancelled', 'run_timed_out', 'claim_released_by_operator', 'claim_taken_over') "
-    "ORDER BY seq DESC LIMIT 1"
+# A thread's status (`api_threads`): its latest run lifecycle event (found
+# through the primary key, newest first, however long the log), and whether
+# a root checkpoint was committed after it under another token (the thread
+# was run again, outside that run: the event no longer describes it).
+ROOT_CHECKPOINT_AFTER = (
+    "SELECT 1 FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = '' "
+    "AND position > ? AND token IS NOT ? LIMIT 1"
 )
-LATEST_ROOT_INTERRUPTS = (
-    "SELECT w.task_path FROM writes w WHERE w.thread_id = ? AND w.checkpoint_ns = '' "
-    "AND w.channel = '__interrupt__' AND w.checkpoint_id = (SELECT c.checkpoint_id "
-    "FROM checkpoints c WHERE c.thread_id = w.thread_id AND c.checkpoint_ns = '' "
-    "ORDER BY c.position DESC LIMIT 1) ORDER BY w.task_path, w.task_id, w.idx"
-)
-LATEST_ROOT_POSITION = (
-    "SELECT max(position) FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ''"
-)
+
+
+def last_event_of_kinds(thread_id: str, kinds: Iterable[str]) -> tuple[str, list[Any]]:
+    """Build the query for the seq of a thread's latest event of one of `kinds`.
+
+    Returns:
+        `(sql, params)`; one row `(seq,)`, or none.
+    """
+    wanted = sorted(kinds)
+    marks = ", ".join("?" for _ in wanted)
+    sql = (
+        f"SELECT seq FROM events WHERE thread_id = ? AND kind IN ({marks}) "
+        "ORDER BY seq DESC LIMIT 1"
+    )
+    return sql, [thread_id, *wanted]
+
+
 # The namespaces a thread's checkpoints are in (for `--ns` prefixes).
 THREAD_NAMESPACES = (
     "SELECT DISTINCT checkpoint_ns FROM checkpoints WHERE thread_id = ? ORDER BY checkpoint_ns"

@@ -27,7 +27,7 @@ from langgraph.graph import START, StateGraph
 from langgraph.types import Command, interrupt
 
 from langgraph_fenced_sqlite import FencedSqliteSaver, ManualClock
-from langgraph_fenced_sqlite.cli import build_parser, main
+from langgraph_fenced_sqlite.cli import EXIT_CODES, build_parser, main
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 COMMANDS = (
@@ -163,11 +163,16 @@ def test_threads_lists_counts_claims_and_latest_activity_first(demo: str, cli: A
     assert [t["thread_id"] for t in limited] == [threads[0]["thread_id"]]
     nl = cli("threads", demo, "--nl").stdout.splitlines()
     assert [json.loads(line)["thread_id"] for line in nl] == [t["thread_id"] for t in threads]
-    text = lgfs("threads", env={"LGFS_PATH": demo})
+    # A terminal wide enough for every column (at 80, columns give way: below).
+    text = lgfs("threads", env={"LGFS_PATH": demo, "COLUMNS": "200"})
     assert text.returncode == 0
     assert text.stdout.splitlines()[0].split()[:3] == ["THREAD", "STATUS", "CHECKPOINTS"]
     assert "worker-2 token" in text.stdout and "expires in" in text.stdout
     assert "expired" in text.stdout
+    narrow = lgfs("threads", env={"LGFS_PATH": demo, "COLUMNS": "80"}).stdout.splitlines()
+    assert narrow[0].split()[:2] == ["THREAD", "STATUS"] and max(map(len, narrow)) <= 80
+    running = next(line for line in narrow if line.startswith("order-2 "))
+    assert "running (worker-2, expires in" in running and "worker-2 token" in running
 
 
 def test_history_shows_positions_tokens_runs_and_parents_newest_first(demo: str, cli: Any) -> None:
@@ -441,6 +446,66 @@ def test_doctor_exits_non_zero_on_a_corrupt_index(copy: str) -> None:
     assert done.returncode == 1
     report = json.loads(done.stdout)
     assert report["ok"] is False and "integrity_check" in report["problems"][0]
+
+
+def test_doctor_checks_the_pragmas_the_engine_sets(demo: str, cli: Any, monkeypatch: Any) -> None:
+    """Doctor's pragma checks are `schema.PRAGMAS`: one more there is one more checked."""
+    from langgraph_fenced_sqlite import diagnose, schema
+
+    checks = diagnose(demo).checks
+    assert [c.name for c in checks] == [n for n, _ in schema.PRAGMAS] + ["integrity", "claims"]
+    assert all(c.ok for c in checks)
+    text = cli("doctor", demo).stdout
+    assert "foreign keys    0" in text and "wal size limit  8388608" in text
+    monkeypatch.setattr(schema, "PRAGMAS", (*schema.PRAGMAS, ("cache_size", "-1234")))
+    report = parsed(cli("doctor", demo, "--json"))
+    assert report["ok"] is True and "pragmas" not in report  # the JSON keeps its shape
+    assert "cache size      -1234" in cli("doctor", demo).stdout
+
+
+def test_doctor_reports_a_pragma_that_differs(demo: str, cli: Any, monkeypatch: Any) -> None:
+    real = FencedSqliteSaver.stats
+
+    def stats(self: Any) -> dict[str, Any]:  # a connection left at synchronous=NORMAL
+        found = real(self)
+        found["pragmas"]["synchronous"] = found["synchronous"] = 1
+        return found
+
+    monkeypatch.setattr(FencedSqliteSaver, "stats", stats)
+    done = cli("doctor", demo, "--json")
+    assert done.returncode == 1
+    assert json.loads(done.stdout)["problems"] == ["synchronous is 1, expected 2 (FULL)"]
+    assert "synchronous     NORMAL  (expected 2)" in cli("doctor", demo).stdout
+
+
+def test_exit_codes_come_from_error_classes_not_codes_or_messages() -> None:
+    from langgraph_fenced_sqlite import errors
+    from langgraph_fenced_sqlite.cli_io import (
+        EXIT_BY_CLASS,
+        CliError,
+        NotFound,
+        UsageError,
+        exit_code,
+        fail,
+    )
+
+    class LockedForLong(errors.StoreBusy):
+        code = "locked_for_long"  # a code no table lists: its class still says busy
+
+    assert exit_code(LockedForLong("op", "f.db", 9.0)) == 5
+    assert fail(LockedForLong("op", "f.db", 9.0), as_json=True) == 5
+    misleading = errors.InvalidArgument("x", message="thread 'x' not found; store busy")
+    assert exit_code(misleading) == 2
+    assert isinstance(CliError("usage", "bad"), UsageError)
+    assert exit_code(CliError("usage", "bad")) == 2
+    assert isinstance(CliError("thread_not_found", "gone"), NotFound)
+    assert exit_code(CliError("something_new", "?")) == 7
+    assert exit_code(FileNotFoundError(2, "no such file", "f")) == 3
+    assert exit_code(errors.ReadOnlyStore("op", "f")) == 7 and exit_code(ZeroDivisionError()) == 7
+    documented = {code for code, _ in EXIT_CODES}
+    assert set(EXIT_BY_CLASS.values()) <= documented
+    for name in errors.__all__:  # every library error has its documented code
+        assert exit_code(getattr(errors, name).__new__(getattr(errors, name))) in documented
 
 
 def _missing(tmp_path: Any, demo: str) -> str:

@@ -262,3 +262,24 @@ def test_operator_methods(
             continue
         if hasattr(got, "token") and getattr(got, "holder", None) == "ops":
             store.force_release(got.thread_id, operator="fuzz")
+
+
+@FUZZ
+@given(thread_id=name, ns=name, from_id=name, to_id=name)
+def test_status_summary_and_diff(
+    world: Any, db_path: str, thread_id: Any, ns: Any, from_id: Any, to_id: Any
+) -> None:
+    store, _, _ = world
+    _check(db_path, lambda: store.thread_status(thread_id), ("thread_id",))
+    _check(db_path, lambda: store.thread_summary(thread_id), ("thread_id",))
+    for frm, to in ((from_id, None), (None, to_id)):
+        try:
+            _check(
+                db_path,
+                lambda f=frm, t=to: store.diff_checkpoints(
+                    thread_id, checkpoint_ns=ns, from_id=f, to_id=t
+                ),
+                ("thread_id", "checkpoint_ns", "from_id", "to_id"),
+            )
+        except Exception as exc:
+            assert type(exc).__name__ == "CheckpointNotFound", exc

@@ -1,0 +1,148 @@
+"""Checking a file: every check `lgfs doctor` reports, each judged here once.
+
+Invariant: the pragmas checked are `schema.PRAGMAS`, the one place that sets
+them, compared as the engine compares them (`schema.pragma_matches`); claim
+liveness is `claims.claim_live`. A damaged file is a finding, not a crash:
+when SQLite itself says the file is corrupt (at open, while counting rows, or
+during `integrity_check`) the diagnosis reports an integrity failure, telling
+corruption apart from other database errors by the error's class and SQLite
+result code, never by message text.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Any
+
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from . import schema
+from .claims import claim_live
+from .errors import StoreError
+
+__all__ = ["Check", "Diagnosis", "damaged", "diagnose"]
+
+# SQLite primary result codes that mean "the file's contents are damaged".
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
+# How a pragma's expected value reads in a problem.
+_VALUE_NAMES = {("synchronous", "2"): "2 (FULL)"}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check of a file.
+
+    Attributes:
+        name: What was checked: a pragma's name (from `schema.PRAGMAS`),
+            `integrity` or `claims`.
+        ok: Whether it passed.
+        found: What the file has.
+        expected: What it should have (None when there is no single value).
+        problem: The sentence reported when it failed.
+    """
+
+    name: str
+    ok: bool
+    found: Any
+    expected: Any = None
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What `diagnose` found.
+
+    Attributes:
+        path: The file.
+        checks: Every check made, in order (pragmas, integrity, claims).
+        stats: The file's `stats()` plus `wal_bytes`, `claims` and
+            `live_claims`; only `integrity` for a file too damaged to open.
+    """
+
+    path: str
+    checks: tuple[Check, ...]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def problems(self) -> list[str]:
+        """The failed checks' sentences."""
+        return [c.problem or c.name for c in self.checks if not c.ok]
+
+    @property
+    def ok(self) -> bool:
+        """Whether every check passed."""
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the document `lgfs doctor --json` prints."""
+        stats = {k: v for k, v in self.stats.items() if k != "pragmas"}
+        return {"path": self.path, **stats, "problems": self.problems, "ok": self.ok}
+
+
+def damaged(exc: BaseException) -> bool:
+    """Whether `exc` is a plain `StoreError` caused by SQLite finding the file corrupt."""
+    if type(exc) is not StoreError:  # busy, closed, unsupported format...: not damage
+        return False
+    cause = exc.__cause__
+    while cause is not None and not isinstance(cause, sqlite3.Error):
+        cause = cause.__cause__
+    if not isinstance(cause, sqlite3.DatabaseError):
+        return False
+    code = getattr(cause, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+    # Python 3.10 has no result code: sqlite3 raises exactly DatabaseError for
+    # CORRUPT/NOTADB (busy, I/O and the like are OperationalError).
+    return type(cause) is sqlite3.DatabaseError
+
+
+def diagnose(path: str, *, serde: SerializerProtocol | None = None) -> Diagnosis:
+    """Check the file at `path`: pragmas, integrity, claims; never create it.
+
+    Args:
+        path: An existing checkpoint file.
+        serde: The serializer to open it with (the default if None).
+
+    Raises:
+        FileNotFoundError: there is no file at `path`.
+        StoreError: the file could not be read for another reason than
+            damage (busy, not ours, newer schema...).
+    """
+    from .saver import FencedSqliteSaver  # the saver imports this package's modules
+
+    if not os.path.exists(path):
+        raise FileNotFoundError(errno.ENOENT, "no such file", path)
+    wal = path + "-wal"
+    try:
+        with FencedSqliteSaver(path, serde=serde) as saver:
+            stats, claims, now = saver.stats(), saver.claims(), saver.clock.now()
+            stats["wal_bytes"] = os.path.getsize(wal) if os.path.exists(wal) else 0
+    except StoreError as exc:
+        if not damaged(exc):
+            raise
+        message = " ".join(str(exc).split())
+        found = f"integrity_check found 1 problem(s): the file is damaged: {message}"
+        check = Check("integrity", False, [message], ["ok"], found)
+        return Diagnosis(path, (check,), {"integrity": [message]})
+    problem: str | None
+    liveness = [claim_live(c.token, c.expires_at, now) for c in claims]
+    stats["claims"] = len(claims)
+    stats["live_claims"] = liveness.count(True)
+    checks = []
+    for name, value in schema.PRAGMAS:
+        found = stats["pragmas"].get(name)
+        expected = _VALUE_NAMES.get((name, value), value)
+        ok = schema.pragma_matches(found, value)
+        problem = None if ok else f"{name} is {found}, expected {expected}"
+        checks.append(Check(name, ok, found, value, problem))
+    integrity = stats["integrity"]
+    ok = integrity == ["ok"]
+    problem = None if ok else f"integrity_check found {len(integrity)} problem(s): {integrity[0]}"
+    checks.append(Check("integrity", ok, integrity, ["ok"], problem))
+    bad = [c.thread_id for c, live in zip(claims, liveness, strict=True) if live is None]
+    problem = f"claims with cells of the wrong type: {bad}" if bad else None
+    checks.append(Check("claims", not bad, bad, [], problem))
+    return Diagnosis(path, tuple(checks), stats)
