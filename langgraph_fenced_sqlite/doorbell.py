@@ -29,6 +29,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
+import select
 import struct
 import sys
 import threading
@@ -50,10 +51,12 @@ _IN_CLOEXEC = os.O_CLOEXEC
 _MASK = _IN_MODIFY | _IN_ATTRIB | _IN_DELETE_SELF | _IN_MOVE_SELF
 _MOVED = _IN_ATTRIB | _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_IGNORED
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len (then `len` bytes of name)
-# Bells nobody listens to stay watched, so that a watch's next wait (or the
-# next `wait_events` on the file) finds its bell ready; beyond this many the
-# oldest is dropped.
+# A bell nobody listens to stays watched a little while, so that a watch's
+# next wait (or the next `wait_events` on the file) finds it ready instead of
+# adding and removing a watch per event; not longer, since each ring of a
+# watched bell wakes the hub; and no more than a few.
 _IDLE_BELLS = 8
+_IDLE_SECONDS = 2.0
 
 
 def bell_path(db_path: str) -> str:
@@ -157,7 +160,7 @@ class _Hub:
         self._lock = threading.Lock()
         self._bells: dict[str, _Bell] = {}
         self._by_wd: dict[int, set[_Bell]] = {}
-        self._idle: collections.OrderedDict[str, _Bell] = collections.OrderedDict()
+        self._idle: collections.OrderedDict[str, tuple[_Bell, float]] = collections.OrderedDict()
         thread = threading.Thread(target=self._run, name="lgfs-doorbell", daemon=True)
         thread.start()
 
@@ -185,9 +188,20 @@ class _Hub:
             bell.users -= 1
             if bell.users > 0 or self._bells.get(bell.key) is not bell:
                 return
-            self._idle[bell.key] = bell
+            self._idle[bell.key] = (bell, time.monotonic())
             while len(self._idle) > _IDLE_BELLS:
-                self._forget(self._idle.popitem(last=False)[1])
+                self._forget(self._idle.popitem(last=False)[1][0])
+
+    def _expire(self) -> float | None:
+        """Forget bells idle for `_IDLE_SECONDS`; return ms until the next is due (None: none)."""
+        with self._lock:
+            now = time.monotonic()
+            while self._idle:
+                bell, since = next(iter(self._idle.values()))
+                if now - since < _IDLE_SECONDS:
+                    return (since + _IDLE_SECONDS - now) * 1000.0
+                self._forget(bell)
+        return None
 
     def _add(self, bell: _Bell, wd: int) -> None:
         bell.wds.add(wd)
@@ -206,8 +220,14 @@ class _Hub:
         bell.wds.clear()
 
     def _run(self) -> None:
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN)
         try:
             while True:
+                # Wakes for events, and then drops the idle bells that are
+                # due (a bell that never rings again costs nothing meanwhile).
+                if not poller.poll(self._expire()):
+                    continue
                 data = os.read(self.fd, 64 * 1024)
                 if not data:
                     break

@@ -242,3 +242,30 @@ def test_the_bell_is_made_by_the_first_commit_and_closed_with_the_store(tmp_path
     with pytest.raises(UnsupportedFormat):
         FencedSqliteSaver(str(other))
     assert not os.path.exists(bell_path(str(other)))
+
+
+def test_a_bell_nobody_listens_to_is_dropped_and_comes_back(tmp_path) -> None:
+    """A listener opened after the last one closed (and its bell was dropped) still hears."""
+    from langgraph_fenced_sqlite import doorbell
+
+    db = str(tmp_path / "x.db")
+    first = Listener.open(db)
+    assert first is not None
+    hub = first._hub
+    first.close()
+    key = bell_path(os.path.realpath(db))
+    ringer = Ringer(db)
+    for _ in range(int(BOUND / 0.05)):  # rings wake the hub, which drops it once due
+        if key not in hub._bells:
+            break
+        ringer.ring()
+        threading.Event().wait(0.05)
+    assert key not in hub._bells
+    assert all(key != bell.key for bells in hub._by_wd.values() for bell in bells)
+    again = Listener.open(db)
+    assert again is not None
+    ringer.ring()
+    assert again.wait(BOUND) is True
+    again.close()
+    ringer.close()
+    assert doorbell._the_hub() is hub  # one hub throughout
