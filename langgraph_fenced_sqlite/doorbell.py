@@ -171,13 +171,13 @@ class _Hub:
         key = os.path.realpath(path)  # one bell per file, however it is spelled
         with self._lock:
             bell = self._bells.get(key)
-            if bell is None:
-                bell = _Bell(key)
+            if bell is None or not bell.wds:  # new, or its file went and could not be watched
                 wd = self._libc.inotify_add_watch(self.fd, os.fsencode(key), _MASK)
                 if wd < 0:
                     return None
+                if bell is None:
+                    bell = self._bells[key] = _Bell(key)
                 self._add(bell, wd)
-                self._bells[key] = bell
             self._idle.pop(key, None)
             bell.users += 1
             return bell

@@ -385,16 +385,16 @@ class EventPoller:
             with self._lock:
                 if self._closed:
                     return None
-                if self._listen:
-                    self._listen = False
-                    if self._bell is not None:  # left by a poll whose wait ended
-                        self._bell.close()
-                    self._bell = Listener.open(self.path)
                 try:
                     if self._conn is None:
                         self._conn = connect(self.path, self._busy_timeout, readonly=True)
                         if self.trace is not None:
                             self._conn.set_trace_callback(self.trace)
+                    if self._listen:  # after the file opened (no stray bell), before the read
+                        self._listen = False
+                        if self._bell is not None:  # left by a poll whose wait ended
+                            self._bell.close()
+                        self._bell = Listener.open(self.path)
                     return self._read(thread_id, after_seq, limit, incarnation)
                 except sqlite3.Error as exc:
                     raise translate("wait_events", self.path, exc) from exc
