@@ -407,6 +407,7 @@ class GroupCommit:
             for job in live:
                 job.state = DONE
             self._changed.notify_all()
+        engine._after_commit()
 
     def _begin(self, own: Job, batch: list[Job]) -> list[Job] | None:
         """Open the batch's transaction; return the jobs still live, or None.
