@@ -708,7 +708,8 @@ async def test_taken_over_async_run_is_cancelled_mid_node(store: FencedSqliteSav
     assert info.value.holder == "operator"
     assert run_events(store) == [("run_started", "r")]
     assert await store.acurrent_claim("t") == thief
-    assert not asyncio.current_task().cancelling()  # type: ignore[union-attr]
+    # The cancel the runner sent its task was taken back (Python 3.11+ counts them).
+    assert getattr(asyncio.current_task(), "cancelling", lambda: 0)() == 0
 
 
 def test_superseded_run_names_who_took_over_after_that_run_ended(
