@@ -209,6 +209,8 @@ class ClaimsAPI:
         *,
         run_id: str,
         strategy: str = "reject",
+        tenant: str | None = None,
+        principal: str | None = None,
     ) -> Claim:
         """Claim a thread for a run and log `run_started`, in one commit.
 
@@ -216,7 +218,14 @@ class ClaimsAPI:
         (and logged as `run_superseded`); "rollback" also retracts the
         superseded run's checkpoints and writes, by its run id.
 
+        Args:
+            tenant: The tenant the run is for: another tenant's thread is
+                refused, and a thread that holds nothing yet becomes this
+                tenant's. None: any thread.
+            principal: Who the run acts for, named in its events.
+
         Raises:
+            TenantMismatch: the thread is another tenant's; nothing changes.
             ThreadBusy: the thread is busy and the strategy does not take
                 over; nothing changes.
         """
@@ -226,6 +235,8 @@ class ClaimsAPI:
         if strategy not in runs.RUN_STRATEGIES:
             raise bad_argument("strategy", f"expected one of {runs.RUN_STRATEGIES}")
         seconds = to_seconds(ttl, "ttl")
+        _optional_name(tenant, "tenant")
+        _optional_name(principal, "principal")
         return self._engine.write(
             f"begin_run({strategy})",
             lambda c: runs.begin_run_txn(
@@ -236,6 +247,57 @@ class ClaimsAPI:
                 run_id=run_id,
                 strategy=strategy,
                 now=read_now(self._engine.clock),
+                tenant=tenant,
+                principal=principal,
+            ),
+        )
+
+    def renew_run(
+        self, thread_id: str, token: int, ttl: float | timedelta
+    ) -> tuple[Claim, str | None]:
+        """Renew a run's claim as `renew` does, and say whether its run should stop.
+
+        Returns:
+            The renewed claim, and who asked its run to stop (`cancel_run`),
+            or None when nobody did.
+
+        Raises:
+            StaleClaim: `token` is not the thread's current claim.
+        """
+        check_name(thread_id, "thread_id")
+        check_int(token, "token")
+        seconds = to_seconds(ttl, "ttl")
+        return self._engine.write(
+            "renew_run",
+            lambda c: claims.renew_run(
+                c, thread_id, token, seconds, now=read_now(self._engine.clock)
+            ),
+        )
+
+    def cancel_run(self, thread_id: str, *, by: str, tenant: str | None = None) -> Claim | None:
+        """Ask the run holding the thread, in any process, to stop; log `cancel_requested`.
+
+        The request is durable and goes with the claim it is for: the run's
+        next renewal sees it (a `FencedRunner` run then stops and logs
+        `run_cancelled`); a later run of the thread never does.
+
+        Args:
+            by: Who asks (named in the events).
+            tenant: Refuse another tenant's thread (None: any thread).
+
+        Returns:
+            The claim asked to stop, or None when nothing holds the thread.
+
+        Raises:
+            TenantMismatch: the thread is another tenant's; nothing changes.
+        """
+        check_name(thread_id, "thread_id")
+        check_name(by, "by")
+        _optional_name(tenant, "tenant")
+        return self._engine.write(
+            "cancel_run",
+            lambda c: runs.cancel_run_txn(
+                c, thread_id, by, now=read_now(self._engine.clock), tenant=tenant
             ),
         )
 
@@ -247,23 +309,31 @@ class ClaimsAPI:
         data: dict[str, Any] | None = None,
         *,
         static_interrupt: bool = False,
+        raise_stale: bool = False,
     ) -> bool:
         """Log a run's end event and release its claim, in one commit.
 
         Args:
             kind: `run_completed` (logged as `run_interrupted` when the graph
-                stopped at an interrupt), `run_failed`, ...
+                stopped at an interrupt), `run_failed`, `run_cancelled`,
+                `run_timed_out`, ...
             data: The event's data.
             static_interrupt: The graph stopped at an `interrupt_before/after`.
+            raise_stale: Raise `StaleClaim` (naming who holds the thread)
+                instead of returning False.
 
         Returns:
             False if the claim is no longer this run's (nothing changes).
+
+        Raises:
+            StaleClaim: with `raise_stale`, the claim is no longer this run's.
         """
         check_name(thread_id, "thread_id")
         check_int(token, "token")
         check_name(kind, "kind")
         payload = dict(check_json(check_dict(data, "data", optional=True), "data"))
         check_bool(static_interrupt, "static_interrupt")
+        check_bool(raise_stale, "raise_stale")
         return self._engine.write(
             f"end_run({kind})",
             lambda c: runs.end_run_txn(
@@ -274,23 +344,38 @@ class ClaimsAPI:
                 payload,
                 now=read_now(self._engine.clock),
                 static_interrupt=static_interrupt,
+                raise_stale=raise_stale,
             ),
         )
 
     def delete_unclaimed_thread(
-        self, thread_id: str, holder: str, ttl: float | timedelta = 30.0
+        self,
+        thread_id: str,
+        holder: str,
+        ttl: float | timedelta = 30.0,
+        *,
+        tenant: str | None = None,
     ) -> None:
         """Delete a thread unless someone holds a live claim on it, in any process.
 
+        Args:
+            tenant: Refuse another tenant's thread (None: any thread).
+
         Raises:
+            TenantMismatch: the thread is another tenant's; nothing is deleted.
             ThreadBusy: the thread has a live claim; nothing is deleted.
         """
         check_name(thread_id, "thread_id")
         check_name(holder, "holder")
         seconds = to_seconds(ttl, "ttl")
+        _optional_name(tenant, "tenant")
         self._engine.write(
             "delete_unclaimed_thread",
             lambda c: runs.delete_unclaimed_txn(
-                c, thread_id, holder, seconds, now=read_now(self._engine.clock)
+                c, thread_id, holder, seconds, now=read_now(self._engine.clock), tenant=tenant
             ),
         )
+
+
+def _optional_name(value: Any, name: str) -> str | None:
+    return None if value is None else check_name(value, name)

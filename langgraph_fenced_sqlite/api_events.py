@@ -135,8 +135,9 @@ class EventsAPI:
     ) -> list[Event]:
         """Return events after `after_seq`, waiting up to `timeout` s for a commit.
 
-        Reads on a connection of its own (never blocking this saver's writes),
-        polling every `poll_interval` for commits from any process.
+        Reads on a connection of its own (never blocking this saver's writes)
+        and wakes when a commit from any process rings the file's doorbell
+        (else it polls every `poll_interval`; see `FencedSqliteSaver`).
         A position is `after_seq` in `incarnation` (or the last `Event`
         seen, which carries both). A bare seq (`incarnation=None`) is a
         position in incarnation 1, the only one until `delete_thread`;

@@ -167,6 +167,15 @@ def claim_row(
     )
 
 
+def tenant_cells(thread_id: str, tenant: Any, holds_data: Any) -> tuple[str | None, bool]:
+    """Check a thread's tenant cell (and the data flag read beside it); return them typed.
+
+    Raises:
+        UndecodableRow: the tenant cell holds the wrong SQL type.
+    """
+    return _text_cell(thread_id, "tenant", tenant), bool(holds_data)
+
+
 def _bad_cell(thread_id: str, column: str, value: Any, expected: str) -> UndecodableRow:
     reason = f"threads.{column} holds {type(value).__name__} {value!r:.40}, expected {expected}"
     return UndecodableRow(
@@ -224,7 +233,7 @@ def check_fence(
     row = ensure_thread(conn, thread_id)
     if token is not None:
         if row.token != token:
-            raise StaleClaim(thread_id, token, row.token)
+            raise stale(conn, thread_id, token)
         return row
     if row.live(now):
         raise ThreadBusy(thread_id, row.holder, _latest(conn, thread_id))
@@ -286,18 +295,45 @@ def grant(
     return Claim(thread_id, holder, token, expires_at)
 
 
+def stale(conn: sqlite3.Connection, thread_id: str, token: int) -> StaleClaim:
+    """Return the error for a `token` that is not the thread's claim.
+
+    It names the current token and the latest claim granted (holder and
+    token), which the thread row keeps after that claim ended, so a writer
+    fenced off by a run that has finished since still learns who it was.
+    """
+    row = conn.execute(schema.GET_LAST_CLAIM, (thread_id,)).fetchone()
+    if row is None:
+        return StaleClaim(thread_id, token, None)
+    current = _int_cell(thread_id, "token", row[0], nullable=True)
+    holder = _text_cell(thread_id, "last_holder", row[1])
+    latest = _int_cell(thread_id, "last_token", row[2], nullable=True)
+    return StaleClaim(thread_id, token, current, holder, latest)
+
+
 def renew(conn: sqlite3.Connection, thread_id: str, token: int, ttl: float, *, now: float) -> Claim:
     """Extend the claim carrying `token` to `now + ttl`.
 
     Raises:
         StaleClaim: `token` is not the thread's current claim.
     """
+    return renew_run(conn, thread_id, token, ttl, now=now)[0]
+
+
+def renew_run(
+    conn: sqlite3.Connection, thread_id: str, token: int, ttl: float, *, now: float
+) -> tuple[Claim, str | None]:
+    """Extend the claim carrying `token`; return it and who asked its run to stop.
+
+    Raises:
+        StaleClaim: `token` is not the thread's current claim.
+    """
     row = conn.execute(schema.RENEW_CLAIM, (now + ttl, thread_id, token)).fetchone()
     if row is None:
-        current = read_thread(conn, thread_id)
-        raise StaleClaim(thread_id, token, None if current is None else current.token)
-    holder, _, expires_at = claim_row(thread_id, *row)
-    return Claim(thread_id, holder or "", token, expires_at or 0.0)
+        raise stale(conn, thread_id, token)
+    holder, _, expires_at = claim_row(thread_id, *row[:3])
+    cancel_by = _text_cell(thread_id, "cancel_by", row[3])
+    return Claim(thread_id, holder or "", token, expires_at or 0.0), cancel_by
 
 
 def release(conn: sqlite3.Connection, thread_id: str, token: int) -> bool:

@@ -267,6 +267,28 @@ def _cmd_delete(args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
+def _cmd_runs(args: argparse.Namespace, out: Out) -> int:
+    path = args.path or os.environ.get("LGFS_PATH")
+    if not path:
+        raise CliError("usage", "runs cancel: give PATH or set LGFS_PATH")
+    with _open(path) as saver:
+        _thread(saver, args.thread)
+        claim = saver.cancel_run(args.thread, by=args.by or _holder())
+    doc = {"thread_id": args.thread, "cancel_requested": claim is not None}
+    if claim is not None:
+        doc.update(holder=claim.holder, token=claim.token)
+    out.document(
+        doc,
+        lambda: (
+            f"{args.thread}: no run holds the thread; nothing to cancel"
+            if claim is None
+            else f"{args.thread}: asked the run of {claim.holder} (token {claim.token}) "
+            "to stop; it stops within one renewal of its claim"
+        ),
+    )
+    return 0
+
+
 def _cmd_import(args: argparse.Namespace, out: Out) -> int:
     importer.check_source(args.src)  # before DEST is created
     bar = ProgressBar(sys.stderr) if args.progress or sys.stderr.isatty() else None
@@ -409,6 +431,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("delete", _cmd_delete, "delete a thread (refused while a run holds it)")
     path_thread(p, ns=False)
     yes(p)
+    p = command("runs", _cmd_runs, "steer a thread's run: `runs cancel` asks it to stop")
+    p.add_argument("action", choices=["cancel"], help="cancel: ask the run to stop")
+    p.add_argument("path", metavar="PATH", nargs="?", help="the file (default: $LGFS_PATH)")
+    p.add_argument("thread", metavar="THREAD", help="the thread id")
+    p.add_argument(
+        "--by", metavar="NAME", help="who asks, for the event log (default: lgfs:HOST:PID)"
+    )
     p = command("doctor", cmd_doctor, "check the file; exit 1 on a problem")
     path_only(p)
     add_vacuum_command(command, path_only)

@@ -14,6 +14,9 @@ Shape (STYLE.md, "Connection and threads"): a lock around a connection opened
 with `check_same_thread=False`. Sync callers run on their own thread (no hop);
 async callers pay exactly one hop to the store's worker thread, and nothing
 an async method does on the event loop waits for a lock or for I/O.
+
+After every commit of writes the engine rings the file's doorbell
+(`doorbell.py`), so that watchers in any process wake at once.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from . import schema
 from .checksums import checksum
 from .clock import Clock, SystemClock
 from .connection import connect, is_busy, is_undecodable_text, lenient_text, translate
+from .doorbell import Ringer
 from .errors import (
     FencedSqliteError,
     ReadOnlyStore,
@@ -98,6 +102,9 @@ class Engine:
         self._call = threading.local()
         # Watches' pollers, closed with the store (not left to the GC).
         self._pollers: weakref.WeakSet[Any] = weakref.WeakSet()
+        # The doorbell, opened by the first commit: a store that only reads,
+        # or refuses its file, creates no `<db>-bell`.
+        self._ringer: Ringer | None = None
         # Closed until the connection exists: an open that fails has nothing to
         # close, and must not warn "not closed" from __del__ later.
         self._closed = True
@@ -138,6 +145,8 @@ class Engine:
                 return
             self._closed = True
             self._conn.close()
+            if self._ringer is not None:
+                self._ringer.close()
         with self._executor_lock:
             if self._executor is not None:
                 # Not waiting: close() may itself be running on that thread
@@ -289,6 +298,19 @@ class Engine:
         started: float | None = getattr(self._call, "started", None)
         return time.monotonic() if started is None else started
 
+    # --- after a commit (used by the group commit) --------------------------------------
+
+    def _after_commit(self) -> None:
+        """Ring the doorbell: writes just committed (called with the store's lock held).
+
+        Never fails: a bell that cannot be opened or rung is mute, and
+        watchers still see the commit by their safety poll, only later.
+        """
+        ringer = self._ringer
+        if ringer is None:
+            ringer = self._ringer = Ringer(self.path)
+        ringer.ring()
+
     # --- busy waiting (used by the group commit) -------------------------------------
 
     def _is_busy(self, exc: sqlite3.Error) -> bool:
@@ -427,6 +449,7 @@ class Engine:
                 raise self._translate("setup", exc, 0.0) from exc
             raise
         conn.execute("COMMIT")
+        self._after_commit()
 
     def _check_ours(self, conn: sqlite3.Connection) -> None:
         app_id = conn.execute(schema.GET_APPLICATION_ID).fetchone()[0]

@@ -17,11 +17,14 @@ __all__ = [
     "InvalidArgument",
     "ReadOnlyStore",
     "ReplayUnavailable",
+    "RunCancelled",
+    "RunTimedOut",
     "SerializationError",
     "StaleClaim",
     "StoreBusy",
     "StoreClosed",
     "StoreError",
+    "TenantMismatch",
     "ThreadBusy",
     "UndecodableRow",
     "UnsupportedFormat",
@@ -133,13 +136,25 @@ class StaleClaim(ClaimError):
         thread_id: The thread written.
         token: The token presented.
         current_token: The token of the thread's current claim (None if none).
+        holder: Who holds the latest claim granted on the thread: the current
+            one, or, when `current_token` is None, the one that has ended
+            since (None when not known).
+        latest_token: The token of that latest claim (None when not known).
     """
 
     code = "stale_claim"
-    _fields: ClassVar[tuple[str, ...]] = ("thread_id", "token", "current_token")
+    _fields: ClassVar[tuple[str, ...]] = (
+        "thread_id",
+        "token",
+        "current_token",
+        "holder",
+        "latest_token",
+    )
     thread_id: str
     token: int | None
     current_token: int | None
+    holder: str | None
+    latest_token: int | None
     # The marker LangGraph's proposed write-ownership convention looks for.
     is_stale_write_owner_error: ClassVar[bool] = True
 
@@ -148,15 +163,119 @@ class StaleClaim(ClaimError):
         thread_id: str,
         token: int | None,
         current_token: int | None,
+        holder: str | None = None,
+        latest_token: int | None = None,
         *,
         message: str | None = None,
     ) -> None:
-        super().__init__(thread_id, token, current_token, message=message)
+        super().__init__(thread_id, token, current_token, holder, latest_token, message=message)
+
+    @property
+    def situation(self) -> str:
+        """Say, in words, what became of the thread's claim (who holds it now)."""
+        if self.current_token is not None:
+            who = "" if self.holder is None else f" by {self.holder!r}"
+            return f"the thread is claimed{who} with token {self.current_token}"
+        if self.latest_token is None or self.latest_token == self.token:
+            return "the thread has no claim now"
+        who = "" if self.holder is None else f" by {self.holder!r}"
+        return (
+            f"it was claimed since{who} with token {self.latest_token}, "
+            "and that claim has ended (no claim now)"
+        )
+
+    def _default_message(self) -> str:
+        return f"token {self.token} is stale for thread {self.thread_id!r}: {self.situation}"
+
+
+class TenantMismatch(ClaimError):
+    """Raise when a runner opened for one tenant meets another tenant's thread.
+
+    Nothing was touched: the thread was not claimed, run, cancelled or deleted.
+
+    Attributes:
+        thread_id: The thread asked for.
+        tenant: The tenant the runner (or call) is for.
+        thread_tenant: The tenant the thread belongs to (None: written without one).
+    """
+
+    code = "tenant_mismatch"
+    _fields: ClassVar[tuple[str, ...]] = ("thread_id", "tenant", "thread_tenant")
+    thread_id: str
+    tenant: str
+    thread_tenant: str | None
+
+    def __init__(
+        self,
+        thread_id: str,
+        tenant: str,
+        thread_tenant: str | None,
+        *,
+        message: str | None = None,
+    ) -> None:
+        super().__init__(thread_id, tenant, thread_tenant, message=message)
+
+    def _default_message(self) -> str:
+        if self.thread_tenant is None:
+            owner = f"was written without a tenant, so tenant {self.tenant!r} may not use it"
+        else:
+            owner = f"belongs to tenant {self.thread_tenant!r}, not to {self.tenant!r}"
+        return f"thread {self.thread_id!r} {owner}; nothing was touched"
+
+
+class RunCancelled(FencedSqliteError):
+    """Raise when a run stopped because a cancel was asked for it (from any process).
+
+    The run stopped at its next node boundary (sync) or at once (async); what
+    it had made durable stays, and its claim was released (`run_cancelled`).
+
+    Attributes:
+        thread_id: The thread the run was on.
+        run_id: The run that stopped.
+        by: Who asked it to stop.
+    """
+
+    code = "run_cancelled"
+    _fields: ClassVar[tuple[str, ...]] = ("thread_id", "run_id", "by")
+    thread_id: str
+    run_id: str
+    by: str | None
+
+    def __init__(
+        self, thread_id: str, run_id: str, by: str | None, *, message: str | None = None
+    ) -> None:
+        super().__init__(thread_id, run_id, by, message=message)
+
+    def _default_message(self) -> str:
+        return f"run {self.run_id} on thread {self.thread_id!r} was cancelled by {self.by!r}"
+
+
+class RunTimedOut(FencedSqliteError, TimeoutError):
+    """Raise when a run outlived its `timeout=`; also a `TimeoutError`.
+
+    The run stopped as a cancelled one does, and logged `run_timed_out`.
+
+    Attributes:
+        thread_id: The thread the run was on.
+        run_id: The run that stopped.
+        timeout: The deadline it was given, in seconds.
+    """
+
+    code = "run_timed_out"
+    _fields: ClassVar[tuple[str, ...]] = ("thread_id", "run_id", "timeout")
+    thread_id: str
+    run_id: str
+    timeout: float
+
+    def __init__(
+        self, thread_id: str, run_id: str, timeout: float, *, message: str | None = None
+    ) -> None:
+        super().__init__(thread_id, run_id, timeout, message=message)
 
     def _default_message(self) -> str:
         return (
-            f"token {self.token} is stale for thread {self.thread_id!r} "
-            f"(current claim: {self.current_token})"
+            f"run {self.run_id} on thread {self.thread_id!r} did not finish "
+            f"within its timeout of {self.timeout:g}s"
         )
 
 

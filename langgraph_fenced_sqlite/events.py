@@ -20,6 +20,7 @@ from typing import Any
 from . import schema
 from .checksums import checksum
 from .claims import ThreadRow
+from .doorbell import Listener
 from .errors import ReplayUnavailable, SerializationError, UndecodableRow, bad_argument
 from .serde import dumps_json, loads_json
 from .validation import check_iterable, check_json, check_name
@@ -277,25 +278,40 @@ def raise_floor(
     return floor
 
 
+# With a doorbell, watchers poll `PRAGMA data_version` only as a safety net,
+# for commits that ring no bell (plain sqlite3, an older version of this
+# library, another host on a network file system): at least this often.
+SAFETY_POLL = 1.0
+
+
 class EventPoller:
     """Wait for a thread's events on a read-only connection of its own.
 
-    SQLite cannot notify other connections, so this polls: each round asks
-    `PRAGMA data_version` (which changes when any other connection, in any
-    process, commits) and reads the log only when it changed. An idle waiter
-    therefore costs one cheap pragma per `poll_interval`.
+    SQLite cannot notify other connections, so writers ring a doorbell after
+    each commit (`doorbell.py`) and a wait listens to it: it starts listening
+    before it first reads, reads, then sleeps until the bell rings. Each
+    look asks `PRAGMA data_version` (which changes when any other connection,
+    in any process, commits) and reads the log only when it changed. As a
+    safety net a wait also looks every `max(poll_interval, SAFETY_POLL)` s,
+    so a commit that rings no bell is seen too, only later. Where no bell
+    can be had (not Linux, no inotify, a read-only directory without one) it
+    polls every `poll_interval` instead.
 
-    The connection exists only during a wait: opened by its first poll and
-    closed when the wait returns, so a watch dropped between iterations
-    holds no file descriptor, whatever the garbage collector does. One poller
-    serves one consumer at a time; `close()` (also from another thread, or by
-    the store's own `close()`) ends a wait in progress promptly.
+    The connection and the listener exist only during a wait: opened by its
+    first poll and closed when the wait returns, so a watch dropped between
+    iterations holds no file descriptor, whatever the garbage collector does
+    (the process's one inotify descriptor belongs to the doorbell's hub).
+    One poller serves one consumer at a time; `close()` (also from another
+    thread, or by the store's own `close()`) ends a wait in progress
+    promptly.
     """
 
     def __init__(self, path: str, busy_timeout: float, poll_interval: float) -> None:
-        """Prepare to poll `path` every `poll_interval` s (no connection yet)."""
+        """Prepare to wait on `path`, polling every `poll_interval` s where it has no bell."""
         self.path = path
         self.poll_interval = poll_interval
+        self.safety_interval = max(poll_interval, SAFETY_POLL)
+        """How often a wait that has a bell looks anyway (seconds)."""
         self._busy_timeout = busy_timeout
         self._conn: sqlite3.Connection | None = None
         self._version: int | None = None
@@ -304,6 +320,10 @@ class EventPoller:
         self._lock = threading.Lock()
         self._closed = False
         self._wake = threading.Event()
+        # The current wait's doorbell (None: polling). `_listen` asks the
+        # wait's first poll to open it, before it reads.
+        self._bell: Listener | None = None
+        self._listen = False
         # Set when the wait ended while a poll still ran in a worker thread
         # (a cancelled await): that poll closes the connection on its way out.
         self._release_after_poll = False
@@ -316,10 +336,19 @@ class EventPoller:
         """Whether `close()` was called."""
         return self._closed
 
+    @property
+    def listening(self) -> bool:
+        """Whether the wait in progress listens to a doorbell (False: it polls)."""
+        bell = self._bell
+        return bell is not None and not bell.closed
+
     def close(self) -> None:
         """End any wait in progress and close the connection; never blocks; twice is fine."""
         self._closed = True
         self._wake.set()
+        bell = self._bell
+        if bell is not None:
+            bell.close()  # wakes a wait blocked on it, from any thread
         self._end_wait()
 
     def _end_wait(self) -> None:
@@ -333,6 +362,9 @@ class EventPoller:
                 if self._conn is not None:
                     conn, self._conn = self._conn, None
                     conn.close()
+                if self._bell is not None:
+                    bell, self._bell = self._bell, None
+                    bell.close()
             finally:
                 self._lock.release()
 
@@ -340,6 +372,8 @@ class EventPoller:
         self, thread_id: str, after_seq: int, limit: int, incarnation: int | None = None
     ) -> list[Event] | None:
         """Return new events ([] if none), or None once the poller is closed.
+
+        The wait's first poll starts listening to the bell before it reads.
 
         Raises:
             StoreError: the file failed (deleted, damaged, not ours any more).
@@ -356,6 +390,11 @@ class EventPoller:
                         self._conn = connect(self.path, self._busy_timeout, readonly=True)
                         if self.trace is not None:
                             self._conn.set_trace_callback(self.trace)
+                    if self._listen:  # after the file opened (no stray bell), before the read
+                        self._listen = False
+                        if self._bell is not None:  # left by a poll whose wait ended
+                            self._bell.close()
+                        self._bell = Listener.open(self.path)
                     return self._read(thread_id, after_seq, limit, incarnation)
                 except sqlite3.Error as exc:
                     raise translate("wait_events", self.path, exc) from exc
@@ -366,6 +405,7 @@ class EventPoller:
     def _begin_wait(self) -> None:
         self._version = None
         self._release_after_poll = False
+        self._listen = True
 
     def _read(
         self, thread_id: str, after_seq: int, limit: int, incarnation: int | None
@@ -411,7 +451,12 @@ class EventPoller:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or (stop is not None and stop.is_set()):
                     return []
-                if self._wake.wait(min(self.poll_interval, remaining)):
+                bell = self._bell
+                if bell is not None and not bell.closed:
+                    bell.wait(min(self.safety_interval, remaining))  # close() wakes it
+                    if self._closed:
+                        return []
+                elif self._wake.wait(min(self.poll_interval, remaining)):
                     return []
         finally:
             self._end_wait()
@@ -429,7 +474,8 @@ class EventPoller:
         """Async twin of `wait`; cancelling the awaiting task ends it at once.
 
         Each poll runs in a worker thread: opening the connection and reading
-        are I/O, and must never stall the event loop (docs/semantics.md §8). Returns []
+        are I/O, and must never stall the event loop (docs/semantics.md §8); the
+        bell is awaited on the loop (the doorbell's thread wakes it). Returns []
         without polling again once `stop` is set or the poller is closed.
         """
         deadline = time.monotonic() + timeout
@@ -448,6 +494,10 @@ class EventPoller:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return []
-                await asyncio.sleep(min(self.poll_interval, remaining))
+                bell = self._bell
+                if bell is not None and not bell.closed:
+                    await bell.await_ring(min(self.safety_interval, remaining))
+                else:
+                    await asyncio.sleep(min(self.poll_interval, remaining))
         finally:
             self._end_wait()

@@ -26,6 +26,9 @@ costs one commit, not one per call. The wait is bounded and adapts:
 - at most `FOLLOW_FACTOR` times the gap the awaited puts usually took to
   arrive (an EWMA of the gaps seen), within `FOLLOW_MIN_S`..`FOLLOW_MAX_S`,
   and never past the write's own deadline;
+- when a batch is committing as the write arrives, the wait starts at that
+  commit's expected end (the put awaited may be queued behind it: LangGraph
+  sends a thread's puts one after another);
 - it ends the moment the put is queued, or another caller leads the batch;
 - per thread, a wait that ran out (no put followed: a caller that writes
   and then puts from the same thread, a slow sibling task, or a write to a
@@ -144,6 +147,8 @@ class GroupCommit:
         self._commit_s = INITIAL_COMMIT_S
         self._gap_s = INITIAL_GAP_S
         self._waiting = 0
+        # When the batch being committed now was taken (None: none is).
+        self._leading_since: float | None = None
         # thread_id -> [awaited writes still to lead at once, next back-off]
         self._backoff: dict[str, list[int]] = {}
         # Counters for tests and benchmarks (see `stats`).
@@ -263,7 +268,13 @@ class GroupCommit:
             self._stats["skipped"] += 1
             return
         self._stats["waited"] += 1
-        until = min(job.arrived + bound, job.deadline)
+        until = job.arrived + bound
+        if self._leading_since is not None:
+            # A batch is committing: the put awaited may itself wait for it
+            # (LangGraph sends a thread's puts one after another), so the
+            # wait counts from that commit's expected end.
+            until += max(0.0, self._leading_since + self._commit_s - job.arrived)
+        until = min(until, job.deadline)
         self._waiting += 1
         try:
             while job.state == PENDING and not job.followed:
@@ -299,6 +310,7 @@ class GroupCommit:
             batch, self._queue = self._queue, []
             for job in batch:
                 job.state = RUNNING
+            self._leading_since = time.monotonic()
         try:
             self._commit(own, batch)
         except BaseException as exc:
@@ -330,6 +342,7 @@ class GroupCommit:
             )
             raise
         finally:
+            self._leading_since = None
             self._engine._restore_busy_wait()
 
     def _finish(self, batch: list[Job], error_of: Callable[[Job], BaseException]) -> None:
@@ -394,6 +407,7 @@ class GroupCommit:
             for job in live:
                 job.state = DONE
             self._changed.notify_all()
+        engine._after_commit()
 
     def _begin(self, own: Job, batch: list[Job]) -> list[Job] | None:
         """Open the batch's transaction; return the jobs still live, or None.

@@ -6,21 +6,22 @@ with `saver.end_run` (see `runs.py`: each is one commit with its lifecycle
 event), so the runner adds exactly two commits per invocation, plus one
 renewal per `renew_every` for long runs. An invocation that lost its claim
 records nothing and releases nothing: the run that superseded it has already
-logged it.
+logged it. A run stopped by the runner (claim taken over, cancel asked from
+any process, deadline) starts no further step: LangGraph's `RunControl` is
+drained, and an async run's task is cancelled where it awaits the graph.
+Each end is logged once, as what it was: completed, interrupted, failed,
+cancelled (a cancel asked, a stream closed early, a task cancelled) or timed
+out.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import random
 import socket
 import threading
-import time
 import uuid
-from collections import deque
 from collections.abc import AsyncGenerator, Generator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -28,10 +29,13 @@ from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import StateGraph
+from langgraph.runtime import RunControl
 
 from .claims import Claim
 from .clock import to_seconds
 from .errors import StaleClaim, ThreadBusy, bad_argument
+from .lease import Outcome, RunLease, RunRenewer, judge_end, raise_for
+from .runqueue import Place, queued, wake_head
 from .runs import RUN_STRATEGIES
 from .saver import FencedSqliteSaver
 from .validation import check_name, config_target
@@ -43,18 +47,6 @@ logger = logging.getLogger("langgraph_fenced_sqlite.runner")
 STRATEGIES = RUN_STRATEGIES
 """What an invocation does when its thread is busy (see `FencedRunner.invoke`)."""
 
-_BACKOFF_MIN, _BACKOFF_MAX = 0.01, 0.5  # enqueue polling, seconds
-_RENEWER_IDLE = 1.0  # seconds a renewer thread lingers with nothing to renew
-
-
-@dataclass(eq=False)
-class _Run:
-    """One invocation in flight: its claim, and when to renew it next."""
-
-    claim: Claim
-    run_id: str
-    due: float = 0.0
-
 
 @dataclass(frozen=True)
 class _Call:
@@ -64,6 +56,9 @@ class _Call:
     key: tuple[str, str]  # (real path of the file, thread id): its local queue
     strategy: str
     wait: float
+    timeout: float | None = None
+    principal: str | None = None
+    control: RunControl | None = None  # the caller's own, if given
 
     @property
     def thread_id(self) -> str:
@@ -72,160 +67,6 @@ class _Call:
     @property
     def run_id(self) -> str:
         return self.config["metadata"]["run_id"]
-
-
-# --- in-process arrival order for "enqueue" -------------------------------------------------
-
-_queues_lock = threading.Lock()
-_queues: dict[tuple[str, str], deque[_Place]] = {}
-
-
-class _Place:
-    """An "enqueue" invocation's place in its thread's queue in this process.
-
-    Only the head of a queue tries to claim; the others wait to be woken by
-    the one before them leaving. The head polls the claim with jittered
-    exponential backoff (other processes cannot wake it) and is woken at once
-    when a run of this process releases the thread.
-    """
-
-    def __init__(self, call: _Call, loop: asyncio.AbstractEventLoop | None) -> None:
-        self._key, self._loop = call.key, loop
-        self.event = threading.Event()
-        self.aevent = asyncio.Event() if loop is not None else None
-        self._deadline = time.monotonic() + call.wait
-        self._delay = _BACKOFF_MIN
-        self.busy: ThreadBusy | None = None
-        with _queues_lock:
-            _queues.setdefault(self._key, deque()).append(self)
-
-    def leave(self) -> None:
-        """Leave the queue and wake whoever is now at its head."""
-        with _queues_lock:
-            queue = _queues[self._key]
-            queue.remove(self)
-            if not queue:
-                del _queues[self._key]
-        _wake_head(self._key)
-
-    def wake(self) -> None:
-        """Wake the waiter, from any thread."""
-        if self.aevent is None:
-            self.event.set()
-            return
-        with contextlib.suppress(RuntimeError):  # a closed loop: nobody to wake
-            self._loop.call_soon_threadsafe(self.aevent.set)  # type: ignore[union-attr]
-
-    def my_turn(self) -> bool:
-        """Return whether this place is at the head (clearing any stale wake-up)."""
-        (self.event if self.aevent is None else self.aevent).clear()
-        with _queues_lock:
-            return _queues[self._key][0] is self
-
-    def pause(self) -> float:
-        """Return how long to wait before looking again; raise once out of time.
-
-        Raises:
-            ThreadBusy: `wait_timeout` has passed.
-        """
-        remaining = self._deadline - time.monotonic()
-        if remaining <= 0:
-            busy, thread_id = self.busy, self._key[1]
-            where = f"claimed by {busy.holder!r}" if busy else "awaited here by earlier calls"
-            raise ThreadBusy(
-                thread_id,
-                busy.holder if busy else None,
-                busy.latest_checkpoint_id if busy else None,
-                message=f"thread {thread_id!r} stayed {where} for the whole wait_timeout",
-            )
-        pause = min(self._delay * random.uniform(0.5, 1.0), remaining)
-        self._delay = min(self._delay * 2, _BACKOFF_MAX)
-        return pause
-
-    async def await_(self, timeout: float) -> None:
-        """Wait (async) to be woken, or for `timeout` seconds."""
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self.aevent.wait(), timeout)  # type: ignore[union-attr]
-
-
-def _wake_head(key: tuple[str, str]) -> None:
-    with _queues_lock:
-        queue = _queues.get(key)
-        head = queue[0] if queue else None
-    if head is not None:
-        head.wake()
-
-
-# --- background renewal ---------------------------------------------------------------------
-
-
-class _Renewer:
-    """One daemon thread per runner that renews every claim in flight when due.
-
-    A thread rather than a task per run: it keeps renewing while an event
-    loop is blocked by a synchronous node, and costs nothing per invocation.
-    """
-
-    def __init__(self, saver: FencedSqliteSaver, ttl: float, every: float) -> None:
-        self._saver, self._ttl, self._every = saver, ttl, every
-        self._cond = threading.Condition()
-        self._runs: set[_Run] = set()
-        self._thread: threading.Thread | None = None
-
-    def add(self, run: _Run) -> None:
-        """Renew `run` every `renew_every` from now on (starting the thread if needed)."""
-        with self._cond:
-            run.due = time.monotonic() + self._every
-            self._runs.add(run)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="runner-renew", daemon=True)
-                self._thread.start()
-            self._cond.notify()
-
-    def remove(self, run: _Run) -> None:
-        """Stop renewing `run`."""
-        with self._cond:
-            self._runs.discard(run)
-
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while True:
-                    if not self._runs:
-                        self._cond.wait(_RENEWER_IDLE)
-                        if not self._runs:
-                            self._thread = None
-                            return
-                        continue
-                    now = time.monotonic()
-                    due = [r for r in self._runs if r.due <= now]
-                    if due:
-                        break
-                    self._cond.wait(min(r.due for r in self._runs) - now)
-            for run in due:
-                self._renew(run)
-
-    def _renew(self, run: _Run) -> None:
-        try:
-            run.claim = self._saver.renew(run.claim.thread_id, run.claim.token, self._ttl)
-            run.due = time.monotonic() + self._every
-        except StaleClaim as exc:
-            with self._cond:
-                active = run in self._runs  # else it just ended: not a loss
-                self._runs.discard(run)
-            if active:
-                logger.warning("run %s lost its claim: %s", run.run_id, exc)
-        except Exception as exc:  # noqa: BLE001 - judged by the claim's expiry below
-            if not run.claim.live(self._saver.clock.now()) or self._saver.closed:
-                logger.error("run %s: renewal kept failing past expiry: %r", run.run_id, exc)
-                self.remove(run)
-            else:
-                logger.warning("run %s: renewal failed, retrying: %r", run.run_id, exc)
-                run.due = time.monotonic() + min(self._every, 0.5)
-
-
-def _failure(exc: BaseException) -> dict[str, Any]:
-    return {"error": type(exc).__name__, "message": str(exc)[:500]}
 
 
 # --- the runner -------------------------------------------------------------------------
@@ -237,7 +78,9 @@ class FencedRunner:
     Every invocation claims its thread (a fresh fencing token), runs the graph
     with that token and a fresh run id, renews the claim in the background,
     logs its lifecycle in the thread's event log, and releases the claim
-    however it ends. Safe from any number of threads, tasks and processes.
+    however it ends. A run whose claim is taken over, or that is asked to
+    stop (`cancel`, from any process) or outlives its `timeout=`, starts no
+    further node. Safe from any number of threads, tasks and processes.
     """
 
     def __init__(
@@ -248,6 +91,8 @@ class FencedRunner:
         holder: str | None = None,
         ttl: float | timedelta = 30.0,
         renew_every: float | timedelta | None = None,
+        tenant: str | None = None,
+        principal: str | None = None,
     ) -> None:
         """Wrap `graph`, whose checkpointer must be `saver` (or unset).
 
@@ -261,11 +106,20 @@ class FencedRunner:
                 `"<hostname>:<pid>:<random>"`.
             ttl: How long a claim lives without renewal. A crashed process's
                 threads are free again after this.
-            renew_every: Seconds between renewals; defaults to `ttl / 3`.
+            renew_every: Seconds between renewals; defaults to `ttl / 3`. A
+                takeover or a cancel asked from another process is seen
+                within one renewal.
+            tenant: The tenant every run is for: another tenant's thread (or
+                one written without a tenant) is refused with
+                `TenantMismatch` before it is touched, and a new thread
+                becomes this tenant's. None (default): any thread.
+            principal: Who runs act for (a user, a service), named in their
+                events; each call may name another.
 
         Raises:
             InvalidArgument: (a `ValueError`) the graph is compiled with
-                another checkpointer, or a bad `ttl`/`renew_every`/`holder`.
+                another checkpointer, or a bad `ttl`/`renew_every`/`holder`/
+                `tenant`/`principal`.
         """
         if not isinstance(saver, FencedSqliteSaver):
             raise bad_argument("saver", f"expected a FencedSqliteSaver, got {type(saver).__name__}")
@@ -291,7 +145,9 @@ class FencedRunner:
         self.renew_every = (
             self.ttl / 3 if renew_every is None else to_seconds(renew_every, "renew_every")
         )
-        self._renewer = _Renewer(saver, self.ttl, self.renew_every)
+        self.tenant = _optional_name(tenant, "tenant")
+        self.principal = _optional_name(principal, "principal")
+        self._renewer = RunRenewer(saver, self.ttl, self.renew_every)
         self._queue_path = os.path.realpath(saver.path)
 
     # --- public API ---------------------------------------------------------------------
@@ -303,6 +159,8 @@ class FencedRunner:
         *,
         strategy: str = "reject",
         wait_timeout: float | timedelta = 60.0,
+        timeout: float | timedelta | None = None,
+        principal: str | None = None,
         **kwargs: Any,
     ) -> dict[str, Any] | Any:
         """Run the graph on the config's thread under a claim, as `graph.invoke` does.
@@ -319,7 +177,12 @@ class FencedRunner:
                 runs from the last durable checkpoint; `"rollback"` does the
                 same, then removes the superseded run's checkpoints and writes.
             wait_timeout: How long `"enqueue"` waits, in seconds.
-            **kwargs: Passed to `graph.invoke` (`durability`, `context`...).
+            timeout: How long the run may take once it holds the thread, in
+                seconds (None: no limit). Then it stops, as a cancelled run
+                does, and logs `run_timed_out`.
+            principal: Who this run acts for (default: the runner's).
+            **kwargs: Passed to `graph.invoke` (`durability`, `context`,
+                `control`...).
 
         Returns:
             What `graph.invoke` returns.
@@ -327,20 +190,26 @@ class FencedRunner:
         Raises:
             ThreadBusy: the thread is busy (`"reject"`) or stayed busy for
                 `wait_timeout` (`"enqueue"`); nothing ran.
-            StaleClaim: another invocation superseded this one (its end is
-                not logged: the one that took over logged `run_superseded`).
+            TenantMismatch: the thread is another tenant's; nothing ran.
+            StaleClaim: another invocation (or an operator) took the thread
+                over; this run started no node after that was seen, and its
+                end is not logged (the takeover logged `run_superseded`).
+            RunCancelled: `cancel` was asked for this run (`run_cancelled`).
+            RunTimedOut: the run outlived `timeout` (`run_timed_out`).
             StoreError: the claim or release could not commit (an unreleased
                 claim expires after `ttl`).
         """
-        call = self._prepare(config, strategy, wait_timeout)
+        call = self._prepare(config, strategy, wait_timeout, timeout, principal, kwargs)
         run = self._begin(call)
         try:
-            result = self.graph.invoke(input, run.claim.config(call.config), **kwargs)
-            state = self._state_to_check(run, kwargs)
+            config_ = run.claim.config(call.config)
+            result = self.graph.invoke(input, config_, control=run.control, **kwargs)
+            state = self._state_to_check(run, call, kwargs)
             static = state is not None and bool(self.graph.get_state(state).next)
         except BaseException as exc:
-            self._fail(run, call, exc)
-            raise
+            outcome = judge_end(run, exc)
+            self._end(run, call, outcome)
+            raise_for(outcome, exc)
         self._complete(run, call, static)
         return result
 
@@ -351,18 +220,28 @@ class FencedRunner:
         *,
         strategy: str = "reject",
         wait_timeout: float | timedelta = 60.0,
+        timeout: float | timedelta | None = None,
+        principal: str | None = None,
         **kwargs: Any,
     ) -> dict[str, Any] | Any:
-        """Async twin of `invoke`; a cancelled task still releases its claim."""
-        call = self._prepare(config, strategy, wait_timeout)
+        """Async twin of `invoke`; a stopped run is cancelled where it awaits.
+
+        A task cancelled by its caller still releases its claim (and logs
+        `run_cancelled`).
+        """
+        call = self._prepare(config, strategy, wait_timeout, timeout, principal, kwargs)
         run = await self._abegin(call)
         try:
-            result = await self.graph.ainvoke(input, run.claim.config(call.config), **kwargs)
-            state = self._state_to_check(run, kwargs)
+            config_ = run.claim.config(call.config)
+            result = await run.inside(
+                lambda: self.graph.ainvoke(input, config_, control=run.control, **kwargs)
+            )
+            state = self._state_to_check(run, call, kwargs)
             static = state is not None and bool((await self.graph.aget_state(state)).next)
         except BaseException as exc:
-            await _shielded(self._fail, run, call, exc)
-            raise
+            outcome = judge_end(run, exc)
+            await _shielded(self._end, run, call, outcome)
+            raise_for(outcome, exc)
         await _shielded(self._complete, run, call, static)
         return result
 
@@ -373,19 +252,23 @@ class FencedRunner:
         *,
         strategy: str = "reject",
         wait_timeout: float | timedelta = 60.0,
+        timeout: float | timedelta | None = None,
+        principal: str | None = None,
         **kwargs: Any,
     ) -> Generator[dict[str, Any] | Any, None, None]:
         """Stream the graph on the config's thread under a claim, as `graph.stream` does.
 
         The claim is taken when iteration starts (so a busy thread raises
         `ThreadBusy` from the first `next()`) and released when the stream
-        ends or is closed. Arguments and errors are `invoke`'s; `**kwargs` go
-        to `graph.stream` (`stream_mode`, `subgraphs`...).
+        ends or is closed (closed early: `run_cancelled`). A stopped run also
+        ends between two chunks. Arguments and errors are `invoke`'s;
+        `**kwargs` go to `graph.stream` (`stream_mode`, `subgraphs`...).
 
         Yields:
             Exactly what `graph.stream` yields.
         """
-        return self._stream(input, self._prepare(config, strategy, wait_timeout), kwargs)
+        call = self._prepare(config, strategy, wait_timeout, timeout, principal, kwargs)
+        return self._stream(input, call, kwargs)
 
     def astream(
         self,
@@ -394,6 +277,8 @@ class FencedRunner:
         *,
         strategy: str = "reject",
         wait_timeout: float | timedelta = 60.0,
+        timeout: float | timedelta | None = None,
+        principal: str | None = None,
         **kwargs: Any,
     ) -> AsyncGenerator[dict[str, Any] | Any, None]:
         """Async twin of `stream`; close it with `aclose()` if you stop early.
@@ -401,7 +286,38 @@ class FencedRunner:
         Yields:
             Exactly what `graph.astream` yields.
         """
-        return self._astream(input, self._prepare(config, strategy, wait_timeout), kwargs)
+        call = self._prepare(config, strategy, wait_timeout, timeout, principal, kwargs)
+        return self._astream(input, call, kwargs)
+
+    def cancel(self, thread_id: str, *, by: str | None = None) -> Claim | None:
+        """Ask the run holding the thread, in any process, to stop.
+
+        The request is recorded in the file (`cancel_requested`); the run
+        sees it at its next renewal (at once in this runner's process),
+        starts no further node, releases the thread and logs
+        `run_cancelled`; its caller gets `RunCancelled`. A run of this
+        thread that starts later is not affected.
+
+        Args:
+            thread_id: The thread whose run should stop.
+            by: Who asks (default: the runner's principal, else its holder).
+
+        Returns:
+            The claim asked to stop, or None when nothing holds the thread.
+
+        Raises:
+            TenantMismatch: the thread is another tenant's; nothing changes.
+        """
+        check_name(thread_id, "thread_id")
+        who = (self.principal or self.holder) if by is None else check_name(by, "by")
+        claim = self.saver.cancel_run(thread_id, by=who, tenant=self.tenant)
+        if claim is not None:
+            self._renewer.renew_now(thread_id)
+        return claim
+
+    async def acancel(self, thread_id: str, *, by: str | None = None) -> Claim | None:
+        """Async twin of `cancel`."""
+        return await asyncio.to_thread(self.cancel, thread_id, by=by)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete a thread unless a run holds it, in any process.
@@ -410,10 +326,10 @@ class FencedRunner:
 
         Raises:
             ThreadBusy: the thread has a live claim; nothing is deleted.
+            TenantMismatch: the thread is another tenant's; nothing is deleted.
         """
         check_name(thread_id, "thread_id")
-
-        self.saver.delete_unclaimed_thread(thread_id, self.holder)
+        self.saver.delete_unclaimed_thread(thread_id, self.holder, tenant=self.tenant)
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Async twin of `delete_thread`."""
@@ -421,17 +337,29 @@ class FencedRunner:
 
     def waiting(self, thread_id: str) -> int:
         """Return how many `"enqueue"` invocations in this process wait for the thread."""
-        with _queues_lock:
-            return len(_queues.get((self._queue_path, thread_id), ()))
+        return queued((self._queue_path, thread_id))
 
     # --- internals --------------------------------------------------------------------
 
-    def _prepare(self, config: RunnableConfig | None, strategy: str, wait: Any) -> _Call:
+    def _prepare(
+        self,
+        config: RunnableConfig | None,
+        strategy: str,
+        wait: Any,
+        timeout: Any,
+        principal: Any,
+        kwargs: dict[str, Any],
+    ) -> _Call:
         if strategy not in STRATEGIES:
             raise bad_argument(
                 "strategy", f"expected one of {', '.join(STRATEGIES)}, got {strategy!r}"
             )
         seconds = to_seconds(wait, "wait_timeout")
+        limit = None if timeout is None else to_seconds(timeout, "timeout")
+        who = self.principal if principal is None else check_name(principal, "principal")
+        control = kwargs.pop("control", None)
+        if control is not None and not isinstance(control, RunControl):
+            raise bad_argument("control", f"expected a RunControl, got {type(control).__name__}")
         thread_id, _, _ = config_target(config)
         run_config: dict[str, Any] = dict(config or {})
         metadata = dict(run_config.get("metadata") or {})
@@ -442,21 +370,27 @@ class FencedRunner:
         run_config["metadata"] = metadata
         run_config["configurable"] = {**run_config["configurable"], "thread_id": thread_id}
         key = (self._queue_path, thread_id)
-        return _Call(cast(RunnableConfig, run_config), key, strategy, seconds)
+        return _Call(cast(RunnableConfig, run_config), key, strategy, seconds, limit, who, control)
 
-    def _start(self, call: _Call, renew: bool = True) -> _Run:
+    def _start(self, call: _Call, renew: bool = True) -> RunLease:
         claim = self.saver.begin_run(
-            call.thread_id, self.holder, self.ttl, run_id=call.run_id, strategy=call.strategy
+            call.thread_id,
+            self.holder,
+            self.ttl,
+            run_id=call.run_id,
+            strategy=call.strategy,
+            tenant=self.tenant,
+            principal=call.principal,
         )
-        run = _Run(claim, call.run_id)
+        run = RunLease(claim, call.run_id, call.control or RunControl(), call.timeout)
         if renew:
             self._renewer.add(run)
         return run
 
-    def _begin(self, call: _Call) -> _Run:
+    def _begin(self, call: _Call) -> RunLease:
         if call.strategy != "enqueue":
             return self._start(call)
-        place = _Place(call, None)
+        place = Place(call.key, call.wait, None)
         try:
             while True:
                 if place.my_turn():
@@ -468,10 +402,10 @@ class FencedRunner:
         finally:
             place.leave()
 
-    async def _abegin(self, call: _Call) -> _Run:
+    async def _abegin(self, call: _Call) -> RunLease:
         if call.strategy != "enqueue":
             return await self._astart(call)
-        place = _Place(call, asyncio.get_running_loop())
+        place = Place(call.key, call.wait, asyncio.get_running_loop())
         try:
             while True:
                 if place.my_turn():
@@ -483,7 +417,7 @@ class FencedRunner:
         finally:
             place.leave()
 
-    async def _astart(self, call: _Call) -> _Run:
+    async def _astart(self, call: _Call) -> RunLease:
         # The claim commits on a worker thread that cancellation cannot stop;
         # a caller cancelled meanwhile gives the claim back once it is granted.
         future = asyncio.ensure_future(asyncio.to_thread(self._start, call, False))
@@ -496,44 +430,59 @@ class FencedRunner:
         self._renewer.add(run)  # only once the caller has it: an abandoned claim just expires
         return run
 
-    def _abandon(self, done: asyncio.Future[_Run], call: _Call, exc: BaseException) -> None:
+    def _abandon(self, done: asyncio.Future[RunLease], call: _Call, exc: BaseException) -> None:
         if done.cancelled() or done.exception() is not None:
             return
-        threading.Thread(target=self._fail, args=(done.result(), call, exc), daemon=True).start()
+        run = done.result()
+        args = (run, call, judge_end(run, exc))
+        threading.Thread(target=self._end, args=args, daemon=True).start()
 
-    def _finish(
-        self, run: _Run, call: _Call, kind: str, data: dict[str, Any], static: bool
-    ) -> bool:
+    def _event(self, run: RunLease, call: _Call, data: dict[str, Any]) -> dict[str, Any]:
+        return {"run_id": run.run_id, "tenant": self.tenant, "principal": call.principal, **data}
+
+    def _end(self, run: RunLease, call: _Call, outcome: Outcome) -> None:
+        """Log how a run that raised ended, and release its claim (if still its own)."""
         self._renewer.remove(run)
-        data = {"run_id": run.run_id, **data}
         try:
-            return self.saver.end_run(
-                run.claim.thread_id, run.claim.token, kind, data, static_interrupt=static
-            )
-        finally:
-            _wake_head(call.key)
-
-    def _fail(self, run: _Run, call: _Call, exc: BaseException) -> None:
-        try:
-            self._finish(run, call, "run_failed", _failure(exc), False)
+            if outcome.kind is not None:  # None: superseded, logged by the run that took over
+                data = self._event(run, call, outcome.data)
+                self.saver.end_run(run.claim.thread_id, run.claim.token, outcome.kind, data)
         except Exception as finish_exc:  # noqa: BLE001 - the run's own error propagates
             # The claim then expires after ttl (renewal has stopped).
             logger.error("run %s: could not record its end: %r", run.run_id, finish_exc)
+        finally:
+            wake_head(call.key)
 
-    def _complete(self, run: _Run, call: _Call, static: bool) -> None:
-        if not self._finish(run, call, "run_completed", {}, static):
-            current = self.saver.current_claim(run.claim.thread_id)
-            raise StaleClaim(
-                run.claim.thread_id,
-                run.claim.token,
-                current.token if current else None,
-                message=(
-                    f"run {run.run_id} on thread {run.claim.thread_id!r} finished, but "
-                    f"token {run.claim.token} was superseded first; its end was not recorded"
-                ),
+    def _complete(self, run: RunLease, call: _Call, static: bool) -> None:
+        self._renewer.remove(run)
+        thread_id, token = run.claim.thread_id, run.claim.token
+        try:
+            self.saver.end_run(
+                thread_id,
+                token,
+                "run_completed",
+                self._event(run, call, {}),
+                static_interrupt=static,
+                raise_stale=True,
             )
+        except StaleClaim as exc:
+            raise StaleClaim(
+                thread_id,
+                token,
+                exc.current_token,
+                exc.holder,
+                exc.latest_token,
+                message=(
+                    f"run {run.run_id} on thread {thread_id!r} finished, but token {token} "
+                    f"was superseded first ({exc.situation}); its end was not recorded"
+                ),
+            ) from None
+        finally:
+            wake_head(call.key)
 
-    def _state_to_check(self, run: _Run, kwargs: dict[str, Any]) -> RunnableConfig | None:
+    def _state_to_check(
+        self, run: RunLease, call: _Call, kwargs: dict[str, Any]
+    ) -> RunnableConfig | None:
         """Return a config to read the state with if a static interrupt may have stopped the run.
 
         Dynamic interrupts leave `__interrupt__` writes, which the release
@@ -543,7 +492,7 @@ class FencedRunner:
         if (
             kwargs.get("interrupt_before")
             or kwargs.get("interrupt_after")
-            or kwargs.get("control") is not None
+            or call.control is not None
             or getattr(self.graph, "interrupt_before_nodes", None)
             or getattr(self.graph, "interrupt_after_nodes", None)
         ):
@@ -556,15 +505,20 @@ class FencedRunner:
         run = self._begin(call)
         inner = None
         try:
-            inner = self.graph.stream(input, run.claim.config(call.config), **kwargs)
-            yield from inner
-            state = self._state_to_check(run, kwargs)
+            config_ = run.claim.config(call.config)
+            inner = self.graph.stream(input, config_, control=run.control, **kwargs)
+            for chunk in inner:
+                yield chunk
+                if run.stopped is not None:  # seen between two chunks: go no further
+                    raise run.stopped.error
+            state = self._state_to_check(run, call, kwargs)
             static = state is not None and bool(self.graph.get_state(state).next)
         except BaseException as exc:  # GeneratorExit too: the consumer closed us
             if inner is not None:
                 inner.close()
-            self._fail(run, call, exc)
-            raise
+            outcome = judge_end(run, exc)
+            self._end(run, call, outcome)
+            raise_for(outcome, exc)
         self._complete(run, call, static)
 
     async def _astream(
@@ -573,19 +527,29 @@ class FencedRunner:
         run = await self._abegin(call)
         inner = None
         try:
-            inner = self.graph.astream(input, run.claim.config(call.config), **kwargs)
-            async for chunk in inner:
+            config_ = run.claim.config(call.config)
+            inner = self.graph.astream(input, config_, control=run.control, **kwargs)
+            while True:
+                try:
+                    chunk = await run.inside(inner.__anext__)
+                except StopAsyncIteration:
+                    break
                 yield chunk
-            state = self._state_to_check(run, kwargs)
+            state = self._state_to_check(run, call, kwargs)
             static = state is not None and bool((await self.graph.aget_state(state)).next)
         except BaseException as exc:
+            outcome = judge_end(run, exc)
             try:
                 if inner is not None:
                     await inner.aclose()
             finally:
-                await _shielded(self._fail, run, call, exc)
-            raise
+                await _shielded(self._end, run, call, outcome)
+            raise_for(outcome, exc)
         await _shielded(self._complete, run, call, static)
+
+
+def _optional_name(value: Any, name: str) -> str | None:
+    return None if value is None else check_name(value, name)
 
 
 async def _shielded(fn: Any, *args: Any) -> Any:

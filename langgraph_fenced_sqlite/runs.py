@@ -4,8 +4,10 @@ Invariant: a run's `run_started` event commits in the same transaction as its
 claim (with `run_superseded`, and the retraction for "rollback"), and its end
 event in the same transaction as its release, so running under a claim costs
 exactly two commits. A run that lost its claim records and releases nothing:
-the run that superseded it has already logged it. Runs inside a transaction
-the engine opened.
+the run that superseded it has already logged it. A tenant's call meets
+another tenant's thread only to refuse it (`TenantMismatch`, before any
+change). A cancel is recorded on the claim it is for, with its event, and
+read back by that claim's renewal. Runs inside a transaction the engine opened.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from . import claims, events, retention, schema
 from .claims import Claim
+from .errors import TenantMismatch
 
 __all__ = ["RUN_STRATEGIES"]
 
@@ -50,6 +53,30 @@ def superseded_run_id(
     return None
 
 
+def check_tenant(conn: sqlite3.Connection, thread_id: str, tenant: str | None) -> bool:
+    """Refuse another tenant's thread; return whether the thread is `tenant`'s to adopt.
+
+    A call without a tenant may use any thread. A tenant's call may use its
+    own threads, and adopts a thread without a tenant that holds nothing yet
+    (no checkpoint, no event); one written without a tenant is refused, since
+    nothing says whose it is. A deleted thread keeps its tenant.
+
+    Raises:
+        TenantMismatch: the thread belongs to another tenant, or to none.
+    """
+    if tenant is None:
+        return False
+    row = conn.execute(schema.GET_TENANT, (thread_id,)).fetchone()
+    if row is None:
+        return True
+    owner, holds_data = claims.tenant_cells(thread_id, row[0], row[1])
+    if owner == tenant:
+        return False
+    if owner is None and not holds_data:
+        return True
+    raise TenantMismatch(thread_id, tenant, owner)
+
+
 def begin_run_txn(
     conn: sqlite3.Connection,
     thread_id: str,
@@ -59,17 +86,26 @@ def begin_run_txn(
     run_id: str,
     strategy: str,
     now: float,
+    tenant: str | None = None,
+    principal: str | None = None,
 ) -> Claim:
     """Claim the thread for a run (taking it over for interrupt/rollback) and log it.
 
+    The run's tenant (recorded on a thread it adopts) and principal are named
+    in `run_started` and `run_superseded`.
+
     Raises:
+        TenantMismatch: the thread is another tenant's; nothing changes.
         ThreadBusy: the thread has a live claim and the strategy does not
             take over; nothing changes.
     """
+    adopt = check_tenant(conn, thread_id, tenant)
     before = claims.read_thread(conn, thread_id)
     claim = claims.grant(
         conn, thread_id, holder, ttl, now=now, force=strategy in _TAKE_OVER, run_id=run_id
     )
+    if adopt:
+        conn.execute(schema.SET_TENANT, (tenant, thread_id))
     new: list[events.NewEvent] = []
     if before is not None and before.token is not None:
         # A claim existed (live, or expired and left by a crashed holder): its
@@ -86,6 +122,8 @@ def begin_run_txn(
             "holder": before.holder,
             "was_live": before.live(now),
             "by_run_id": run_id,
+            "by_principal": principal,
+            "tenant": tenant,
             "strategy": strategy,
         }
         if strategy == "rollback" and old_run is not None:
@@ -95,9 +133,14 @@ def begin_run_txn(
             info["retracted_checkpoints"] = len(done.checkpoints)
             info["retracted_writes"] = done.writes
         new.append(events.NewEvent("run_superseded", info))
-    new.append(
-        events.NewEvent("run_started", {"run_id": run_id, "holder": holder, "strategy": strategy})
-    )
+    started = {
+        "run_id": run_id,
+        "holder": holder,
+        "strategy": strategy,
+        "tenant": tenant,
+        "principal": principal,
+    }
+    new.append(events.NewEvent("run_started", started))
     row = claims.read_thread(conn, thread_id)  # re-read: a retraction appended an event
     assert row is not None
     events.append(conn, thread_id, row, new, token=claim.token, now=now)
@@ -113,6 +156,7 @@ def end_run_txn(
     *,
     now: float,
     static_interrupt: bool,
+    raise_stale: bool = False,
 ) -> bool:
     """Log a run's end and release its claim, if the claim is still its own.
 
@@ -121,10 +165,16 @@ def end_run_txn(
 
     Returns:
         False when the run was superseded (nothing logged or released).
+
+    Raises:
+        StaleClaim: with `raise_stale`, instead of returning False.
     """
     row = claims.read_thread(conn, thread_id)
     if row is None or row.token != token:
-        return False  # superseded (or deleted): record nothing, release nothing
+        # Superseded (or deleted): record nothing, release nothing.
+        if raise_stale:
+            raise claims.stale(conn, thread_id, token)
+        return False
     data = dict(data)
     if kind == "run_completed":
         latest = conn.execute(schema.GET_LATEST_ID, (thread_id, "")).fetchone()
@@ -141,14 +191,52 @@ def end_run_txn(
     return True
 
 
+def cancel_run_txn(
+    conn: sqlite3.Connection, thread_id: str, by: str, *, now: float, tenant: str | None = None
+) -> Claim | None:
+    """Ask the run holding the thread to stop, and log `cancel_requested`.
+
+    The request is recorded on the current claim (its renewal reads it) and
+    goes with it: a later claim never sees it.
+
+    Returns:
+        The claim asked to stop (live or expired), or None when nothing holds
+        the thread (nothing changes).
+
+    Raises:
+        TenantMismatch: the thread is another tenant's; nothing changes.
+    """
+    check_tenant(conn, thread_id, tenant)
+    found = conn.execute(schema.REQUEST_CANCEL, (by, thread_id)).fetchone()
+    if found is None:
+        return None
+    holder, token, expires_at = claims.claim_row(thread_id, *found[:3])
+    assert token is not None  # the statement only matches a claimed thread
+    row = claims.read_thread(conn, thread_id)
+    assert row is not None
+    data = {"run_id": row.run_id, "token": token, "holder": holder, "by": by, "tenant": tenant}
+    events.append(
+        conn, thread_id, row, [events.NewEvent("cancel_requested", data)], token=None, now=now
+    )
+    return Claim(thread_id, holder or "", token, expires_at or 0.0)
+
+
 def delete_unclaimed_txn(
-    conn: sqlite3.Connection, thread_id: str, holder: str, ttl: float, *, now: float
+    conn: sqlite3.Connection,
+    thread_id: str,
+    holder: str,
+    ttl: float,
+    *,
+    now: float,
+    tenant: str | None = None,
 ) -> None:
     """Claim the thread (refusing a live claim) and delete it, claim included.
 
     Raises:
+        TenantMismatch: the thread is another tenant's; nothing is deleted.
         ThreadBusy: the thread has a live claim; nothing is deleted.
     """
+    check_tenant(conn, thread_id, tenant)
     existed = claims.read_thread(conn, thread_id) is not None
     claims.grant(conn, thread_id, holder, ttl, now=now, force=False)
     retention.delete_thread_txn(conn, thread_id)

@@ -103,7 +103,11 @@ class FencedSqliteSaver(  # type: ignore[misc]
                 default serializer may store and rebuild, e.g. `["myapp"]`.
             clock: The store's clock (claims, retention, event times).
             require_claim: Refuse every write that carries no token.
-            poll_interval: How often `wait_events`/`watch` look for commits.
+            poll_interval: How often `wait_events`/`watch` look for commits
+                where the file has no doorbell (not Linux, no inotify, a
+                read-only directory). Where it has one they wake on its
+                ring and look anyway every `max(poll_interval, 1 s)`, for
+                commits that ring no bell (plain sqlite3, older versions).
             readonly: Open an existing, cleanly closed file for reading only,
                 also on a read-only file, directory or mount; every write
                 then raises `ReadOnlyStore`. The file is never modified.
@@ -227,7 +231,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
 
     @property
     def poll_interval(self) -> float:
-        """Seconds between polls of `wait_events` and `watch`."""
+        """Seconds between polls of `wait_events` and `watch` where the file has no doorbell."""
         return self._poll_interval
 
     def commit_stats(self) -> dict[str, int]:

@@ -127,6 +127,20 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "lgfs_checksum(CAST(channel AS BLOB), CAST(type AS BLOB), CAST(blob AS BLOB))",
         "UPDATE events SET checksum = lgfs_checksum(CAST(kind AS BLOB), CAST(data AS BLOB))",
     ),
+    # 2 -> 3: runs an operator can steer. `tenant` is the tenant a thread
+    # belongs to (set by its first run under a tenant's runner; NULL: none).
+    # `cancel_by` says who asked the current claim's run to stop (cleared by
+    # every grant and release, so a request never outlives the claim it was
+    # for); the run's renewal reads it. `last_holder`/`last_token` are the
+    # latest claim granted, kept after its release, so that a stale writer
+    # learns who took the thread over even once that claim has ended.
+    (
+        "ALTER TABLE threads ADD COLUMN tenant TEXT",
+        "ALTER TABLE threads ADD COLUMN cancel_by TEXT",
+        "ALTER TABLE threads ADD COLUMN last_holder TEXT",
+        "ALTER TABLE threads ADD COLUMN last_token INTEGER",
+        "UPDATE threads SET last_holder = holder, last_token = token WHERE token IS NOT NULL",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -205,18 +219,36 @@ GET_TOKEN_COUNTER = "SELECT value FROM meta WHERE key = 'token_counter'"
 # `run_id` is the run the claim was granted for (`begin_run`), NULL for a
 # plain claim or takeover: `strategy="rollback"` retracts that run even after
 # its `run_started` event was compacted or pruned away.
+# Parameters: holder, token, expires_at, claimed_at, run_id, thread_id (each
+# grant is also the latest claim, and drops a cancel asked of the one before).
 SET_CLAIM = (
-    "UPDATE threads SET holder = ?, token = ?, expires_at = ?, claimed_at = ?, run_id = ? "
-    "WHERE thread_id = ?"
+    "UPDATE threads SET holder = ?1, token = ?2, expires_at = ?3, claimed_at = ?4, "
+    "run_id = ?5, last_holder = ?1, last_token = ?2, cancel_by = NULL WHERE thread_id = ?6"
 )
+# Also returns who asked the claim's run to stop (NULL: nobody), so a run's
+# renewal learns of a cancel in the statement that renews it.
 RENEW_CLAIM = (
     "UPDATE threads SET expires_at = ? WHERE thread_id = ? AND token = ? "
-    "RETURNING holder, token, expires_at"
+    "RETURNING holder, token, expires_at, cancel_by"
 )
 RELEASE_CLAIM = (
     "UPDATE threads SET holder = NULL, token = NULL, expires_at = NULL, "
-    "claimed_at = NULL, run_id = NULL WHERE thread_id = ? AND token = ?"
+    "claimed_at = NULL, run_id = NULL, cancel_by = NULL WHERE thread_id = ? AND token = ?"
 )
+# What a stale writer is told: the current token and the latest claim granted.
+GET_LAST_CLAIM = "SELECT token, last_holder, last_token FROM threads WHERE thread_id = ?"
+# Ask the current claim's run to stop; no row when nothing holds the thread.
+REQUEST_CANCEL = (
+    "UPDATE threads SET cancel_by = ? WHERE thread_id = ? AND token IS NOT NULL "
+    "RETURNING holder, token, expires_at, run_id"
+)
+# A thread's tenant, and whether it holds anything a tenant could own.
+GET_TENANT = (
+    "SELECT t.tenant, EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = t.thread_id) "
+    "OR EXISTS (SELECT 1 FROM events e WHERE e.thread_id = t.thread_id) "
+    "FROM threads t WHERE t.thread_id = ?"
+)
+SET_TENANT = "UPDATE threads SET tenant = ? WHERE thread_id = ? AND tenant IS NULL"
 LIST_CLAIMS = (
     "SELECT thread_id, holder, token, expires_at, claimed_at FROM threads "
     "WHERE token IS NOT NULL ORDER BY thread_id"

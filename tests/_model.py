@@ -101,6 +101,9 @@ class ThreadM:
     next_seq: int = 1
     floor: int = 1
     claim: Claim | None = None
+    # The latest claim granted, kept after it ends (and across delete_thread):
+    # `StaleClaim` names its holder and token.
+    last: Claim | None = None
     # The last seq of every earlier incarnation (delete_thread), for §4's "no silent gap".
     old_last_seq: int = 0
 
@@ -173,14 +176,21 @@ class Model:
         if not force and th.live(now):
             assert th.claim is not None
             raise ThreadBusy(thread_id, th.claim.holder, self._latest_root(thread_id))
-        th.claim = Claim(thread_id, holder, self._issue(), now + ttl)
+        th.claim = th.last = Claim(thread_id, holder, self._issue(), now + ttl)
         return th.claim
+
+    @staticmethod
+    def _stale(thread_id: str, th: ThreadM, token: int) -> StaleClaim:
+        current = None if th.claim is None else th.claim.token
+        if th.last is None:
+            return StaleClaim(thread_id, token, current)
+        return StaleClaim(thread_id, token, current, th.last.holder, th.last.token)
 
     def renew(self, thread_id: str, token: int, ttl: float, now: float) -> Claim:
         """Extend the claim carrying `token`, expired or not."""
         th = self.t(thread_id)
         if th.claim is None or th.claim.token != token:
-            raise StaleClaim(thread_id, token, None if th.claim is None else th.claim.token)
+            raise self._stale(thread_id, th, token)
         th.claim = replace(th.claim, expires_at=now + ttl)
         return th.claim
 
@@ -197,7 +207,7 @@ class Model:
         th = self.t(thread_id)
         if token is not None:
             if th.claim is None or th.claim.token != token:
-                raise StaleClaim(thread_id, token, None if th.claim is None else th.claim.token)
+                raise self._stale(thread_id, th, token)
         elif th.live(now):
             assert th.claim is not None
             raise ThreadBusy(thread_id, th.claim.holder, self._latest_root(thread_id))
@@ -417,7 +427,7 @@ class Model:
         """Remove everything of the thread; a new incarnation starts at seq 1."""
         old = self.t(thread_id)
         last = max(old.old_last_seq, old.next_seq - 1)
-        self.threads[thread_id] = ThreadM(old_last_seq=last)
+        self.threads[thread_id] = ThreadM(old_last_seq=last, last=old.last)
 
     def copy_thread(self, source: str, target: str, now: float) -> int:
         """LangGraph's `copy_thread`, fenced on the target; returns how many copied.

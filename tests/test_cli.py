@@ -31,7 +31,7 @@ from langgraph_fenced_sqlite.cli import EXIT_CODES, build_parser, main
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 COMMANDS = (
-    "threads history show diff claims events prune compact retract delete doctor vacuum "
+    "threads history show diff claims events prune compact retract delete runs doctor vacuum "
     "import-sqlitesaver"
 ).split()
 
@@ -409,6 +409,31 @@ def test_retract_removes_the_latest_run_and_refuses_a_live_run(copy: str, cli: A
     assert shown["checkpoint_id"] == run_a_latest["checkpoint_id"]
     claims = parsed(cli("claims", copy, "--json"))
     assert "order-1" not in {c["thread_id"] for c in claims}  # its claim was released
+
+
+def test_runs_cancel_records_the_request_for_the_holding_run(copy: str, cli: Any) -> None:
+    """`lgfs runs cancel` records a cancel (naming --by) for the claim it finds, and only then."""
+    asked = parsed(lgfs("runs", "cancel", copy, "order-2", "--by", "oncall", "--json"))
+    assert asked == {
+        "thread_id": "order-2",
+        "cancel_requested": True,
+        "holder": "worker-2",
+        "token": asked["token"],
+    }
+    with FencedSqliteSaver(copy) as saver:
+        last = saver.events_after("order-2", 0, 1000)[-1]
+        assert (last.kind, last.data["by"], last.data["token"]) == (
+            "cancel_requested",
+            "oncall",
+            asked["token"],
+        )
+        before = len(saver.events_after("order-1", 0, 1000))
+    done = lgfs("runs", "cancel", "order-1", env={"LGFS_PATH": copy})
+    assert done.returncode == 0 and "nothing to cancel" in done.stdout
+    with FencedSqliteSaver(copy) as saver:
+        assert len(saver.events_after("order-1", 0, 1000)) == before
+    assert cli("runs", "cancel", copy, "nope").returncode == 3
+    assert lgfs("runs", "cancel", "order-1", env={"LGFS_PATH": ""}).returncode == 2
 
 
 def test_delete_removes_a_thread_and_refuses_a_live_run(copy: str, cli: Any) -> None:

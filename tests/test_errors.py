@@ -21,11 +21,14 @@ from langgraph_fenced_sqlite import (
     InvalidArgument,
     ReadOnlyStore,
     ReplayUnavailable,
+    RunCancelled,
+    RunTimedOut,
     SerializationError,
     StaleClaim,
     StoreBusy,
     StoreClosed,
     StoreError,
+    TenantMismatch,
     ThreadBusy,
     UndecodableRow,
     UnsupportedFormat,
@@ -57,12 +60,37 @@ EXAMPLES: list[tuple[FencedSqliteError, str, dict[str, Any]]] = [
     (
         StaleClaim("t", 3, 7),
         "stale_claim",
-        {"thread_id": "t", "token": 3, "current_token": 7},
+        {"thread_id": "t", "token": 3, "current_token": 7, "holder": None, "latest_token": None},
     ),
     (
         StaleClaim("t", 3, None),
         "stale_claim",
-        {"thread_id": "t", "token": 3, "current_token": None},
+        {"thread_id": "t", "token": 3, "current_token": None, "holder": None, "latest_token": None},
+    ),
+    (
+        StaleClaim("t", 3, None, "bob", 5),
+        "stale_claim",
+        {"thread_id": "t", "token": 3, "current_token": None, "holder": "bob", "latest_token": 5},
+    ),
+    (
+        TenantMismatch("t", "acme", "globex"),
+        "tenant_mismatch",
+        {"thread_id": "t", "tenant": "acme", "thread_tenant": "globex"},
+    ),
+    (
+        TenantMismatch("t", "acme", None),
+        "tenant_mismatch",
+        {"thread_id": "t", "tenant": "acme", "thread_tenant": None},
+    ),
+    (
+        RunCancelled("t", "run-1", "ops"),
+        "run_cancelled",
+        {"thread_id": "t", "run_id": "run-1", "by": "ops"},
+    ),
+    (
+        RunTimedOut("t", "run-1", 2.5),
+        "run_timed_out",
+        {"thread_id": "t", "run_id": "run-1", "timeout": 2.5},
     ),
     (
         CheckpointConflict("t", "sub:1", "cp-a", "cp-b"),
@@ -152,6 +180,11 @@ def test_default_messages_name_their_fields() -> None:
     assert "alice" in str(ThreadBusy("t1", "alice")) and "t1" in str(ThreadBusy("t1", "alice"))
     stale = str(StaleClaim("t1", 3, 7))
     assert "3" in stale and "7" in stale and "t1" in stale
+    # Once the claim that took over has ended too, it is still named.
+    ended = str(StaleClaim("t1", 3, None, "bob", 7))
+    assert "bob" in ended and "7" in ended and "no claim now" in ended
+    mismatch = str(TenantMismatch("t1", "acme", "globex"))
+    assert "t1" in mismatch and "acme" in mismatch and "globex" in mismatch
     busy = str(StoreBusy("put", "/data/x.db", 0.2))
     assert "put" in busy and "/data/x.db" in busy and "nothing was changed" in busy
     closed = str(StoreClosed("list", "/data/x.db"))
@@ -163,8 +196,9 @@ def test_default_messages_name_their_fields() -> None:
 
 def test_hierarchy() -> None:
     """Subclassing as CONTRACT §8 lays it out, with the stdlib bases callers catch."""
-    for cls in (ThreadBusy, StaleClaim):
+    for cls in (ThreadBusy, StaleClaim, TenantMismatch):
         assert issubclass(cls, ClaimError)
+    assert issubclass(RunTimedOut, TimeoutError) and not issubclass(RunCancelled, ClaimError)
     for cls in (StoreBusy, StoreClosed, UnsupportedFormat, WrongThread, WrongProcess):
         assert issubclass(cls, StoreError)
     for cls in (

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import threading
 from typing import Any
 
@@ -176,3 +178,163 @@ def test_child_watch_learns_its_thread_was_deleted_and_re_created(watched: Any) 
         "last_seq": 3,
     }
     assert watcher.finish(BOUND) == 0
+
+
+# --- the doorbell, its safety poll and its fallback (issue 11, item 3) ---------------------
+
+
+# Without the doorbell, these waits would sleep for an hour (their safety poll)
+# or a watch's whole 60 s slice: finishing within this bound takes the bell.
+BELL_BOUND = 30.0
+
+
+@pytest.fixture
+def bell_only(open_store: Any) -> tuple[FencedSqliteSaver, int]:
+    """A store whose waits poll at most once an hour: only the doorbell can wake them in time."""
+    saver = open_store(poll_interval=3600)
+    return saver, saver.claim("t", "parent", 600).token
+
+
+def test_the_bell_alone_wakes_wait_events_for_each_child_commit(bell_only: Any) -> None:
+    """Hour-long wait_events calls return each child commit: all N within the bound."""
+    saver, token = bell_only
+    writer = start_writer(saver.path, token, seed=5)
+    seqs: list[int] = []
+
+    def consume() -> None:
+        while len(seqs) < N:
+            got = saver.wait_events("t", seqs[-1] if seqs else 0, timeout=3600)
+            seqs.extend(e.seq for e in got)
+
+    th = threading.Thread(target=consume)
+    th.start()
+    th.join(BELL_BOUND)
+    stalled = th.is_alive()
+    saver.close()  # ends a stalled wait
+    th.join(BOUND)
+    finish_writer(writer)
+    assert not stalled, f"no wake-up after seq {seqs[-1] if seqs else 0}: the bell did not ring"
+    assert seqs == list(range(1, N + 1))
+
+
+async def test_the_bell_alone_wakes_await_events_for_each_child_commit(bell_only: Any) -> None:
+    """The async twin: hour-long await_events calls return each child commit in time."""
+    saver, token = bell_only
+    writer = await asyncio.to_thread(start_writer, saver.path, token, seed=6)
+    seqs: list[int] = []
+
+    async def consume() -> None:
+        while len(seqs) < N:
+            got = await saver.await_events("t", seqs[-1] if seqs else 0, timeout=3600)
+            seqs.extend(e.seq for e in got)
+
+    try:
+        await asyncio.wait_for(consume(), BELL_BOUND)
+    except asyncio.TimeoutError:
+        pytest.fail(f"no wake-up after seq {seqs[-1] if seqs else 0}: the bell did not ring")
+    finally:
+        await asyncio.to_thread(finish_writer, writer)
+    assert seqs == list(range(1, N + 1))
+
+
+def test_the_bell_alone_wakes_a_watch_for_each_child_commit(bell_only: Any) -> None:
+    """watch() sees seqs 1..N within the bound, well inside one 60 s wait slice."""
+    saver, token = bell_only
+    writer = start_writer(saver.path, token, seed=7)
+    with saver.watch("t", 0) as watch:
+        got: list[int] = []
+
+        def consume() -> None:
+            for event in watch:
+                got.append(event.seq)
+                if len(got) == N:
+                    return
+
+        th = threading.Thread(target=consume)
+        th.start()
+        th.join(BELL_BOUND)
+    th.join(BOUND)
+    finish_writer(writer)
+    assert got == list(range(1, N + 1))
+
+
+# A writer that rings no bell (plain sqlite3, or an older version of this
+# library): it commits one more event, a copy of the last with the next seq.
+_RAW_WRITER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+cols = [row[1] for row in conn.execute("PRAGMA table_info(events)")]
+picked = ", ".join("seq + 1" if c == "seq" else c for c in cols)
+conn.execute("BEGIN IMMEDIATE")
+conn.execute(
+    f"INSERT INTO events ({', '.join(cols)}) SELECT {picked} FROM events "
+    "WHERE thread_id = 't' ORDER BY seq DESC LIMIT 1"
+)
+conn.execute("COMMIT")
+conn.close()
+"""
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_commit_that_rings_no_bell_is_seen_by_the_safety_poll(
+    open_store: Any, db_path: str, api: str
+) -> None:
+    """A watcher listening to the bell still sees a raw sqlite3 commit (default options)."""
+    saver = open_store()
+    claim = saver.claim("t", "parent", 600)
+    saver.append_events("t", claim.token, [("e", {"i": 1})])
+    got: list[Any] = []
+
+    async def follow_async() -> None:
+        async with saver.awatch("t", 1) as awatch:
+            async for event in awatch:
+                got.append(event)
+                return
+
+    def follow() -> None:
+        if api == "async":
+            asyncio.run(follow_async())
+            return
+        with saver.watch("t", 1) as watch:
+            for event in watch:
+                got.append(event)
+                return
+
+    th = threading.Thread(target=follow)
+    th.start()
+    subprocess.run([sys.executable, "-c", _RAW_WRITER, db_path], check=True, timeout=BOUND)
+    th.join(BELL_BOUND)  # less than a watch's 60 s slice: the safety poll found it
+    saver.close()  # ends a stalled watch
+    th.join(BOUND)
+    assert [(e.seq, e.data) for e in got] == [(2, {"i": 1})]
+
+
+def test_without_a_bell_watchers_poll_and_see_every_commit(
+    watched: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where no bell can be had (as without inotify), watch() polls and misses nothing."""
+    from langgraph_fenced_sqlite import doorbell
+
+    monkeypatch.setattr(doorbell, "_LIBC", None)  # as on a system without inotify
+    assert doorbell.Listener.open(watched[0].path) is None
+    saver, token = watched
+    writer = start_writer(saver.path, token, seed=8)
+    watch = saver.watch("t", 0)
+    got: list[int] = []
+    listening: list[bool] = []
+
+    def consume() -> None:
+        for event in watch:
+            got.append(event.seq)
+            listening.append(watch._poller.listening)
+            if len(got) == N:
+                return
+
+    th = threading.Thread(target=consume)
+    th.start()
+    th.join(BOUND)
+    watch.close()
+    th.join(BOUND)
+    finish_writer(writer)
+    assert got == list(range(1, N + 1))
+    assert not any(listening)

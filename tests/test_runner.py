@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import operator
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -16,18 +18,31 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.config import get_stream_writer
 from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import get_runtime
 from langgraph.types import Command, interrupt
 
 from langgraph_fenced_sqlite import (
+    ClaimError,
     FencedRunner,
     FencedSqliteSaver,
     RetentionPolicy,
+    RunCancelled,
+    RunTimedOut,
     StaleClaim,
+    TenantMismatch,
     ThreadBusy,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-RUN_KINDS = ("run_started", "run_completed", "run_interrupted", "run_failed", "run_superseded")
+RUN_KINDS = (
+    "run_started",
+    "run_completed",
+    "run_interrupted",
+    "run_failed",
+    "run_superseded",
+    "run_cancelled",
+    "run_timed_out",
+)
 
 
 class State(TypedDict, total=False):
@@ -286,15 +301,15 @@ def test_release_on_exception(
 async def test_release_on_cancellation(
     runner: FencedRunner, store: FencedSqliteSaver, gate: Gate
 ) -> None:
-    """Cancelling the task running ainvoke releases the claim and logs run_failed."""
+    """Cancelling the task running ainvoke releases the claim and logs run_cancelled."""
     task = asyncio.ensure_future(runner.ainvoke(inp("a", block=True), cfg(run_id="r")))
     await asyncio.to_thread(gate.entered.wait, 30)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert store.current_claim("t") is None
-    assert run_events(store) == [("run_started", "r"), ("run_failed", "r")]
-    assert all_events(store)[-1].data["error"] == "CancelledError"
+    assert run_events(store) == [("run_started", "r"), ("run_cancelled", "r")]
+    assert all_events(store)[-1].data["reason"] == "task_cancelled"
     gate.opened.set()
 
 
@@ -312,9 +327,10 @@ async def test_cancelled_while_claiming_gives_the_claim_back(
             pass
     await asyncio.to_thread(wait_for, lambda: store.current_claim("t") is None, "release")
     kinds = [k for k, _ in run_events(store)]
-    # Each claim granted ends exactly once: released as failed, or taken over
-    # (logged by the next one) before its release landed.
-    ended = kinds.count("run_failed") + kinds.count("run_superseded")
+    # Each claim granted ends exactly once: released as cancelled, or taken
+    # over (logged by the next one) before its release landed.
+    ended = kinds.count("run_cancelled") + kinds.count("run_superseded")
+    assert "run_failed" not in kinds
     assert kinds.count("run_started") == ended > 0
 
 
@@ -325,7 +341,8 @@ def test_stream_closed_early_releases(runner: FencedRunner, store: FencedSqliteS
     assert store.current_claim("t") is not None
     stream.close()
     assert store.current_claim("t") is None
-    assert run_events(store) == [("run_started", "r"), ("run_failed", "r")]
+    assert run_events(store) == [("run_started", "r"), ("run_cancelled", "r")]
+    assert all_events(store)[-1].data["reason"] == "stream_closed"
 
 
 async def test_astream_closed_early_releases(
@@ -336,7 +353,8 @@ async def test_astream_closed_early_releases(
     assert await stream.__anext__() == {"first": {"log": ["a:first"]}}
     await stream.aclose()
     assert store.current_claim("t") is None
-    assert run_events(store) == [("run_started", "r"), ("run_failed", "r")]
+    assert run_events(store) == [("run_started", "r"), ("run_cancelled", "r")]
+    assert all_events(store)[-1].data["reason"] == "stream_closed"
 
 
 # --- stream yields what LangGraph yields ---------------------------------------------------
@@ -582,10 +600,306 @@ def test_run_that_finished_after_losing_its_claim_raises(
         if "last" in chunk:  # LangGraph yields the last update after the last write
             break
     thief = store.take_over("t", "thief", 30)
-    with pytest.raises(StaleClaim, match="finished, but token"):
+    with pytest.raises(StaleClaim, match="finished, but token") as info:
         next(stream)
+    assert (info.value.holder, info.value.current_token) == ("thief", thief.token)
+    assert "'thief'" in str(info.value)
     assert run_events(store) == [("run_started", "r")]
     assert store.current_claim("t") == thief  # its release changed nothing
+
+
+# --- runs an operator can steer: takeover, cancel, timeout ---------------------------------
+
+
+class Steps:
+    """What the steering graph's nodes did, for the test to read."""
+
+    def __init__(self) -> None:
+        """Start with no node run."""
+        self.ran: list[str] = []
+        self.entered = threading.Event()
+        self.cancelled = threading.Event()
+
+
+def steer_graph(steps: Steps, *, node: str = "sync") -> StateGraph:
+    """first -> wait -> last, where `wait` lasts until the runner stops the run.
+
+    The sync `wait` returns once the run's `RunControl` is drained (so a test
+    needs no sleep to know the stop was seen); the async one awaits a long
+    sleep that only a cancel ends early.
+    """
+
+    def first(state: State) -> State:
+        steps.ran.append("first")
+        return {"log": ["first"]}
+
+    def wait(state: State) -> State:
+        steps.entered.set()
+        deadline = time.monotonic() + 30
+        while not get_runtime().control.drain_requested:
+            assert time.monotonic() < deadline, "the runner never stopped the run"
+            time.sleep(0.005)
+        steps.ran.append("wait")
+        return {"log": ["wait"]}
+
+    async def await_(state: State) -> State:
+        steps.entered.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            steps.cancelled.set()
+            raise
+        steps.ran.append("wait")
+        return {"log": ["wait"]}
+
+    def last(state: State) -> State:
+        steps.ran.append("last")
+        return {"log": ["last"]}
+
+    g = StateGraph(State)
+    g.add_node("first", first)
+    g.add_node("wait", wait if node == "sync" else await_)
+    g.add_node("last", last)
+    g.add_edge(START, "first")
+    g.add_edge("first", "wait")
+    g.add_edge("wait", "last")
+    g.add_edge("last", END)
+    return g
+
+
+def steer_runner(store: FencedSqliteSaver, steps: Steps, node: str = "sync", **kw: Any) -> Any:
+    """A runner over the steering graph that renews (and so notices) quickly."""
+    graph = steer_graph(steps, node=node).compile(checkpointer=store)
+    return FencedRunner(graph, store, holder="me", ttl=5, renew_every=0.02, **kw)
+
+
+@pytest.mark.parametrize("durability", ["sync", "exit"])
+def test_taken_over_sync_run_starts_no_further_node(
+    store: FencedSqliteSaver, durability: str
+) -> None:
+    """A sync run whose claim is taken over stops at the next node boundary."""
+    steps = Steps()
+    runner = steer_runner(store, steps)
+    thread, out = in_thread(runner.invoke, inp("a"), cfg(run_id="r"), durability=durability)
+    assert steps.entered.wait(30)
+    thief = store.take_over("t", "operator", 30)
+    thread.join(30)
+    # `wait` ran to its end (LangGraph cannot stop a node mid-call); `last`
+    # never started, even with durability="exit" (no write to be refused).
+    assert steps.ran == ["first", "wait"]
+    error = out.get("error")
+    assert isinstance(error, StaleClaim), out
+    assert (error.holder, error.current_token) == ("operator", thief.token)
+    assert "'operator'" in str(error)
+    assert run_events(store) == [("run_started", "r")]  # its end is not logged
+    assert store.current_claim("t") == thief
+
+
+async def test_taken_over_async_run_is_cancelled_mid_node(store: FencedSqliteSaver) -> None:
+    """An async run whose claim is taken over is cancelled in the node it awaits."""
+    steps = Steps()
+    runner = steer_runner(store, steps, node="async")
+    task = asyncio.ensure_future(runner.ainvoke(inp("a"), cfg(run_id="r")))
+    assert await asyncio.to_thread(steps.entered.wait, 30)
+    thief = await store.atake_over("t", "operator", 30)
+    with pytest.raises(StaleClaim) as info:
+        await task
+    assert steps.cancelled.is_set() and steps.ran == ["first"]
+    assert info.value.holder == "operator"
+    assert run_events(store) == [("run_started", "r")]
+    assert await store.acurrent_claim("t") == thief
+    # The cancel the runner sent its task was taken back (Python 3.11+ counts them).
+    assert getattr(asyncio.current_task(), "cancelling", lambda: 0)() == 0
+
+
+def test_superseded_run_names_who_took_over_after_that_run_ended(
+    runner: FencedRunner, store: FencedSqliteSaver, gate: Gate
+) -> None:
+    """StaleClaim names the run that took over, even once it has released the thread."""
+    slow = FencedRunner(runner.graph, store, holder="old", ttl=30, renew_every=25)
+    old, out = in_thread(slow.invoke, inp("old", block=True), cfg(run_id="old"), durability="sync")
+    assert gate.entered.wait(30)
+    runner.invoke(inp("new"), cfg(run_id="new"), strategy="interrupt")
+    assert store.current_claim("t") is None  # the new run is over
+    new_token = next(e.token for e in all_events(store) if e.kind == "run_completed")
+    gate.opened.set()
+    old.join(30)
+    error = out.get("error")
+    assert isinstance(error, StaleClaim), out
+    assert (error.current_token, error.holder, error.latest_token) == (None, "me", new_token)
+    assert "'me'" in str(error) and f"token {new_token}" in str(error)
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_cancel_stops_the_run_and_logs_it(store: FencedSqliteSaver, api: str) -> None:
+    """runner.cancel records the request; the run stops, releases and logs run_cancelled."""
+    steps = Steps()
+    runner = steer_runner(store, steps, node=api, principal="alice")
+    if api == "sync":
+        thread, out = in_thread(runner.invoke, inp("a"), cfg(run_id="r"), durability="sync")
+    else:
+        thread, out = in_thread(
+            lambda: asyncio.run(runner.ainvoke(inp("a"), cfg(run_id="r"), durability="sync"))
+        )
+    assert steps.entered.wait(30)
+    asked = runner.cancel("t", by="ops")
+    assert asked is not None and asked.holder == "me"
+    thread.join(30)
+    error = out.get("error")
+    assert isinstance(error, RunCancelled), out
+    assert (error.thread_id, error.run_id, error.by) == ("t", "r", "ops")
+    assert "last" not in steps.ran and steps.cancelled.is_set() == (api == "async")
+    kinds = [(e.kind, e.data.get("run_id")) for e in all_events(store) if e.kind != "writes"]
+    kinds = [k for k in kinds if k[0] != "checkpoint"]
+    assert kinds == [("run_started", "r"), ("cancel_requested", "r"), ("run_cancelled", "r")]
+    ended = all_events(store)[-1]
+    assert ended.data["reason"] == "cancel_requested" and ended.data["by"] == "ops"
+    assert ended.data["principal"] == "alice"
+    assert store.current_claim("t") is None
+    # What the run made durable stays: the thread resumes where it stopped.
+    left = runner.graph.get_state(cfg()).next
+    assert left == (("last",) if api == "sync" else ("wait",))
+
+
+def test_cancel_goes_with_its_claim(runner: FencedRunner, store: FencedSqliteSaver) -> None:
+    """A cancel is for the claim it found: a later run of the thread is not affected."""
+    assert runner.cancel("t") is None  # nothing holds it: nothing recorded
+    assert all_events(store) == []
+    claim = store.claim("t", "manual", 30)
+    assert store.cancel_run("t", by="ops") == claim
+    assert all_events(store)[-1].data == {
+        "run_id": None,
+        "token": claim.token,
+        "holder": "manual",
+        "by": "ops",
+        "tenant": None,
+    }
+    store.release("t", claim.token)
+    runner.invoke(inp("a"), cfg(run_id="after"))
+    assert run_events(store)[-1] == ("run_completed", "after")
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_timeout_stops_the_run_as_run_timed_out(store: FencedSqliteSaver, api: str) -> None:
+    """A run past its timeout= stops (next node boundary, or at once when async)."""
+    steps = Steps()
+    runner = steer_runner(store, steps, node=api)
+    if api == "sync":
+        with pytest.raises(RunTimedOut) as info:
+            runner.invoke(inp("a"), cfg(run_id="r"), timeout=0.05)
+    else:
+        with pytest.raises(TimeoutError) as info:
+            asyncio.run(runner.ainvoke(inp("a"), cfg(run_id="r"), timeout=timedelta(seconds=0.05)))
+    assert isinstance(info.value, RunTimedOut) and info.value.timeout == 0.05
+    assert "last" not in steps.ran
+    assert run_events(store) == [("run_started", "r"), ("run_timed_out", "r")]
+    assert all_events(store)[-1].data["timeout"] == 0.05
+    assert store.current_claim("t") is None
+
+
+def test_cancelled_stream_ends_between_chunks(store: FencedSqliteSaver) -> None:
+    """A cancelled stream yields nothing of the nodes it did not start."""
+    steps = Steps()
+    runner = steer_runner(store, steps)
+    stream = runner.stream(inp("a"), cfg(run_id="r"), stream_mode="updates")
+    assert next(stream) == {"first": {"log": ["first"]}}
+    runner.cancel("t")
+    with pytest.raises(RunCancelled):
+        for chunk in stream:
+            assert "last" not in chunk
+    assert steps.ran == ["first", "wait"]
+    assert run_events(store)[-1] == ("run_cancelled", "r")
+
+
+async def test_astream_left_through_aclosing_is_cancelled(
+    runner: FencedRunner, store: FencedSqliteSaver, gate: Gate
+) -> None:
+    """Leaving `aclosing(runner.astream(...))` after one chunk logs run_cancelled."""
+    async with contextlib.aclosing(runner.astream(inp("a"), cfg(run_id="r"))) as stream:
+        async for _chunk in stream:
+            break
+    assert run_events(store) == [("run_started", "r"), ("run_cancelled", "r")]
+    assert all_events(store)[-1].data["reason"] == "stream_closed"
+    assert await store.acurrent_claim("t") is None
+
+
+def test_steering_arguments_are_checked_before_anything_runs(
+    runner: FencedRunner, store: FencedSqliteSaver, gate: Gate
+) -> None:
+    """Bad timeout, principal, tenant or control: errors naming the argument."""
+    for kwargs, name in (
+        ({"timeout": -1}, "timeout"),
+        ({"timeout": "soon"}, "timeout"),
+        ({"principal": ""}, "principal"),
+        ({"control": "drain"}, "control"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            runner.invoke(inp("a"), cfg(), **kwargs)
+    with pytest.raises(ValueError, match="tenant"):
+        FencedRunner(runner.graph, store, tenant="")
+    with pytest.raises(ValueError, match="by"):
+        runner.cancel("t", by="")
+    assert gate.calls == 0 and all_events(store) == []
+
+
+# --- tenants and principals --------------------------------------------------------------
+
+
+def test_a_tenant_runner_refuses_another_tenants_thread(
+    store: FencedSqliteSaver, gate: Gate
+) -> None:
+    """TenantMismatch comes before the thread is touched: no claim, no event, no node."""
+    graph = build(gate).compile(checkpointer=store)
+    acme = FencedRunner(graph, store, holder="a", tenant="acme", principal="alice")
+    globex = FencedRunner(graph, store, holder="g", tenant="globex")
+    acme.invoke(inp("a"), cfg(run_id="r1"))
+    before, calls = all_events(store), gate.calls
+    for attempt in (
+        lambda: globex.invoke(inp("b"), cfg(), strategy="interrupt"),
+        lambda: globex.delete_thread("t"),
+        lambda: globex.cancel("t"),
+    ):
+        with pytest.raises(TenantMismatch) as info:
+            attempt()
+        assert (info.value.tenant, info.value.thread_tenant) == ("globex", "acme")
+        assert isinstance(info.value, ClaimError) and "nothing was touched" in str(info.value)
+    assert all_events(store) == before and gate.calls == calls
+    assert store.current_claim("t") is None
+    # The owner goes on; a runner without a tenant (an operator's) may too.
+    acme.invoke(inp("c"), cfg(run_id="r2"), principal="bob")
+    FencedRunner(graph, store, holder="ops").invoke(inp("d"), cfg(run_id="r3"))
+    named = [
+        (e.kind, e.data["tenant"], e.data["principal"])
+        for e in all_events(store)
+        if e.kind in RUN_KINDS
+    ]
+    assert named == [
+        ("run_started", "acme", "alice"),
+        ("run_completed", "acme", "alice"),
+        ("run_started", "acme", "bob"),
+        ("run_completed", "acme", "bob"),
+        ("run_started", None, None),
+        ("run_completed", None, None),
+    ]
+
+
+def test_a_tenant_runner_refuses_a_thread_written_without_a_tenant(
+    store: FencedSqliteSaver, gate: Gate
+) -> None:
+    """A thread with history and no tenant is nobody's to adopt; an empty one is."""
+    graph = build(gate).compile(checkpointer=store)
+    FencedRunner(graph, store).invoke(inp("a"), cfg("old"))
+    acme = FencedRunner(graph, store, tenant="acme")
+    with pytest.raises(TenantMismatch) as info:
+        acme.invoke(inp("b"), cfg("old"))
+    assert info.value.thread_tenant is None
+    store.claim("fresh", "someone", 30)  # a row, but nothing in it yet
+    acme.invoke(inp("c"), cfg("fresh"), strategy="interrupt")
+    with pytest.raises(TenantMismatch):
+        FencedRunner(graph, store, tenant="globex").invoke(inp("d"), cfg("fresh"))
+    acme.delete_thread("fresh")
+    with pytest.raises(TenantMismatch):  # a deleted thread stays its tenant's
+        FencedRunner(graph, store, tenant="globex").invoke(inp("e"), cfg("fresh"))
 
 
 # --- renewal and deletion ------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""FencedRunner across real processes: every strategy, a SIGKILL, safe deletion."""
+"""FencedRunner across real processes: every strategy, a SIGKILL, safe deletion, steering."""
 
 from __future__ import annotations
 
@@ -93,7 +93,15 @@ _graph_ns: dict[str, Any] = {}
 # `from __future__ import annotations`, so the TypedDict resolves).
 exec(compile(GRAPH_SRC, "graph_src", "exec", dont_inherit=True), _graph_ns)
 build = _graph_ns["build"]
-RUN_KINDS = ("run_started", "run_completed", "run_interrupted", "run_failed", "run_superseded")
+RUN_KINDS = (
+    "run_started",
+    "run_completed",
+    "run_interrupted",
+    "run_failed",
+    "run_superseded",
+    "run_cancelled",
+    "run_timed_out",
+)
 
 
 class Workers:
@@ -307,3 +315,187 @@ def test_delete_thread_refuses_a_run_in_another_process(
     local.delete_thread("t")
     assert local.saver.get_tuple(cfg("x")) is None
     assert local.saver.events_after("t") == []
+
+
+# --- steering a run in another process: takeover, cancel, timeout ---------------------------
+
+SLOW = 8.0  # seconds the child's slow node lasts when nothing stops it
+
+# A child running first -> slow -> after on thread "t", leaving marker files:
+# slow.entered, slow.done (the slow node reached its end), after.ran. The sync
+# slow node returns early once the run is drained (LangGraph cannot stop a
+# node mid-call; this one looks), the async one only ends early if cancelled.
+STEER_SRC = """
+import asyncio, json, os, sys, time
+from typing import TypedDict
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import get_runtime
+from langgraph_fenced_sqlite import FencedRunner, FencedSqliteError, FencedSqliteSaver
+
+class State(TypedDict, total=False):
+    n: int
+
+db, marks, api, durability, timeout, slow_s = sys.argv[1:7]
+entered = []
+
+def mark(name):
+    open(os.path.join(marks, name), "w").close()
+
+def first(state):
+    return {"n": 1}
+
+def slow_sync(state):
+    entered.append(time.monotonic())
+    mark("slow.entered")
+    control, end = get_runtime().control, time.monotonic() + float(slow_s)
+    while time.monotonic() < end and not control.drain_requested:
+        time.sleep(0.01)
+    mark("slow.done")
+    return {"n": 2}
+
+async def slow_async(state):
+    entered.append(time.monotonic())
+    mark("slow.entered")
+    await asyncio.sleep(float(slow_s))
+    mark("slow.done")
+    return {"n": 2}
+
+def after(state):
+    mark("after.ran")
+    return {"n": 3}
+
+g = StateGraph(State)
+g.add_node("first", first)
+g.add_node("slow", slow_sync if api == "sync" else slow_async)
+g.add_node("after", after)
+g.add_edge(START, "first")
+g.add_edge("first", "slow")
+g.add_edge("slow", "after")
+g.add_edge("after", END)
+config = {"configurable": {"thread_id": "t"}, "metadata": {"run_id": "child"}}
+kw = {"durability": durability}
+if timeout != "-":
+    kw["timeout"] = float(timeout)
+with FencedSqliteSaver(db) as saver:
+    runner = FencedRunner(g.compile(checkpointer=saver), saver, holder="child", ttl=1.5)
+    try:
+        if api == "async":
+            asyncio.run(runner.ainvoke({"n": 0}, config, **kw))
+        else:
+            runner.invoke({"n": 0}, config, **kw)
+        out = {"code": None}
+    except FencedSqliteError as exc:
+        out = exc.to_dict()
+    out["entered_to_end"] = time.monotonic() - entered[0] if entered else None
+    print(json.dumps(out))
+"""
+
+
+class Steered:
+    """A child process running the steering graph, and its marker files."""
+
+    def __init__(self, workers: Workers, api: str, durability: str, timeout: str = "-") -> None:
+        """Start the child on the workers' file."""
+        self.marks = workers.tmp / "marks"
+        self.marks.mkdir()
+        script = workers.tmp / "steer.py"
+        script.write_text(STEER_SRC)
+        args = [workers.db, str(self.marks), api, durability, timeout, str(SLOW)]
+        self.proc = subprocess.Popen(
+            [sys.executable, str(script), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        workers.procs.append(self.proc)
+        self.workers = workers
+
+    def entered(self) -> None:
+        """Wait until the child is in its slow node (failing if it exits first)."""
+        deadline = time.monotonic() + 60
+        while not self.has("slow.entered"):
+            if self.proc.poll() is not None:
+                raise AssertionError(f"child exited early: {self.proc.communicate()}")
+            assert time.monotonic() < deadline, "the child never reached its slow node"
+            time.sleep(0.005)
+
+    def has(self, name: str) -> bool:
+        """Whether the child left marker `name`."""
+        return (self.marks / name).exists()
+
+    def result(self) -> dict[str, Any]:
+        """Wait for the child; return what it reported."""
+        return self.workers.result(self.proc)
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_run_taken_over_by_another_process_starts_no_further_node(
+    workers: Workers, api: str
+) -> None:
+    """Another worker takes the thread over: the run stops (async: mid-node) and says who."""
+    child = Steered(workers, api, durability="exit")  # no write of its own to be refused
+    child.entered()
+    with FencedSqliteSaver(workers.db) as saver:
+        new = saver.begin_run("t", "parent", 30, run_id="new", strategy="interrupt")
+        out = child.result()
+        assert (out["code"], out["holder"], out["current_token"]) == (
+            "stale_claim",
+            "parent",
+            new.token,
+        )
+        assert not child.has("after.ran")  # the next node never started
+        if api == "async":
+            # Cancelled in the node it awaited, long before that node's end.
+            assert not child.has("slow.done")
+            assert out["entered_to_end"] < SLOW
+        assert lifecycle(saver) == [
+            ("run_started", "child"),
+            ("run_superseded", "child"),
+            ("run_started", "new"),
+        ]
+        assert saver.end_run("t", new.token, "run_completed")
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_cancel_from_another_process_stops_the_run(
+    workers: Workers, local: FencedRunner, api: str
+) -> None:
+    """`runner.cancel` (sync child) or `lgfs runs cancel` (async child) stops the run."""
+    child = Steered(workers, api, durability="sync")
+    child.entered()
+    if api == "sync":
+        asked = local.cancel("t", by="oncall")
+        assert asked is not None and asked.holder == "child"
+    else:
+        done = subprocess.run(
+            [sys.executable, "-m", "langgraph_fenced_sqlite", "runs", "cancel", workers.db, "t"]
+            + ["--by", "oncall", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["cancel_requested"] is True
+    out = child.result()
+    assert (out["code"], out["run_id"], out["by"]) == ("run_cancelled", "child", "oncall")
+    assert not child.has("after.ran")
+    if api == "async":
+        assert not child.has("slow.done")
+    saver = local.saver
+    assert lifecycle(saver) == [("run_started", "child"), ("run_cancelled", "child")]
+    kinds = [e.kind for e in saver.events_after("t", 0, 10_000)]
+    assert kinds.index("cancel_requested") < kinds.index("run_cancelled")
+    ended = saver.events_after("t", 0, 10_000)[-1]
+    assert (ended.data["reason"], ended.data["by"]) == ("cancel_requested", "oncall")
+    assert saver.current_claim("t") is None
+
+
+def test_a_run_past_its_timeout_in_another_process_is_stopped(workers: Workers) -> None:
+    """timeout= stops an async run mid-node, logged as run_timed_out (not run_failed)."""
+    child = Steered(workers, "async", durability="sync", timeout="0.5")
+    out = child.result()
+    assert (out["code"], out["timeout"]) == ("run_timed_out", 0.5)
+    assert not child.has("slow.done") and not child.has("after.ran")
+    with FencedSqliteSaver(workers.db) as saver:
+        assert lifecycle(saver) == [("run_started", "child"), ("run_timed_out", "child")]
+        assert saver.current_claim("t") is None
