@@ -12,7 +12,7 @@ of deadlocking; a call from a process other than the opener fails with
 
 Shape (STYLE.md, "Connection and threads"): a lock around a connection opened
 with `check_same_thread=False`. Sync callers run on their own thread (no hop);
-async callers pay exactly one hop to the store's worker thread, and nothing
+async callers pay exactly one hop to a worker thread of the store's pool, and nothing
 an async method does on the event loop waits for a lock or for I/O.
 
 After every commit of writes the engine rings the file's doorbell
@@ -97,8 +97,8 @@ class Engine:
         # a sync call may hold for a whole busy_timeout (the event loop would).
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
-        # When the async call running on the worker thread was made: its
-        # deadline counts the time it queued there behind other calls.
+        # When the async call running on this worker thread was made: its
+        # deadline counts the time it queued in the pool behind other calls.
         self._call = threading.local()
         # Watches' pollers, closed with the store (not left to the GC).
         self._pollers: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -263,7 +263,7 @@ class Engine:
         return result
 
     async def arun(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a sync store method on the store's worker thread: the one hop async calls pay.
+        """Run a sync store method on a worker thread of the store: the one hop async calls pay.
 
         A cancelled await does not stop a job already handed over: it may
         still commit (see the README's caveats).
