@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from typing import Any
 
 import pytest
@@ -149,8 +150,12 @@ def test_the_rule(kwargs: dict[str, Any], state: str) -> None:
 
 
 def test_the_one_line_forms_and_the_plain_data_round_trip(agent_db: str) -> None:
-    """`node`/`reason` (a STATUS cell, a filter) and `to_dict` (`threads()`) say the same."""
-    with FencedSqliteSaver(agent_db) as saver:
+    """`node`/`reason` (a STATUS cell, a filter) and `to_dict` (`threads()`) say the same.
+
+    One fixed "now" for both readings: `expires_in` is relative to it, and two
+    readings of a real clock a millisecond apart differed (seen once in CI).
+    """
+    with FencedSqliteSaver(agent_db, clock=ManualClock(time.time())) as saver:
         got = {t: saver.thread_status(t) for t in ("chat-1", "chat-4", "chat-5")}
         summaries = {t["thread_id"]: t["status"] for t in saver.threads()}
     one, four, five = got["chat-1"], got["chat-4"], got["chat-5"]
