@@ -161,6 +161,11 @@ def test_put_and_read_back(world: Any, db_path: str, metadata: Any, extra: Any) 
         tup = store.get_tuple(got)
         assert tup is not None and tup.checkpoint["id"] == cp["id"]
         for key, value in md.items():
+            # Pinned surprise: LangGraph's get_serializable_checkpoint_metadata
+            # strips NUL from top-level string values before any saver sees
+            # them (for PostgreSQL); hypothesis found "\x00" once in CI.
+            if isinstance(value, str):
+                value = value.replace("\x00", "")
             assert tup.metadata[key] == _as_json(value)  # type: ignore[literal-required]
 
 
