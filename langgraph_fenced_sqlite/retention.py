@@ -345,6 +345,7 @@ def delete_all_checkpoints_txn(
     writes = conn.execute(schema.THREAD_WRITE_COUNT, (thread_id,)).fetchone()[0]
     conn.execute(schema.DELETE_THREAD_CHECKPOINTS, (thread_id,))
     conn.execute(schema.DELETE_THREAD_WRITES, (thread_id,))
+    conn.execute(schema.DELETE_THREAD_RUNS, (thread_id,))
     floor = events.raise_floor(conn, thread_id, row.next_seq)
     if removed or writes or floor > row.floor:
         data = {"strategy": "delete", "checkpoints": [list(k) for k in removed], "writes": writes}
@@ -365,6 +366,7 @@ def delete_thread_txn(conn: sqlite3.Connection, thread_id: str) -> None:
     conn.execute(schema.TOMBSTONE_THREAD, (thread_id, thread_id))
     conn.execute(schema.DELETE_THREAD_CHECKPOINTS, (thread_id,))
     conn.execute(schema.DELETE_THREAD_WRITES, (thread_id,))
+    conn.execute(schema.DELETE_THREAD_RUNS, (thread_id,))
     conn.execute(schema.DELETE_THREAD_EVENTS, (thread_id,))
 
 
@@ -403,6 +405,7 @@ def delete_for_runs_txn(
             removed.extend((ns, cid) for ns, cid in keys)
             writes += _remove(conn, thread_id, keys)
             writes += conn.execute(schema.DELETE_WRITES_OF_RUN, (thread_id, run_id)).rowcount
+            conn.execute(schema.DELETE_THREAD_RUN, (thread_id, run_id))
         data = {
             "run_ids": touched[thread_id],
             "checkpoints": [list(k) for k in removed],
