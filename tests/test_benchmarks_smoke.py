@@ -39,6 +39,13 @@ EXPECTED = {
         "longest writer put during prune",
         "result",
     ],
+    "bench_pages.py": [
+        "WAL FRAMES per write",
+        "STATEMENTS per write",
+        "SqliteSaver",
+        "put_writes 4KB +run_id",
+        "RUN IDS:",
+    ],
     "bench_syncs.py": [
         "ours syncs",
         "stock syncs",
