@@ -472,20 +472,45 @@ class Engine:
                     f"schema version {version} but table {table!r} lacks column(s) "
                     f"{', '.join(missing)}; the file is damaged or was altered"
                 )
+        # Triggers keep `thread_runs` complete: without one, `delete_for_runs`
+        # would silently leave a run's rows behind.
+        triggers = {row[0] for row in conn.execute(schema.LIST_TRIGGERS)}
+        lost = sorted(set(_expected_triggers(version)) - triggers)
+        if lost:
+            raise self._refuse(
+                f"schema version {version} but trigger(s) {', '.join(lost)} are missing; "
+                "the file is damaged or was altered"
+            )
 
 
 @functools.cache
 def _expected_shape(version: int) -> dict[str, tuple[str, ...]]:
     """Return the tables and columns `MIGRATIONS[:version]` build, from an in-memory run."""
-    conn = sqlite3.connect(":memory:")
+    conn = _built(version)
     try:
-        conn.create_function(schema.CHECKSUM_FUNCTION, -1, checksum, deterministic=True)
-        for step in schema.MIGRATIONS[:version]:
-            for statement in step:
-                conn.execute(statement)
         tables = [row[0] for row in conn.execute(schema.LIST_TABLES)]
         return {
             t: tuple(row[0] for row in conn.execute(schema.TABLE_COLUMNS, (t,))) for t in tables
         }
     finally:
         conn.close()
+
+
+@functools.cache
+def _expected_triggers(version: int) -> tuple[str, ...]:
+    """Return the names of the triggers `MIGRATIONS[:version]` build."""
+    conn = _built(version)
+    try:
+        return tuple(row[0] for row in conn.execute(schema.LIST_TRIGGERS))
+    finally:
+        conn.close()
+
+
+def _built(version: int) -> sqlite3.Connection:
+    # An in-memory database that `MIGRATIONS[:version]` built.
+    conn = sqlite3.connect(":memory:")
+    conn.create_function(schema.CHECKSUM_FUNCTION, -1, checksum, deterministic=True)
+    for step in schema.MIGRATIONS[:version]:
+        for statement in step:
+            conn.execute(statement)
+    return conn

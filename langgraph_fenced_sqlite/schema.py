@@ -208,6 +208,7 @@ GET_DATA_VERSION = "PRAGMA data_version"
 # migrations build, so a file that claims our version but lost a table or a
 # column is refused instead of failing later, mid-write.
 LIST_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
+LIST_TRIGGERS = "SELECT name FROM sqlite_master WHERE type = 'trigger' ORDER BY name"
 TABLE_COLUMNS = "SELECT name FROM pragma_table_info(?)"
 
 

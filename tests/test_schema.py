@@ -22,7 +22,12 @@ from conftest import dump
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointMetadata
 
-from langgraph_fenced_sqlite import FencedSqliteSaver, RetentionPolicy, StoreError
+from langgraph_fenced_sqlite import (
+    FencedSqliteSaver,
+    RetentionPolicy,
+    StoreError,
+    UnsupportedFormat,
+)
 from langgraph_fenced_sqlite.checksums import checksum
 from langgraph_fenced_sqlite.schema import CHECKSUM_FUNCTION, MIGRATIONS, SCHEMA_VERSION
 from langgraph_fenced_sqlite.testing._helpers import plain_config, values_checkpoint
@@ -255,3 +260,18 @@ def test_delete_thread_forgets_its_runs(open_store: Any, db_path: str) -> None:
     conn = sqlite3.connect(db_path)
     assert conn.execute("SELECT thread_id, run_id FROM thread_runs").fetchall() == [("b", "r1")]
     conn.close()
+
+
+@pytest.mark.parametrize("trigger", ["checkpoints_thread_runs", "writes_thread_runs_update"])
+def test_a_file_that_lost_a_trigger_is_refused_unchanged(db_path: str, trigger: str) -> None:
+    """Without its triggers a file would let `delete_for_runs` miss a run's rows."""
+    with FencedSqliteSaver(db_path) as store:
+        _put_run(store, "a", "r1", 1)
+    conn = sqlite3.connect(db_path)
+    conn.execute(f"DROP TRIGGER {trigger}")
+    conn.commit()
+    conn.close()
+    before = dump(db_path)
+    with pytest.raises(UnsupportedFormat, match=trigger):
+        FencedSqliteSaver(db_path)
+    assert dump(db_path) == before
