@@ -164,23 +164,26 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "INSERT INTO thread_runs (thread_id, run_id) "
         "SELECT thread_id, run_id FROM checkpoints WHERE run_id IS NOT NULL "
         "UNION SELECT thread_id, run_id FROM writes WHERE run_id IS NOT NULL",
-        # OR IGNORE: the pair is usually there already (thread_runs is not a
-        # fenced table; nothing is replaced).
+        # Each inserts the pair only when it is missing. Not `INSERT OR IGNORE`:
+        # inside a trigger the firing statement's conflict policy replaces the
+        # trigger statement's, and an upsert's DO UPDATE (a special-channel
+        # write replaced by the same run) makes that ABORT, so the ignored
+        # duplicate failed the whole write (`test_schema.py` pins it).
         """CREATE TRIGGER checkpoints_thread_runs AFTER INSERT ON checkpoints
-            WHEN NEW.run_id IS NOT NULL BEGIN
-            INSERT OR IGNORE INTO thread_runs (thread_id, run_id)
-                VALUES (NEW.thread_id, NEW.run_id);
+            WHEN NEW.run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM thread_runs
+                WHERE thread_id = NEW.thread_id AND run_id = NEW.run_id) BEGIN
+            INSERT INTO thread_runs (thread_id, run_id) VALUES (NEW.thread_id, NEW.run_id);
         END""",
         """CREATE TRIGGER writes_thread_runs AFTER INSERT ON writes
-            WHEN NEW.run_id IS NOT NULL BEGIN
-            INSERT OR IGNORE INTO thread_runs (thread_id, run_id)
-                VALUES (NEW.thread_id, NEW.run_id);
+            WHEN NEW.run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM thread_runs
+                WHERE thread_id = NEW.thread_id AND run_id = NEW.run_id) BEGIN
+            INSERT INTO thread_runs (thread_id, run_id) VALUES (NEW.thread_id, NEW.run_id);
         END""",
         # A special-channel write replaced by a later one takes its run id.
         """CREATE TRIGGER writes_thread_runs_update AFTER UPDATE OF run_id ON writes
-            WHEN NEW.run_id IS NOT NULL BEGIN
-            INSERT OR IGNORE INTO thread_runs (thread_id, run_id)
-                VALUES (NEW.thread_id, NEW.run_id);
+            WHEN NEW.run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM thread_runs
+                WHERE thread_id = NEW.thread_id AND run_id = NEW.run_id) BEGIN
+            INSERT INTO thread_runs (thread_id, run_id) VALUES (NEW.thread_id, NEW.run_id);
         END""",
     ),
 )

@@ -275,3 +275,21 @@ def test_a_file_that_lost_a_trigger_is_refused_unchanged(db_path: str, trigger: 
     with pytest.raises(UnsupportedFormat, match=trigger):
         FencedSqliteSaver(db_path)
     assert dump(db_path) == before
+
+
+def test_a_special_write_replaced_by_its_own_run_commits(open_store: Any, db_path: str) -> None:
+    """Found by the model test: the pair's trigger failed such a write with UNIQUE.
+
+    Inside a trigger, SQLite applies the firing statement's conflict policy
+    instead of the trigger statement's own: an upsert's DO UPDATE made the
+    trigger's `INSERT OR IGNORE` of a pair already there abort the write.
+    """
+    store = open_store()
+    ids = _put_run(store, "a", "r1", 1)
+    config = {**plain_config("a", checkpoint_id=ids[0]), "metadata": {"run_id": "r1"}}
+    store.put_writes(config, [("__interrupt__", 0), ("__interrupt__", 1)], "ta")
+    store.put_writes(config, [("__interrupt__", 2)], "ta")
+    tuple_ = store.get_tuple(plain_config("a", checkpoint_id=ids[0]))
+    assert tuple_ is not None and ("ta", "__interrupt__", 2) in tuple_.pending_writes
+    store.delete_for_runs(["r1"])
+    assert _run_rows(db_path, "r1") == 0
