@@ -391,18 +391,22 @@ def decode_write(serde: SerializerProtocol, thread_id: str, cid: str, write: Wri
         UndecodableRow: the row is damaged, or its value does not decode.
     """
     task_id, channel, type_, blob, _path, idx, stored = write
-    where = f"write {task_id!r:.60}/{idx!r:.20} ({channel!r:.60})"
     if stored is None or stored != checksum(channel, type_, blob):
         reason = "no checksum" if stored is None else "checksum mismatch"
-        raise UndecodableRow(thread_id, cid, f"{where}: {reason}: the row was damaged")
+        raise UndecodableRow(thread_id, cid, f"{_where(write)}: {reason}: the row was damaged")
     if type(task_id) is not str or type(channel) is not str or type(type_) is not str:
-        raise UndecodableRow(thread_id, cid, f"{where}: a key cell holds the wrong type")
+        raise UndecodableRow(thread_id, cid, f"{_where(write)}: a key cell holds the wrong type")
     if type(blob) is not bytes:
-        raise UndecodableRow(thread_id, cid, f"{where}: blob holds {type(blob).__name__}")
+        raise UndecodableRow(thread_id, cid, f"{_where(write)}: blob holds {type(blob).__name__}")
     try:
         return serde.loads_typed((type_, blob))
     except _DECODE_ERRORS as exc:
-        raise UndecodableRow(thread_id, cid, f"{where}: {exc}") from exc
+        raise UndecodableRow(thread_id, cid, f"{_where(write)}: {exc}") from exc
+
+
+def _where(write: WriteRow) -> str:
+    # Built only for an error: every read of a write row would pay its reprs.
+    return f"write {write[0]!r:.60}/{write[5]!r:.20} ({write[1]!r:.60})"
 
 
 def decode_tuple(
