@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -37,8 +36,9 @@ ENVELOPE_FORMAT = 1
 _FENCED_SOURCES = frozenset({"input", "loop"})
 
 
-@dataclass(frozen=True)
-class EncodedCheckpoint:
+# Named tuples, not frozen dataclasses: every put builds one, and a frozen
+# dataclass sets each field through `object.__setattr__`.
+class EncodedCheckpoint(NamedTuple):
     """A checkpoint ready for the database: all encoding already done."""
 
     thread_id: str
@@ -55,8 +55,7 @@ class EncodedCheckpoint:
     checksum: int
 
 
-@dataclass(frozen=True)
-class EncodedWrite:
+class EncodedWrite(NamedTuple):
     """One pending write ready for the database."""
 
     task_id: str

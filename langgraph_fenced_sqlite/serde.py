@@ -570,23 +570,6 @@ def loads_json(text: Any, what: str = "JSON") -> Any:
         raise SerializationError(
             what, message=f"{what}: expected JSON text, got {type(text).__name__}"
         )
-    if _fast_loads is not None and not _LONG_NUMBER.search(text):
-        # Every read decodes an envelope and a metadata text per row. orjson
-        # (a dependency of LangGraph's own langsmith) parses what we write
-        # about three times as fast, into the same values; any text it
-        # refuses (lone surrogate escapes, deep nesting, damage) is decoded,
-        # or refused with our message, by the stdlib decoder below, so what
-        # a text reads as, or why not, never depends on orjson being
-        # installed. It reads integers beyond 64 bits as floats, so a text
-        # that may hold one (a number of 19 digits or more) goes there too.
-        try:
-            value = _fast_loads(text)
-        except Exception:  # noqa: BLE001 - the stdlib decoder judges it
-            pass
-        else:
-            if _may_be_deep(text) and _depth(value) > MAX_JSON_DEPTH:
-                raise _too_deep(what)
-            return value
     try:
         value = _JSON_DECODER.decode(text)
     except RecursionError:
@@ -601,18 +584,6 @@ def loads_json(text: Any, what: str = "JSON") -> Any:
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON data")
 
-
-# A number token of 19 digits or more (strings may match too: they only
-# take the stdlib's path).
-_LONG_NUMBER = re.compile(r"(?:^|[\[:,\s])-?\d{19}")
-
-_fast_loads: Callable[[str], Any] | None
-try:
-    import orjson
-
-    _fast_loads = orjson.loads
-except ImportError:  # pragma: no cover - installed with langsmith (langchain-core)
-    _fast_loads = None
 
 # Built once, as `_JSON` is: `json.loads` with any option builds a decoder per
 # call, which doubled the cost of a `get_tuple`.
