@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["checksum"]
 
@@ -28,7 +30,7 @@ _LENGTH = struct.Struct("<I").pack
 _crc32 = zlib.crc32
 
 
-def checksum(*parts: object) -> int:
+def checksum(*parts: Any) -> int:
     """Return the CRC-32 of `parts`, each length-prefixed, as stored beside a value.
 
     Length prefixes make the split between parts count: moving bytes from one
@@ -43,25 +45,40 @@ def checksum(*parts: object) -> int:
     Returns:
         An unsigned 32-bit integer.
     """
-    # Every read runs this once per row: a strict encode first (the common
-    # case) keeps it near two crc32 calls per part.
-    crc = 0
+    # Every read runs this once per row (and every write once per row): the
+    # parts are joined and hashed in one crc32 call, which gives exactly the
+    # value of hashing them one after another (CRC-32 is a running sum) at
+    # a fraction of the calls. Exact types first: they are the common case.
+    chunks: list[bytes] = []
+    add = chunks.append
     for part in parts:
-        if isinstance(part, str):
+        kind = type(part)
+        if kind is bytes:
+            data = part
+        elif kind is str:
             try:
                 data = part.encode()
             except UnicodeEncodeError:
                 # Lone surrogates: from a damaged TEXT cell read leniently.
                 data = part.encode("utf-8", "surrogatepass")
-        elif isinstance(part, bytes):
-            data = part
         elif part is None:
-            crc = _crc32(_NULL, crc)
+            add(_NULL)
             continue
-        elif isinstance(part, (bytearray, memoryview)):
-            data = bytes(part)
         else:
-            crc = _crc32(_NUMBER, crc)
-            data = repr(part).encode("ascii", "backslashreplace")
-        crc = _crc32(data, _crc32(_LENGTH(len(data)), crc))
-    return crc
+            data = _other(part, add)
+        add(_LENGTH(len(data)))
+        add(data)
+    return _crc32(b"".join(chunks))
+
+
+def _other(part: object, add: Callable[[bytes], None]) -> bytes:
+    """Return the bytes hashed for a part that is not exactly `str`, `bytes` or None."""
+    if isinstance(part, str):
+        try:
+            return part.encode()
+        except UnicodeEncodeError:
+            return part.encode("utf-8", "surrogatepass")
+    if isinstance(part, (bytes, bytearray, memoryview)):
+        return bytes(part)
+    add(_NUMBER)
+    return repr(part).encode("ascii", "backslashreplace")

@@ -177,8 +177,8 @@ class Engine:
         if self._owner == threading.get_ident():
             raise WrongThread(op, self.path)
 
-    def run(self, op: str, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `fn(conn)` alone on the connection, with no transaction of its own.
+    def run(self, op: str, fn: Callable[..., T], *args: Any) -> T:
+        """Run `fn(conn, *args)` alone on the connection, with no transaction of its own.
 
         Raises:
             StoreBusy: the store's other calls kept it past `busy_timeout`.
@@ -193,42 +193,33 @@ class Engine:
             self._owner = threading.get_ident()
             if self._closed:
                 raise StoreClosed(op, self.path)
-            return fn(self._conn)
+            return fn(self._conn, *args)
         except sqlite3.Error as exc:
             raise self._translate(op, exc, 0.0) from exc
         finally:
             self._owner = None
             self._lock.release()
 
-    def read(self, op: str, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `fn(conn)` in one read transaction (one consistent snapshot)."""
+    def read(self, op: str, fn: Callable[..., T], *args: Any) -> T:
+        """Run `fn(conn, *args)` in one read transaction (one consistent snapshot)."""
+        return self.run(op, self._read_job, fn, *args)
 
-        def snapshot(conn: sqlite3.Connection) -> T:
-            conn.execute("BEGIN")
-            try:
-                result = fn(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
+    def _read_job(self, conn: sqlite3.Connection, fn: Callable[..., T], *args: Any) -> T:
+        # Text cells decode in C (a read's many cells, about 10% of a
+        # get_tuple through the lenient Python decoder). A cell that is
+        # not UTF-8 (damage) fails the whole query: read again leniently,
+        # so the damaged row is reported as such, by its checksum.
+        # (A method taking arguments, not closures made per call: every
+        # read runs this, and the closures' cells cost more than the work.)
+        conn.text_factory = str
+        try:
+            return _snapshot(conn, fn, args)
+        except sqlite3.OperationalError as exc:
+            if not is_undecodable_text(exc):
                 raise
-            conn.execute("COMMIT")
-            return result
-
-        def job(conn: sqlite3.Connection) -> T:
-            # Text cells decode in C (a read's many cells, about 10% of a
-            # get_tuple through the lenient Python decoder). A cell that is
-            # not UTF-8 (damage) fails the whole query: read again leniently,
-            # so the damaged row is reported as such, by its checksum.
-            conn.text_factory = str
-            try:
-                return snapshot(conn)
-            except sqlite3.OperationalError as exc:
-                if not is_undecodable_text(exc):
-                    raise
-            finally:
-                conn.text_factory = lenient_text
-            return snapshot(conn)
-
-        return self.run(op, job)
+        finally:
+            conn.text_factory = lenient_text
+        return _snapshot(conn, fn, args)
 
     def write(
         self,
@@ -481,6 +472,18 @@ class Engine:
                 f"schema version {version} but trigger(s) {', '.join(lost)} are missing; "
                 "the file is damaged or was altered"
             )
+
+
+def _snapshot(conn: sqlite3.Connection, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+    """Run `fn(conn, *args)` inside `BEGIN ... COMMIT`, rolled back on any exception."""
+    conn.execute("BEGIN")
+    try:
+        result = fn(conn, *args)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return result
 
 
 @functools.cache

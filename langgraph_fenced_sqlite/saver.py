@@ -284,9 +284,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
             The tuple with pending writes in `writes_sort_key` order, or None.
         """
         thread_id, ns, cid = config_target(config)
-        found = self._engine.read(
-            "get_tuple", lambda conn: cps.fetch_tuple(conn, thread_id, ns, cid)
-        )
+        found = self._engine.read("get_tuple", cps.fetch_tuple, thread_id, ns, cid)
         return None if found is None else cps.decode_tuple(self.serde, *found)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:

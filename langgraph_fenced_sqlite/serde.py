@@ -31,7 +31,9 @@ built from plain data: no import, no constructor.
 from __future__ import annotations
 
 import json
+import json.encoder
 import re
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -172,6 +174,8 @@ class DataOnlySerializer(JsonPlusSerializer):
         self._allowed = _SAFE | extra
         self._registry = TypeRegistry()
         self._registry.add(classes)
+        # The hooks of plain reads, by `tag` mode (see `_unpack`).
+        self._plain_hooks: dict[bool, tuple[DataOnlySerializer, Callable[[int, bytes], Any]]] = {}
 
     @property
     def allowed_types(self) -> frozenset[TypeKey]:
@@ -371,15 +375,34 @@ class DataOnlySerializer(JsonPlusSerializer):
         # ormsgpack turns any exception raised by an ext hook into a bare
         # `ValueError("ext_hook failed")` with no cause, so the hook records
         # its error here and we re-raise that one.
-        errors: list[SerializationError] = []
-        hook = self._make_hook(
-            build=build, tag=tag, errors=errors, seen=seen, overlay=overlay or {}
-        )
+        if build and seen is None and not overlay:
+            # A plain read (every row of every get_tuple and list): one hook
+            # made once per serializer and mode, its errors kept per thread,
+            # instead of three closures made per value.
+            errors = _hook_errors()
+            errors.clear()
+            cached = self._plain_hooks.get(tag)
+            # Checked by owner: a shallow copy of this serializer shares the
+            # dict, and must not read through a hook bound to this one.
+            if cached is None or cached[0] is not self:
+                cached = (
+                    self,
+                    self._make_hook(build=True, tag=tag, errors=None, seen=None, overlay={}),
+                )
+                self._plain_hooks[tag] = cached
+            hook = cached[1]
+        else:
+            errors = []
+            hook = self._make_hook(
+                build=build, tag=tag, errors=errors, seen=seen, overlay=overlay or {}
+            )
         try:
             return ormsgpack.unpackb(payload, ext_hook=hook, option=_OPTION)
         except (ValueError, TypeError) as exc:
             if errors:
-                raise errors[0] from None
+                first = errors[0]
+                errors.clear()
+                raise first from None
             raise SerializationError("msgpack", message=f"corrupt msgpack: {exc}") from exc
 
     def _make_hook(
@@ -387,18 +410,19 @@ class DataOnlySerializer(JsonPlusSerializer):
         *,
         build: bool,
         tag: bool,
-        errors: list[SerializationError],
+        errors: list[SerializationError] | None,
         seen: list[TypeKey] | None,
         overlay: Mapping[TypeKey, type],
     ) -> Callable[[int, bytes], Any]:
         # `seen` is the write-time walk: it lists the user types the encoding
         # names and refuses none of them (`_prove` decides, with the value's
-        # own classes in hand).
+        # own classes in hand). `errors` None: the calling thread's list
+        # (`_hook_errors`), for a hook shared by every plain read.
         def hook(code: int, data: bytes) -> Any:
             try:
                 return check_or_build(code, data)
             except SerializationError as exc:
-                errors.append(exc)
+                (_hook_errors() if errors is None else errors).append(exc)
                 raise
 
         def refuse(name: str, payload: Any, exc: SerializationError) -> Any:
@@ -452,6 +476,18 @@ class DataOnlySerializer(JsonPlusSerializer):
         return hook
 
 
+# The errors a shared read hook met, per thread (ormsgpack drops them: see `_unpack`).
+_HOOK_ERRORS = threading.local()
+
+
+def _hook_errors() -> list[SerializationError]:
+    try:
+        errors: list[SerializationError] = _HOOK_ERRORS.errors
+    except AttributeError:
+        errors = _HOOK_ERRORS.errors = []
+    return errors
+
+
 def _not_allowed(dotted: str, module: str) -> SerializationError:
     return SerializationError(
         dotted,
@@ -465,10 +501,31 @@ def _qualname(value: Any) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+_c_make_encoder: Any
+try:
+    import _json
+
+    _c_make_encoder = _json.make_encoder
+except (ImportError, AttributeError):  # pragma: no cover - CPython has it; others may not
+    _c_make_encoder = None
+
 # Built once: `json.dumps` with any non-default option builds a new encoder
 # per call, a measurable share of a put. Keys are sorted so that equal
 # objects have equal text (metadata filters compare nested objects as text).
 _JSON = json.JSONEncoder(separators=(",", ":"), sort_keys=True, allow_nan=False, ensure_ascii=False)
+# And its C encoder, also built once: `JSONEncoder.encode` builds one per
+# call (a fifth of encoding an envelope). The same text as `_JSON.encode`
+# gives, but without its circular-reference bookkeeping, which a shared
+# encoder cannot keep per call: a cycle recurses until `RecursionError`,
+# reported as too deep (arguments never get here with one: validation
+# bounds their depth first).
+_ENCODE = (
+    None
+    if _c_make_encoder is None
+    else _c_make_encoder(
+        None, _JSON.default, json.encoder.encode_basestring, None, ":", ",", True, False, False
+    )
+)
 
 
 # How deeply JSON we store may nest. Python's json recurses per level (a deep
@@ -485,7 +542,7 @@ def dumps_json(value: Any, what: str) -> str:
             than `MAX_JSON_DEPTH`.
     """
     try:
-        text = _JSON.encode(value)
+        text = _JSON.encode(value) if _ENCODE is None else "".join(_ENCODE(value, 0))
     except RecursionError:
         raise _too_deep(what) from None
     except (TypeError, ValueError) as exc:

@@ -63,6 +63,10 @@ def check_name(value: Any, name: str, *, allow_empty: bool = False) -> str:
         InvalidArgument: not a string; empty, too long, containing NUL or a
             lone surrogate.
     """
+    if type(value) is str and value and len(value) <= MAX_ID_LENGTH and value.isascii():
+        # The common case (ids LangGraph makes), in one test.
+        if "\x00" not in value:
+            return value
     if not isinstance(value, str):
         raise bad_argument(name, f"expected a string, got {type(value).__name__}")
     if not value and not allow_empty:
@@ -203,15 +207,23 @@ def check_config(config: Any, name: str = "config") -> Mapping[str, Any]:
     Raises:
         InvalidArgument: naming the part of the config that is wrong.
     """
-    if not isinstance(config, Mapping):
+    # Every call checks its config: exact dicts and types first (an ABC
+    # isinstance check costs more than the rest of this walk).
+    if type(config) is not dict and not isinstance(config, Mapping):
         raise bad_argument(name, f"expected a RunnableConfig dict, got {type(config).__name__}")
     conf = config.get("configurable", {})
-    if not isinstance(conf, Mapping):
+    if type(conf) is not dict and not isinstance(conf, Mapping):
         raise bad_argument(f'{name}["configurable"]', f"expected a dict, got {conf!r}")
     for key, value in conf.items():
-        if not isinstance(key, str):
+        if type(key) is not str and not isinstance(key, str):
             raise bad_argument(f'{name}["configurable"]', f"keys must be strings, got {key!r}")
-        if isinstance(value, (str, int)) and not _json_fine(value, 0, False):
+        kind = type(value)
+        if kind is str:
+            if value.isascii():
+                continue
+        elif kind is not int and not isinstance(value, (str, int)):
+            continue
+        if not _json_fine(value, 0, False):
             check_json(value, f'{name}["configurable"][{key!r}]')
     metadata = config.get("metadata")
     if metadata is not None:

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from langchain_core.documents import Document
 from langchain_core.messages import (
     AIMessage,
@@ -42,6 +44,7 @@ from langgraph.types import Interrupt, Send
 from pydantic import BaseModel
 
 from langgraph_fenced_sqlite import DataOnlySerializer, FencedSqliteSaver, SerializationError
+from langgraph_fenced_sqlite.serde import dumps_json, loads_json
 from langgraph_fenced_sqlite.testing.cases_input import hostile_payloads
 
 
@@ -434,3 +437,108 @@ def test_a_lone_surrogate_in_a_value_is_refused_not_stored_as_a_question_mark(
             saver.put_writes(cfg, [("text", ["ok", "x\udfffy"])], "task")
         assert saver.get_tuple(plain_config("t")) is None
         assert saver.events_after("t", 0) == []
+
+
+# --- the read and JSON fast paths (issue "Speed lead": lighter commits) -----------------
+
+
+def test_a_refused_read_leaves_no_error_behind_for_the_next_read() -> None:
+    """Plain reads share one ext hook per serializer, its errors kept per thread:
+    a refused value raises its own error, and the reads after it are unaffected."""
+    writer = DataOnlySerializer()
+    good = writer.dumps_typed({"x": UserThing("ok")})
+    bad = writer.dumps_typed(UserThing("refused"))
+    reader = DataOnlySerializer(allowed_types=[UserThing])
+    plain = reader.dumps_typed({"plain": [1, 2]})
+    refusing = DataOnlySerializer()
+    for _ in range(3):
+        with pytest.raises(SerializationError) as exc:
+            refusing.loads_typed(bad)
+        assert exc.value.type_name == f"{__name__}.UserThing"
+        assert refusing.loads_typed(plain) == {"plain": [1, 2]}
+        assert reader.loads_typed(good) == {"x": UserThing("ok")}
+
+
+def test_shared_read_hooks_keep_each_threads_error_its_own() -> None:
+    """Threads reading through one serializer at once: each refused read gets the
+    error of its own value, and no good read ever raises (threads, no mocks)."""
+    import threading
+
+    writer = DataOnlySerializer()
+    good = writer.dumps_typed({"x": UserThing("ok")})
+    bad = writer.dumps_typed([UserModel(x=1)])
+    serde = DataOnlySerializer(allowed_types=[UserThing])
+    failures: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def read(stored: tuple[str, bytes], refused: bool) -> None:
+        start.wait()
+        for _ in range(300):
+            try:
+                serde.loads_typed(stored)
+            except SerializationError as exc:
+                if not refused or exc.type_name != f"{__name__}.UserModel":
+                    failures.append(exc)
+            else:
+                if refused:
+                    failures.append(AssertionError("a refused value was read"))
+
+    threads = [threading.Thread(target=read, args=(s, s is bad)) for s in (good, bad, good, bad)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+
+
+_JSON_VALUES = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(min_value=-(2**63), max_value=2**63 - 1),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(st.characters(exclude_categories=["Cs"])),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.text(st.characters(exclude_categories=["Cs"])), inner, max_size=4),
+    ),
+    max_leaves=20,
+)
+
+
+@given(_JSON_VALUES)
+def test_dumps_json_writes_the_stdlib_text_and_loads_json_reads_it_back(value: Any) -> None:
+    """Stored text is byte-identical to the stdlib's (an identical retry compares
+    texts with rows written by earlier versions), and reads back equal."""
+    text = dumps_json(value, "value")
+    assert text == json.dumps(
+        value, separators=(",", ":"), sort_keys=True, allow_nan=False, ensure_ascii=False
+    )
+    assert loads_json(text) == json.loads(text)
+    assert repr(loads_json(text)) == repr(json.loads(text))  # 1 stays int, 1.0 float
+
+
+def test_a_cycle_is_refused_as_a_serialization_error() -> None:
+    """The shared C encoder keeps no circular-reference markers: a cycle is still
+    a `SerializationError`, never a RecursionError or a crash."""
+    cycle: dict[str, Any] = {}
+    cycle["self"] = cycle
+    with pytest.raises(SerializationError):
+        dumps_json(cycle, "metadata")
+
+
+@given(
+    st.recursive(
+        st.one_of(
+            st.integers(), st.floats(allow_nan=False, allow_infinity=False), st.text(), st.none()
+        ),
+        lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(), inner)),
+        max_leaves=12,
+    )
+)
+def test_loads_json_reads_any_json_text_as_the_stdlib_does(value: Any) -> None:
+    """Any JSON text (huge integers and lone surrogate escapes included) reads as
+    with `json.loads` (NaN and Infinity, never written, are refused: tested above)."""
+    text = json.dumps(value)
+    assert repr(loads_json(text)) == repr(json.loads(text))

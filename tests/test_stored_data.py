@@ -242,3 +242,27 @@ def test_deep_metadata_is_refused_at_put_changing_nothing(open_store: Any, db_pa
         store.put(plain_config("u"), values_checkpoint(), {"source": "input", "deep": deep}, {})
     assert conn.execute("SELECT count(*) FROM checkpoints").fetchone() == before
     conn.close()
+
+
+@pytest.mark.parametrize(
+    ("sql", "named"),
+    [
+        ("UPDATE checkpoints SET envelope = CAST(envelope AS BLOB)", "envelope holds bytes"),
+        ("UPDATE checkpoints SET values_type = CAST(values_type AS BLOB)", "values_type holds"),
+        ("UPDATE checkpoints SET token = 'x'", "token holds str"),
+        ("UPDATE checkpoints SET created_at = 'x'", "created_at holds str"),
+    ],
+    ids=["envelope-blob", "type-blob", "token-text", "created-text"],
+)
+def test_a_cell_of_the_wrong_type_behind_a_valid_checksum_is_named(
+    open_store: Any, db_path: str, sql: str, named: str
+) -> None:
+    """A read checks each cell's type in one test, and names the cell that fails it
+    (a blob holding the envelope's bytes has the text's checksum), on every read path."""
+    store = open_store()
+    configs = _fill(store)
+    _plant(db_path, sql, sealed=True)
+    with pytest.raises(UndecodableRow, match=named):
+        store.get_tuple(configs["second"])
+    with pytest.raises(UndecodableRow, match=named):
+        list(store.list(plain_config("t")))
