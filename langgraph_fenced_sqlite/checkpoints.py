@@ -30,7 +30,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from . import claims, events, schema
 from .checksums import checksum
 from .errors import CheckpointConflict, FencedSqliteError, SerializationError, UndecodableRow
-from .serde import dumps_json, loads_json, write_context
+from .serde import write_context
+from .stored_json import dumps_json, loads_json
 
 ENVELOPE_FORMAT = 1
 _FENCED_SOURCES = frozenset({"input", "loop"})

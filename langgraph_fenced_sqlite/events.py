@@ -22,7 +22,7 @@ from .checksums import checksum
 from .claims import ThreadRow
 from .doorbell import Listener
 from .errors import ReplayUnavailable, SerializationError, UndecodableRow, bad_argument
-from .serde import dumps_json, loads_json
+from .stored_json import dumps_json, loads_json
 from .validation import check_iterable, check_json, check_name
 
 __all__ = ["Event", "EventPoller"]

@@ -23,7 +23,7 @@ from langchain_core.runnables import RunnableConfig
 from .errors import bad_argument
 
 # One bound for JSON nesting, on arguments and on stored cells alike.
-from .serde import MAX_JSON_DEPTH
+from .stored_json import MAX_JSON_DEPTH
 
 P = ParamSpec("P")
 R = TypeVar("R")

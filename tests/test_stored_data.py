@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from conftest import reseal
 
-from langgraph_fenced_sqlite import FencedSqliteSaver, InvalidArgument, UndecodableRow, serde
+from langgraph_fenced_sqlite import FencedSqliteSaver, InvalidArgument, UndecodableRow, stored_json
 from langgraph_fenced_sqlite.checksums import checksum
 from langgraph_fenced_sqlite.errors import SerializationError
 from langgraph_fenced_sqlite.schema import MIGRATIONS
-from langgraph_fenced_sqlite.serde import dumps_json, loads_json
+from langgraph_fenced_sqlite.stored_json import dumps_json, loads_json
 from langgraph_fenced_sqlite.testing._helpers import plain_config, values_checkpoint
 
-# serde.MAX_JSON_DEPTH, the documented bound (checked below).
+# stored_json.MAX_JSON_DEPTH, the documented bound (checked below).
 MAX_JSON_DEPTH = 200
 
 # What each table's checksum covers, in order (checksums.py).
@@ -211,7 +211,7 @@ def test_loads_json_raises_only_serialization_errors(text: Any) -> None:
 
 
 def test_json_nesting_is_bounded_on_read_and_on_write() -> None:
-    assert getattr(serde, "MAX_JSON_DEPTH", None) == MAX_JSON_DEPTH
+    assert getattr(stored_json, "MAX_JSON_DEPTH", None) == MAX_JSON_DEPTH
     ok: Any = []
     for _ in range(MAX_JSON_DEPTH - 1):
         ok = [ok]

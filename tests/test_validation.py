@@ -24,7 +24,7 @@ from langgraph.graph import START, StateGraph
 from typing_extensions import TypedDict
 
 from langgraph_fenced_sqlite import FencedRunner, FencedSqliteSaver, InvalidArgument
-from langgraph_fenced_sqlite.serde import MAX_JSON_DEPTH
+from langgraph_fenced_sqlite.stored_json import MAX_JSON_DEPTH
 
 S = "\ud800"  # a lone surrogate: a valid Python str that is not valid UTF-8
 BIG = 2**63  # one more than SQLite's largest INTEGER
