@@ -1,4 +1,4 @@
-"""A small pure-Python model of CONTRACT.md, for the model-based test (test_model.py).
+"""A small pure-Python model of docs/semantics.md, for the model-based test (test_model.py).
 
 Invariant: every method here either raises the error the contract names (the
 same exception class the library uses, built with the fields the contract
@@ -29,9 +29,8 @@ from langgraph_fenced_sqlite import (
 SPECIAL_IDX = {"__error__": -1, "__scheduled__": -2, "__interrupt__": -3, "__resume__": -4}
 _VERSIONED_SOURCES = frozenset({"input", "loop"})
 
-# Interpretation: CONTRACT §5 says LangGraph's `prune(thread_ids, strategy)`
-# "appends an event naming what it removed"; the Event docstring lists the
-# kind `pruned`, so that is the kind the model expects.
+# docs/semantics.md §6: LangGraph's `prune(thread_ids, strategy)` "logs an event
+# naming what it removed" (`pruned`), so that is the kind the model expects.
 PRUNED_KIND = "pruned"
 
 
@@ -104,7 +103,7 @@ class ThreadM:
     # The latest claim granted, kept after it ends (and across delete_thread):
     # `StaleClaim` names its holder and token.
     last: Claim | None = None
-    # The last seq of every earlier incarnation (delete_thread), for §4's "no silent gap".
+    # The last seq of every earlier incarnation (delete_thread), for §5's "no silent gap".
     old_last_seq: int = 0
 
     def latest(self, ns: str) -> Cp | None:
@@ -131,7 +130,7 @@ class ThreadM:
         return [(task_id, channel, value) for _, task_id, _, channel, value in rows]
 
     def live(self, now: float) -> bool:
-        """CONTRACT §2: live while `now < expires_at`, strictly."""
+        """docs/semantics.md §2: live while `now < expires_at`, strictly."""
         return self.claim is not None and now < self.claim.expires_at
 
 
@@ -203,7 +202,7 @@ class Model:
         return True
 
     def _fence(self, thread_id: str, token: int | None, now: float) -> ThreadM:
-        """CONTRACT §3 check 1 (store opened without `require_claim`)."""
+        """docs/semantics.md §3 check 1 (store opened without `require_claim`)."""
         th = self.t(thread_id)
         if token is not None:
             if th.claim is None or th.claim.token != token:
@@ -286,7 +285,7 @@ class Model:
         th = self._fence(thread_id, token, now)
         return [self._append(th, kind, None, None, token) for kind in kinds]
 
-    # --- §4 events -----------------------------------------------------------------
+    # --- §5 events -----------------------------------------------------------------
 
     def compact(self, thread_id: str, before_seq: int) -> int:
         """Raise the floor to `min(before_seq, next_seq)`, never lower."""
@@ -300,7 +299,7 @@ class Model:
             th.floor = target
             th.events = [e for e in th.events if e.seq >= target]
 
-    # --- §5 retention, retraction, deletion, copying ---------------------------------
+    # --- §6 retention, retraction, deletion, copying ---------------------------------
 
     def _floor_after_removal(
         self, th: ThreadM, removed: set[tuple[str, str]], max_events: int | None
@@ -332,7 +331,7 @@ class Model:
         max_events: int | None,
         now: float,
     ) -> PruneResult:
-        """§5 `prune(thread_id, policy)`: no claim needed, no event."""
+        """§6 `prune(thread_id, policy)`: no claim needed, no event."""
         th = self.t(thread_id)
         keep = {(c.ns, c.cid) for c in (th.latest(ns) for ns in {c.ns for c in th.cps}) if c}
         for rank, cp in enumerate(reversed(th.cps)):
@@ -372,7 +371,7 @@ class Model:
         return len(orphans)
 
     def prune_keep_latest(self, thread_id: str, now: float) -> PruneResult:
-        """§5 LangGraph's `prune(thread_ids, "keep_latest")`: fenced, logged."""
+        """§6 LangGraph's `prune(thread_ids, "keep_latest")`: fenced, logged."""
         th = self._fence(thread_id, None, now)
         keep = {(c.ns, c.cid) for c in (th.latest(ns) for ns in {c.ns for c in th.cps}) if c}
         removed = [c for c in th.cps if (c.ns, c.cid) not in keep]
@@ -396,7 +395,7 @@ class Model:
         return len(gone)
 
     def retract(self, thread_id: str, token: int, run_id: str | None, now: float) -> Retraction:
-        """§5 `retract_turn`: fenced; one run, or everything since the last input."""
+        """§6 `retract_turn`: fenced; one run, or everything since the last input."""
         th = self._fence(thread_id, token, now)
         if run_id is None:
             root = th.latest("")

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import operator
 import os
+import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Annotated, Any, TypedDict
 
+import pytest
 from langgraph.graph import START, StateGraph
 from langgraph.types import Command, interrupt
 
@@ -86,6 +89,35 @@ def make_ops_file(path: str) -> None:
         graph.invoke(Command(resume="fine"), config("plain"))
         claim = saver.claim("busy", "worker-9", 3600)
         graph.invoke({"count": 4}, claim.config())
+
+
+def file_fixtures(
+    make: Callable[[str], None], master: str, copy: str, filename: str
+) -> tuple[Any, Any]:
+    """Return two fixtures: `master`, a file `make` writes once per module, and `copy`.
+
+    `master` is for read-only use (under pytest-xdist it is made once per
+    worker that runs the module, in that worker's own temporary directory);
+    `copy` gives each test a private copy of it to change. Assign both in the
+    test module, under the names given: `ops_master, ops = file_fixtures(...)`.
+    """
+
+    def made(tmp_path_factory: pytest.TempPathFactory) -> str:
+        path = str(tmp_path_factory.mktemp(master) / filename)
+        make(path)
+        return path
+
+    def copied(request: pytest.FixtureRequest, tmp_path: Any) -> str:
+        path = str(tmp_path / filename)
+        shutil.copyfile(request.getfixturevalue(master), path)
+        return path
+
+    made.__doc__ = f"The file `{make.__name__}` writes, made once (read-only use)."
+    copied.__doc__ = f"A private copy of `{master}`, to change."
+    return (
+        pytest.fixture(scope="module", name=master)(made),
+        pytest.fixture(name=copy)(copied),
+    )
 
 
 def lgfs(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -45,22 +46,36 @@ def store(open_store: Any) -> FencedSqliteSaver:
 
 
 # --- conformance counts in the terminal summary (tests/test_conformance.py) -----------
+# Under pytest-xdist each test runs in a worker process and the summary is printed by
+# the controller, so a report travels on the test's report (`user_properties`, which
+# xdist sends back), not in a module global that only the worker would see.
 
-_CONFORMANCE_REPORTS: dict[str, dict[str, Any]] = {}
+CONFORMANCE_PROPERTY = "langgraph_conformance_report"
 
 
 @pytest.fixture
-def conformance_reports() -> dict[str, dict[str, Any]]:
+def conformance_reports(request: pytest.FixtureRequest) -> Iterator[dict[str, dict[str, Any]]]:
     """Collect LangGraph conformance reports (by API) for the terminal summary."""
-    return _CONFORMANCE_REPORTS
+    reports: dict[str, dict[str, Any]] = {}
+    yield reports
+    for api, report in reports.items():
+        # As JSON text: what xdist sends back must be plain data.
+        request.node.user_properties.append((CONFORMANCE_PROPERTY, json.dumps([api, report])))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Print LangGraph conformance counts: tests passed/failed and capabilities, per API."""
-    if not _CONFORMANCE_REPORTS:
+    found: dict[str, dict[str, Any]] = {}
+    for reports in terminalreporter.stats.values():
+        for rep in reports:
+            for name, value in getattr(rep, "user_properties", ()):
+                if name == CONFORMANCE_PROPERTY:
+                    api, report = json.loads(value)
+                    found[api] = report
+    if not found:
         return
     terminalreporter.section("LangGraph checkpoint conformance")
-    for api, report in sorted(_CONFORMANCE_REPORTS.items()):
+    for api, report in sorted(found.items()):
         results = report["results"].values()
         passed = sum(r["tests_passed"] for r in results)
         failed = sum(r["tests_failed"] for r in results)

@@ -1,4 +1,4 @@
-"""No async method blocks the event loop on a lock or on I/O (CONTRACT §6, case 36).
+"""No async method blocks the event loop on a lock or on I/O (docs/semantics.md §8, case 36).
 
 Another connection holds the file's write lock while a sync write of the
 store waits in busy, holding the store's lock. A ticker task must keep

@@ -187,7 +187,7 @@ def test_list_is_ordered_by_id_while_latest_is_by_commit(store: FencedSqliteSave
     LangGraph's `list` orders by checkpoint id (its savers' ids are uuid6,
     made from each process's clock), so we keep that order for `list`; but the
     latest checkpoint, which `get_tuple` returns and fenced puts must extend,
-    is the last committed (CONTRACT §3). With clock skew the two differ, and
+    is the last committed (docs/semantics.md §4). With clock skew the two differ, and
     `history` is the call that pages in commit order.
     """
     me = store.claim("t", "me", 10)
@@ -330,7 +330,7 @@ def test_an_accepted_unfenced_special_write_after_expiry_takes_effect(
 def test_a_fenced_put_of_a_stored_id_checks_the_version_before_the_identity(
     store: FencedSqliteSaver,
 ) -> None:
-    """CONTRACT §3's order: a wrong parent is a version conflict even for a stored id.
+    """docs/semantics.md §3's order: a wrong parent is a version conflict even for a stored id.
 
     It used to be the identity conflict (expected=actual=the id), hiding that
     the put did not extend the latest (found by the model-based test).

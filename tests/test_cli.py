@@ -12,7 +12,6 @@ import json
 import operator
 import os
 import queue
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -22,6 +21,7 @@ import time
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from _ops import file_fixtures
 from conftest import dump, read_bytes, reseal
 from langgraph.graph import START, StateGraph
 from langgraph.types import Command, interrupt
@@ -73,20 +73,8 @@ def make_demo(path: str) -> None:
         saver.claim("order-3", "worker-3", 1)
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: Any) -> str:
-    """The demo file (read-only use; copy it to change it)."""
-    path = str(tmp_path_factory.mktemp("demo") / "demo.db")
-    make_demo(path)
-    return path
-
-
-@pytest.fixture
-def copy(demo: str, tmp_path: Any) -> str:
-    """A private copy of the demo file."""
-    path = str(tmp_path / "copy.db")
-    shutil.copyfile(demo, path)
-    return path
+# The demo file (read-only use), and `copy`, a private copy to change.
+demo, copy = file_fixtures(make_demo, "demo", "copy", "copy.db")
 
 
 def lgfs(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

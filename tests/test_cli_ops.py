@@ -13,7 +13,6 @@ from __future__ import annotations
 import getpass
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -23,28 +22,15 @@ from queue import Queue
 from typing import Any
 
 import pytest
-from _ops import TESTS_DIR, build_graph, config, lgfs, make_ops_file, python
+from _ops import TESTS_DIR, build_graph, config, file_fixtures, lgfs, make_ops_file, python
 from conftest import dump
 from langgraph.types import Command
 
 from langgraph_fenced_sqlite import FencedSqliteSaver
 from langgraph_fenced_sqlite.cli import main
 
-
-@pytest.fixture(scope="module")
-def ops_master(tmp_path_factory: Any) -> str:
-    """The six-thread file (read-only use; `ops` is a copy to change)."""
-    path = str(tmp_path_factory.mktemp("ops") / "ops.db")
-    make_ops_file(path)
-    return path
-
-
-@pytest.fixture
-def ops(ops_master: str, tmp_path: Any) -> str:
-    """A private copy of the six-thread file."""
-    path = str(tmp_path / "ops.db")
-    shutil.copyfile(ops_master, path)
-    return path
+# The six-thread file (read-only use), and `ops`, a private copy to change.
+ops_master, ops = file_fixtures(make_ops_file, "ops_master", "ops", "ops.db")
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ import struct
 import subprocess
 import sys
 import termios
+import time
 from typing import Any
 
 import pytest
@@ -140,10 +141,21 @@ def test_show_names_the_node_that_waits_or_failed(agent_db: str, thread_id: str,
 
 
 def test_show_says_who_runs_a_claimed_thread_and_nothing_waits_once_resumed(agent_db: str) -> None:
+    with FencedSqliteSaver(agent_db) as saver:
+        claim = saver.current_claim("chat-5")
+    assert claim is not None
+    # The one-hour claim was granted when the module's file was made, which under
+    # pytest-xdist can be minutes before this test runs: hold the time shown to
+    # what was left of it just before and just after the command ran.
+    most = claim.expires_at - time.time()
     running = lgfs("show", agent_db, "chat-5").stdout
+    least = claim.expires_at - time.time()
     status = next(line for line in running.splitlines() if line.startswith("status"))
     assert status.startswith("status      running (claim: worker-7 token ")
-    assert "expires in 59m" in status or "expires in 1h" in status
+    shown = re.search(r", expires in (?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?\)$", status)
+    assert shown is not None and shown.group(0) != ", expires in )", status
+    h, m, s = (int(g or 0) for g in shown.groups())
+    assert int(least) <= 3600 * h + 60 * m + s <= most, (status, least, most)
     assert "waiting at" not in running
     idle = lgfs("show", agent_db, "chat-6").stdout
     assert "status      idle" in idle and "waiting at" not in idle

@@ -1,6 +1,6 @@
 """The doorbell: a ring from another process wakes a listener; no ring, no wake.
 
-The bell is only a hint (CONTRACT §4: watchers must still see every commit),
+The bell is only a hint (docs/semantics.md §5: watchers must still see every commit),
 so what matters is that a listener opened before a ring always wakes for it,
 across processes, and that a place where no bell can be had says so (None)
 instead of pretending to listen.

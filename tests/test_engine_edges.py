@@ -1,6 +1,6 @@
 """The engine's edges: opening under contention, deadlines, interrupts, fork, WAL, versions.
 
-Each test pins a promise of CONTRACT §6 that an earlier engine broke (issue
+Each test pins a promise of docs/semantics.md §8 that an earlier engine broke (issue
 "Trust at the edges"); each failed on that engine.
 """
 

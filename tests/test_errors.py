@@ -1,4 +1,4 @@
-"""The error hierarchy (CONTRACT §8): fields, stable codes, pickling, module, subclassing."""
+"""The error hierarchy (docs/semantics.md §10): fields, codes, pickling, module, subclassing."""
 
 from __future__ import annotations
 
@@ -195,7 +195,7 @@ def test_default_messages_name_their_fields() -> None:
 
 
 def test_hierarchy() -> None:
-    """Subclassing as CONTRACT §8 lays it out, with the stdlib bases callers catch."""
+    """Subclassing as docs/semantics.md §10 lays it out, with the stdlib bases callers catch."""
     for cls in (ThreadBusy, StaleClaim, TenantMismatch):
         assert issubclass(cls, ClaimError)
     assert issubclass(RunTimedOut, TimeoutError) and not issubclass(RunCancelled, ClaimError)
@@ -279,7 +279,7 @@ def test_errors_cross_a_process_boundary() -> None:
 
 
 def test_invalid_argument_is_both_value_error_and_type_error() -> None:
-    """Bad input is a ValueError-family error (CONTRACT §7) that also reads as a TypeError."""
+    """Bad input is a ValueError (docs/semantics.md §10) that also reads as a TypeError."""
     with pytest.raises(ValueError) as as_value:
         lgfs.FencedSqliteSaver("unused.db", busy_timeout="soon")  # type: ignore[arg-type]
     assert isinstance(as_value.value, TypeError)

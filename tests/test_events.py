@@ -270,7 +270,7 @@ def test_a_deleted_thread_does_not_rewind_a_waiting_subscriber(store: FencedSqli
     """A subscriber past seq n of a deleted thread is told, never shown seqs > n of the new one."""
     # After delete_thread the id's events restart at 1 in incarnation 2. A
     # subscriber that had reached seq 3 of incarnation 1 used to get seq 4 of
-    # the new thread and silently skip its 1-3 (CONTRACT §4, case 31).
+    # the new thread and silently skip its 1-3 (docs/semantics.md §5, case 31).
     claim = store.claim("t", "w", 60)
     store.append_events("t", claim.token, [("old", {})] * 3)
     last_old = store.events_after("t", 0, 10)[-1]

@@ -280,7 +280,7 @@ def test_time_travel_under_a_claim(store: FencedSqliteSaver, durability: str) ->
     because LangGraph first writes a checkpoint with source "fork" (except
     with durability "exit", which writes no fork and is refused). New input
     at an old checkpoint is an "input" put whose parent is not the latest, so
-    the version check refuses it (CONTRACT §3); `update_state` there (source
+    the version check refuses it (docs/semantics.md §3); `update_state` there (source
     "update", a fork) and then invoking is the way to branch with new input.
 
     The refused run is not atomic, though: with durability "async" LangGraph

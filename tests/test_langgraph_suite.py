@@ -1,7 +1,7 @@
 """LangGraph's own checkpointer-parametrised tests, run against FencedSqliteSaver.
 
 The harness is `tests/langgraph_suite/run_suite.py`; this test runs it in a
-child process, in LangGraph's default mode and in strict mode, and holds the
+child process, in LangGraph's default mode and in strict mode (one test each), and holds the
 result to `tests/langgraph_suite/known_failures.txt` (empty: every test passes;
 a timing test of LangGraph's that fails with every saver under load is rerun
 alone, up to 3 times, as that file's `flaky` lines say).
@@ -20,22 +20,26 @@ HARNESS = Path(__file__).parent / "langgraph_suite" / "run_suite.py"
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_langgraph_suite_passes_in_full(tmp_path: Path) -> None:
-    """LangGraph's suite passes in full with our saver, in default and in strict mode."""
+@pytest.mark.parametrize("mode", ["default", "strict"])
+def test_langgraph_suite_passes_in_full(mode: str, tmp_path: Path) -> None:
+    """LangGraph's suite passes in full with our saver, in default and in strict mode.
+
+    One test per mode, so that pytest-xdist runs the two (each a few minutes) side by side.
+    """
     proc = subprocess.run(
         # --no-install: the [dev] extra must bring what LangGraph's tests import.
-        [sys.executable, str(HARNESS), "--no-install", "--build-dir", str(tmp_path)],
+        [sys.executable, str(HARNESS), "--no-install", "--build-dir", str(tmp_path)]
+        + ["--modes", mode],
         capture_output=True,
         text=True,
         timeout=1800,
     )
     report = proc.stdout + proc.stderr
     assert proc.returncode == 0, report
-    for mode in ("default", "strict"):
-        line = next(x for x in report.splitlines() if x.startswith(f"langgraph suite ({mode}): "))
-        counts = line.split(": ", 1)[1].split()
-        passed, failed = int(counts[0]), int(counts[2])
-        # 386 sync + 262 async checkpointer tests in langgraph 1.2.24: a run that
-        # selects far fewer has lost our fixture, not passed.
-        assert passed >= 600, line
-        assert failed == 0, report
+    line = next(x for x in report.splitlines() if x.startswith(f"langgraph suite ({mode}): "))
+    counts = line.split(": ", 1)[1].split()
+    passed, failed = int(counts[0]), int(counts[2])
+    # 386 sync + 262 async checkpointer tests in langgraph 1.2.24: a run that
+    # selects far fewer has lost our fixture, not passed.
+    assert passed >= 600, line
+    assert failed == 0, report

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sqlite3
 import uuid
 from typing import Any
 
 import pytest
-from _ops import DAY, build_graph, config, make_ops_file, python
+from _ops import DAY, build_graph, config, file_fixtures, make_ops_file, python
 from conftest import dump
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.types import Command
@@ -35,20 +34,8 @@ from langgraph_fenced_sqlite import (
 KEEP_WHAT_RESUMES = RetentionPolicy(max_checkpoints=0, max_subgraph_runs=0)
 
 
-@pytest.fixture(scope="module")
-def ops_master(tmp_path_factory: Any) -> str:
-    """The six-thread file, made once (tests work on copies)."""
-    path = str(tmp_path_factory.mktemp("ops") / "ops.db")
-    make_ops_file(path)
-    return path
-
-
-@pytest.fixture
-def ops_file(ops_master: str, tmp_path: Any) -> str:
-    """A private copy of the six-thread file."""
-    path = str(tmp_path / "ops.db")
-    shutil.copyfile(ops_master, path)
-    return path
+# The six-thread file, made once, and `ops_file`, a private copy each test works on.
+ops_master, ops_file = file_fixtures(make_ops_file, "ops_master", "ops_file", "ops.db")
 
 
 def states(saver: FencedSqliteSaver, thread_ids: list[str]) -> dict[str, Any]:

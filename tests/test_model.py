@@ -1,4 +1,4 @@
-"""Model-based test of CONTRACT.md: two stores on one file against a pure model.
+"""Model-based test of docs/semantics.md: two stores on one file against a pure model.
 
 A hypothesis `RuleBasedStateMachine` drives two `FencedSqliteSaver`s opened
 on one file with one shared `ManualClock` through claims, takeovers,
@@ -6,7 +6,7 @@ renewals, releases, fenced and unfenced puts and writes, caller events,
 compaction, pruning, retraction, deletion, copying and clock moves (to
 exactly a claim's `expires_at` too). After every step it compares the
 result (return value, or the exact error class and its fields) with what
-`tests/_model.py` says CONTRACT.md requires, checks that a refused call
+`tests/_model.py` says docs/semantics.md requires, checks that a refused call
 changed no byte of any table, and compares every thread's state (latest per
 namespace, history order, pending writes, orphan writes, events above the
 floor, the floor, the claim) read through the public API.
@@ -16,16 +16,15 @@ Profiles: the default runs in well under a minute on a loaded CI box. Set
 
     LGFS_MODEL_PROFILE=long python -m pytest tests/test_model.py -q
 
-The model follows CONTRACT.md where the library disagrees; until the fixes
-land this test fails on these library defects (each with a plain reproducer
-in the lead's report):
+The model follows docs/semantics.md where the library disagrees. It found
+these library defects, fixed since (the test passes):
 
 - an unfenced special-channel write (`__resume__`, ...) accepted after a
-  claim expired unreplaced is silently dropped (CONTRACT §3; known);
+  claim expired unreplaced is silently dropped (docs/semantics.md §3);
 - after `delete_thread`, `events_after` from a seq of the old incarnation
-  returns [] (a silent gap; §4; known);
+  returns [] (a silent gap; §5);
 - `prune(strategy="keep_latest")` under a live claim is not refused with
-  `ThreadBusy` and logs no event naming what it removed (§5);
+  `ThreadBusy` and logs no event naming what it removed (§6);
 - a fenced `loop`/`input` put of a stored id with a wrong parent reports the
   identity conflict `(id, id)` rather than the version conflict
   `(parent, latest)` that §3's check order puts first.
@@ -347,7 +346,7 @@ class ContractMachine(RuleBasedStateMachine):
         else:
             parent = None if latest is None else latest.cid
         if source in ("fork", "update") and token is not None and (parent not in in_ns):
-            # CONTRACT §3 lets a fork name any *stored* checkpoint; other
+            # docs/semantics.md §3 lets a fork name any *stored* checkpoint; other
             # parents are left unspecified, so fenced forks name the latest.
             parent = None if latest is None else latest.cid
         stored_ids = sorted({c.cid for c in th.cps})
@@ -464,7 +463,7 @@ class ContractMachine(RuleBasedStateMachine):
         max_events: int | None,
     ) -> None:
         if keep_latest:
-            # LangGraph's strategy: fenced and logged (CONTRACT §5).
+            # LangGraph's strategy: fenced and logged (docs/semantics.md §6).
             self.call(
                 lambda: self.stores[s].prune([thread_id], strategy="keep_latest"),
                 lambda: [self.model.prune_keep_latest(thread_id, self.now)],
@@ -600,7 +599,7 @@ class ContractMachine(RuleBasedStateMachine):
             else:
                 raise AssertionError(f"{thread_id}: reading below floor {th.floor} must fail")
         if th.old_last_seq > th.next_seq - 1:
-            # §4: a reader of an earlier incarnation resuming at its last seq
+            # §5: a reader of an earlier incarnation resuming at its last seq
             # gets ReplayUnavailable or the new incarnation from seq 1.
             try:
                 resumed = store.events_after(thread_id, th.old_last_seq, 10_000)

@@ -1,4 +1,4 @@
-"""`readonly=True` stores, and writable opens of read-only locations (CONTRACT §6, case 37).
+"""`readonly=True` stores, and writable opens of read-only places (docs/semantics.md §8, case 37).
 
 The location is made really read-only: a tmpfs mounted and then remounted
 read-only when the tests run as root (root ignores file modes, so `chmod`

@@ -803,10 +803,16 @@ def test_cancelled_stream_ends_between_chunks(store: FencedSqliteSaver) -> None:
     runner = steer_runner(store, steps)
     stream = runner.stream(inp("a"), cfg(run_id="r"), stream_mode="updates")
     assert next(stream) == {"first": {"log": ["first"]}}
-    runner.cancel("t")
+    # Cancel once `wait` has started, while the consumer waits for the next chunk.
+    # Cancelling while the stream is suspended after `first` raced the renewer
+    # (every 0.02 s): on a loaded machine it saw the cancel before the stream was
+    # resumed, and `wait` rightly never started (seen under pytest-xdist).
+    canceller = threading.Thread(target=lambda: steps.entered.wait(30) and runner.cancel("t"))
+    canceller.start()
     with pytest.raises(RunCancelled):
         for chunk in stream:
             assert "last" not in chunk
+    canceller.join(30)
     assert steps.ran == ["first", "wait"]
     assert run_events(store)[-1] == ("run_cancelled", "r")
 

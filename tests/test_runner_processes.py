@@ -319,7 +319,11 @@ def test_delete_thread_refuses_a_run_in_another_process(
 
 # --- steering a run in another process: takeover, cancel, timeout ---------------------------
 
-SLOW = 8.0  # seconds the child's slow node lasts when nothing stops it
+# Seconds the child's slow node lasts when nothing stops it: only a bound for a
+# test that fails. Every test stops the node well before; 8 s was too short for
+# `lgfs runs cancel` to start up on a loaded machine (seen under pytest-xdist, the
+# run had ended before the cancel came).
+SLOW = 60.0
 
 # A child running first -> slow -> after on thread "t", leaving marker files:
 # slow.entered, slow.done (the slow node reached its end), after.ran. The sync

@@ -422,7 +422,7 @@ def test_a_lone_surrogate_in_a_value_is_refused_not_stored_as_a_question_mark(
     """LangGraph's encoder turns a lone surrogate into "?"; ours refuses it at write.
 
     It used to be stored, and read back as "x?y": a different value than was
-    written (CONTRACT §7: a value accepted on write reads back equal).
+    written (docs/semantics.md §7: a value accepted on write reads back equal).
     """
     from langgraph_fenced_sqlite.testing._helpers import plain_config, values_checkpoint
 

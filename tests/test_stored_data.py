@@ -1,5 +1,5 @@
 """Stored data integrity: checksums on every insert, checked on every read, and cells
-of any shape giving package errors (CONTRACT §7; contract cases 34 and 35 hold the rest).
+of any shape giving package errors (docs/semantics.md §7; contract cases 34 and 35 hold the rest).
 
 Damage is planted with plain sqlite3, as a failing disk or another tool would.
 """

@@ -37,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -79,13 +80,20 @@ def fetch_sdist(version: str, cache: Path) -> Path:
         return sdist
     cache.mkdir(parents=True, exist_ok=True)
     print(f"downloading the langgraph {version} sdist into {cache}", flush=True)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-         f"langgraph=={version}", "-d", str(cache)],
-        check=True,
-    )  # fmt: skip
-    if not sdist.is_file():
-        raise SystemExit(f"pip download left no {sdist.name} in {cache}")
+    # Into a private directory, then renamed into place: two runs at once (the two
+    # modes under pytest-xdist) must never read each other's half-written file.
+    download = Path(tempfile.mkdtemp(prefix=".download-", dir=cache))
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+             f"langgraph=={version}", "-d", str(download)],
+            check=True,
+        )  # fmt: skip
+        if not (download / sdist.name).is_file():
+            raise SystemExit(f"pip download left no {sdist.name} in {download}")
+        os.replace(download / sdist.name, sdist)
+    finally:
+        shutil.rmtree(download, ignore_errors=True)
     return sdist
 
 
@@ -184,7 +192,9 @@ def run_pytest(
     root: Path, mode: str, args: argparse.Namespace, log: Path, targets: list[str]
 ) -> tuple[int, dict[str, str], int, float]:
     """Run pytest on `targets` in `mode`; return (passed, failures, skipped, seconds)."""
-    env = dict(os.environ)
+    # Run from a pytest-xdist worker (tests/test_langgraph_suite.py), the child must
+    # not take the worker's PYTEST_XDIST_* variables for its own: it is a fresh run.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
     env.update(
         NO_DOCKER="true",  # no Postgres/Redis here: LangGraph's own switch
         LANGGRAPH_STRICT_MSGPACK=MODES[mode],
