@@ -1,0 +1,376 @@
+"""The PostgreSQL store's transactions: fence, claims, checkpoints, writes, deletions.
+
+Invariant: every write begins by locking its thread's row, through `FENCE`
+(with a token: checks it, locks, takes the position in one statement) or
+`LOCK_THREAD` (without one: locks, then `claims.claim_live` judges the claim,
+the one liveness rule both stores use). So a write and a takeover of its
+thread are ordered by the row lock, and a write whose token was superseded
+before it took the lock never lands. Checks follow docs/semantics.md §3's order
+(fence, then version/identity) as the SQLite store's `checkpoints.put_txn` does.
+Each function runs inside the transaction `PgConnection.run` opened; raising
+rolls everything back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..checkpoints import EncodedCheckpoint, EncodedWrite, Row, WriteRow
+from ..claims import Claim, claim_live
+from ..errors import CheckpointConflict, StaleClaim, ThreadBusy
+from ..retention import PruneResult
+from . import sql
+
+Cursor = Any  # a psycopg cursor returning tuples
+_FENCED_SOURCES = frozenset({"input", "loop"})
+
+
+def _one(cur: Cursor, query: str, params: dict[str, Any]) -> Any:
+    cur.execute(query, params)
+    return cur.fetchone()
+
+
+# --- the fence ------------------------------------------------------------------------
+
+
+def fence(
+    cur: Cursor, thread_id: str, token: int | None, *, now: float | None, require_claim: bool
+) -> int:
+    """Check that a write may land on `thread_id`, lock its row; return the commit's position.
+
+    With a token, the thread's current claim must carry it (expiry is not
+    considered). Without one, a live claim refuses the write, and so does
+    `require_claim`.
+
+    Raises:
+        StaleClaim: the token is not the current claim's.
+        ThreadBusy: an unfenced write met a live claim or `require_claim`.
+    """
+    if token is not None:
+        row = _one(cur, sql.FENCE, {"thread_id": thread_id, "token": token})
+        if row is None:
+            raise stale(cur, thread_id, token)
+        return int(row[0])
+    holder, current, expires_at, at = _one(
+        cur, sql.LOCK_THREAD, {"thread_id": thread_id, "now": now}
+    )
+    if claim_live(current, expires_at, at):
+        raise ThreadBusy(thread_id, holder, latest_id(cur, thread_id))
+    if require_claim:
+        raise ThreadBusy(
+            thread_id,
+            holder,
+            latest_id(cur, thread_id),
+            message=(
+                f"thread {thread_id!r}: this store requires a claim for every write "
+                "(require_claim=True); claim the thread and pass claim.config()"
+            ),
+        )
+    return int(_one(cur, sql.TAKE_POSITION, {"thread_id": thread_id, "n": 1})[0])
+
+
+def stale(cur: Cursor, thread_id: str, token: int) -> StaleClaim:
+    """Return the error for a `token` that is not the thread's claim (naming who holds it)."""
+    row = _one(cur, sql.GET_LAST_CLAIM, {"thread_id": thread_id})
+    if row is None:
+        return StaleClaim(thread_id, token, None)
+    return StaleClaim(thread_id, token, row[0], row[1], row[2])
+
+
+def latest_id(cur: Cursor, thread_id: str, checkpoint_ns: str = "") -> str | None:
+    """Return the id of the namespace's latest checkpoint (by commit order), or None."""
+    row = _one(cur, sql.GET_LATEST_ID, {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns})
+    return None if row is None else row[0]
+
+
+# --- claims ---------------------------------------------------------------------------
+
+
+def grant(
+    cur: Cursor, thread_id: str, holder: str, ttl: float, *, now: float | None, force: bool
+) -> Claim:
+    """Grant a claim with a new token; unless `force`, only if none is live.
+
+    The row is locked first and the token drawn after (`SET_CLAIM`), so
+    concurrent grants on one thread commit tokens in increasing order.
+
+    Raises:
+        ThreadBusy: a live claim exists and `force` is false (nothing changes).
+    """
+    current_holder, token, expires_at, at = _one(
+        cur, sql.LOCK_THREAD, {"thread_id": thread_id, "now": now}
+    )
+    if not force and claim_live(token, expires_at, at):
+        raise ThreadBusy(thread_id, current_holder, latest_id(cur, thread_id))
+    new_token, new_expiry = _one(
+        cur, sql.SET_CLAIM, {"thread_id": thread_id, "holder": holder, "at": at, "ttl": ttl}
+    )
+    return Claim(thread_id, holder, int(new_token), float(new_expiry))
+
+
+def renew(cur: Cursor, thread_id: str, token: int, ttl: float, *, now: float | None) -> Claim:
+    """Extend the claim carrying `token` to now + `ttl` (the store's clock).
+
+    Raises:
+        StaleClaim: `token` is not the thread's current claim.
+    """
+    row = _one(
+        cur, sql.RENEW_CLAIM, {"thread_id": thread_id, "token": token, "ttl": ttl, "now": now}
+    )
+    if row is None:
+        raise stale(cur, thread_id, token)
+    return Claim(thread_id, row[0] or "", token, float(row[1]))
+
+
+def release(cur: Cursor, thread_id: str, token: int) -> bool:
+    """End the claim carrying `token`; return whether one was released."""
+    cur.execute(sql.RELEASE_CLAIM, {"thread_id": thread_id, "token": token})
+    return bool(cur.rowcount)
+
+
+def current_claim(cur: Cursor, thread_id: str) -> Claim | None:
+    """Return the thread's claim (live or expired), or None."""
+    row = _one(cur, sql.GET_CLAIM, {"thread_id": thread_id})
+    if row is None or row[1] is None:
+        return None
+    return Claim(thread_id, row[0] or "", int(row[1]), float(row[2] or 0.0))
+
+
+# --- checkpoints and writes -------------------------------------------------------------
+
+
+def put(
+    cur: Cursor,
+    enc: EncodedCheckpoint,
+    token: int | None,
+    *,
+    now: float | None,
+    require_claim: bool,
+) -> bool:
+    """Store one checkpoint; return False for an identical retry.
+
+    Raises:
+        StaleClaim, ThreadBusy: the fence refused the write.
+        CheckpointConflict: the parent is not the latest (fenced input/loop
+            puts), or a different checkpoint is stored under this id.
+    """
+    position = fence(cur, enc.thread_id, token, now=now, require_claim=require_claim)
+    key = {
+        "thread_id": enc.thread_id,
+        "checkpoint_ns": enc.checkpoint_ns,
+        "checkpoint_id": enc.checkpoint_id,
+    }
+    cur.execute(
+        sql.INSERT_CHECKPOINT,
+        {
+            **key,
+            "position": position,
+            "parent_id": enc.parent_id,
+            "envelope": enc.envelope,
+            "values_type": enc.values_type,
+            "values_blob": enc.values_blob,
+            "metadata": enc.metadata,
+            "source": enc.source,
+            "step": enc.step,
+            "run_id": enc.run_id,
+            "token": token,
+            "now": now,
+            "checksum": enc.checksum,
+        },
+    )
+    if not cur.rowcount:
+        # An identical retry first (see the SQLite store's put_txn).
+        stored = _one(cur, sql.GET_STORED_IDENTITY, key)
+        mine = (enc.parent_id, enc.envelope, enc.values_type, enc.values_blob, enc.metadata)
+        if stored is not None and tuple(stored) == mine:
+            return False
+        _check_version(cur, enc, token, position)
+        raise CheckpointConflict(
+            enc.thread_id,
+            enc.checkpoint_ns,
+            enc.checkpoint_id,
+            enc.checkpoint_id,
+            message=(
+                f"thread {enc.thread_id!r} namespace {enc.checkpoint_ns!r}: a different "
+                f"checkpoint is already stored as {enc.checkpoint_id!r}"
+            ),
+        )
+    _check_version(cur, enc, token, position)
+    return True
+
+
+def _check_version(cur: Cursor, enc: EncodedCheckpoint, token: int | None, position: int) -> None:
+    """Refuse a fenced input/loop put whose parent is not the namespace's latest."""
+    if token is None or enc.source not in _FENCED_SOURCES:
+        return
+    row = _one(
+        cur,
+        sql.GET_LATEST_ID_BEFORE,
+        {"thread_id": enc.thread_id, "checkpoint_ns": enc.checkpoint_ns, "position": position},
+    )
+    latest = None if row is None else row[0]
+    if latest != enc.parent_id:
+        raise CheckpointConflict(enc.thread_id, enc.checkpoint_ns, enc.parent_id, latest)
+
+
+def put_writes(
+    cur: Cursor,
+    thread_id: str,
+    checkpoint_ns: str,
+    checkpoint_id: str,
+    writes: Sequence[EncodedWrite],
+    token: int | None,
+    *,
+    run_id: str | None,
+    now: float | None,
+    require_claim: bool,
+) -> int:
+    """Store pending writes; return how many rows changed (semantics as the SQLite store's)."""
+    position = fence(cur, thread_id, token, now=now, require_claim=require_claim)
+    changed = 0
+    for w in writes:
+        params = {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+            "task_id": w.task_id,
+            "idx": w.idx,
+            "task_path": w.task_path,
+            "channel": w.channel,
+            "type": w.type,
+            "blob": w.blob,
+            "position": position,
+            "run_id": run_id,
+            "token": token,
+            "checksum": w.checksum,
+            "unfenced": token is None,
+        }
+        cur.execute(
+            sql.UPSERT_WRITE_LAST_WINS if w.special else sql.INSERT_WRITE_FIRST_WINS, params
+        )
+        changed += cur.rowcount
+    return changed
+
+
+def fetch_tuple(
+    cur: Cursor, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
+) -> tuple[Row, list[WriteRow]] | None:
+    """Read one checkpoint row (latest by position if no id) and its writes."""
+    key = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id}
+    row = _one(cur, sql.GET_CHECKPOINT_BY_ID if checkpoint_id else sql.GET_LATEST_CHECKPOINT, key)
+    if row is None:
+        return None
+    writes = fetch_writes_for(cur, [row])[(row[0], row[1], row[2])]
+    return tuple(row), writes
+
+
+def fetch_writes_for(
+    cur: Cursor, rows: Sequence[Row]
+) -> dict[tuple[str, str, str], list[WriteRow]]:
+    """Read the writes of a page of checkpoints in one query."""
+    out: dict[tuple[str, str, str], list[WriteRow]] = {(r[0], r[1], r[2]): [] for r in rows}
+    if not rows:
+        return out
+    query, params = sql.writes_of_checkpoints(list(out))
+    cur.execute(query, params)
+    for t, ns, cid, *write in cur.fetchall():
+        out[(t, ns, cid)].append(tuple(write))
+    return out
+
+
+# --- deletion, runs, copies, prunes -----------------------------------------------------
+
+
+def delete_thread(cur: Cursor, thread_id: str) -> None:
+    """Remove a thread's checkpoints and writes and end its claim (its holder is fenced off)."""
+    cur.execute(sql.CLEAR_CLAIM, {"thread_id": thread_id})
+    cur.execute(sql.DELETE_THREAD_WRITES, {"thread_id": thread_id})
+    cur.execute(sql.DELETE_THREAD_CHECKPOINTS, {"thread_id": thread_id})
+
+
+def delete_for_runs(
+    cur: Cursor, run_ids: list[str], token: int | None, *, now: float | None, require_claim: bool
+) -> None:
+    """Remove the runs' checkpoints and writes, fenced like a write on every thread they touch.
+
+    Threads are locked in id order, so two such calls cannot deadlock.
+    """
+    cur.execute(sql.THREADS_OF_RUNS, {"runs": run_ids})
+    threads = [r[0] for r in cur.fetchall()]
+    for thread_id in threads:
+        fence(cur, thread_id, token, now=now, require_claim=require_claim)
+    params = {"threads": threads, "runs": run_ids}
+    cur.execute(sql.DELETE_WRITES_OF_RUNS, params)
+    cur.execute(sql.DELETE_CHECKPOINTS_OF_RUNS, params)
+
+
+def copy_thread(
+    cur: Cursor,
+    source: str,
+    target: str,
+    token: int | None,
+    *,
+    now: float | None,
+    require_claim: bool,
+) -> None:
+    """Copy every checkpoint and write of `source` into `target`, fenced on the target.
+
+    Raises:
+        CheckpointConflict: the target holds a different checkpoint under one
+            of the source's ids; nothing is copied.
+    """
+    position = fence(cur, target, token, now=now, require_claim=require_claim)
+    cur.execute(sql.COPY_CONFLICTS, {"source": source, "target": target})
+    conflicts = cur.fetchall()
+    if conflicts:
+        ns, cid = conflicts[0]
+        names = ", ".join(repr(c[1]) for c in conflicts)
+        raise CheckpointConflict(
+            target,
+            ns,
+            cid,
+            cid,
+            message=(
+                f"copy_thread {source!r} -> {target!r}: the target holds different "
+                f"checkpoints under {names}; nothing was copied"
+            ),
+        )
+    params = {"source": source, "target": target, "position": position}
+    cur.execute(sql.COPY_CHECKPOINTS, params)
+    copied = cur.rowcount
+    if copied > 1:
+        # The first copy took the fence's position; each further one its own.
+        cur.execute(sql.TAKE_POSITION, {"thread_id": target, "n": copied - 1})
+    cur.execute(sql.COPY_WRITES, params)
+
+
+def prune(
+    cur: Cursor,
+    thread_id: str,
+    strategy: str,
+    token: int | None,
+    *,
+    now: float | None,
+    require_claim: bool,
+) -> PruneResult:
+    """Remove a thread's history (`keep_latest`: all but each namespace's latest; `delete`: all).
+
+    Fenced like a write on the thread.
+    """
+    fence(cur, thread_id, token, now=now, require_claim=require_claim)
+    query = sql.PRUNE_KEEP_LATEST if strategy == "keep_latest" else sql.DELETE_ALL_RETURNING
+    cur.execute(query, {"thread_id": thread_id})
+    removed = sorted(cur.fetchall(), key=lambda r: r[2])
+    if strategy == "delete":
+        cur.execute(sql.DELETE_THREAD_WRITES, {"thread_id": thread_id})
+    elif removed:
+        cur.execute(
+            sql.DELETE_WRITES_OF_PRUNED,
+            {
+                "thread_id": thread_id,
+                "namespaces": [r[0] for r in removed],
+                "ids": [r[1] for r in removed],
+            },
+        )
+    return PruneResult(thread_id, [(r[0], r[1]) for r in removed])
