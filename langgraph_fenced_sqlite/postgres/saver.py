@@ -14,7 +14,6 @@ from __future__ import annotations
 import builtins
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
-from datetime import timedelta
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -28,23 +27,20 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .. import checkpoints as cps
-from ..claims import Claim, token_from_config
-from ..clock import Clock, read_now, to_seconds
+from ..claims import token_from_config
+from ..clock import Clock, read_now
 from ..errors import UnsupportedFormat, bad_argument
-from ..lease import AsyncLease, Lease
-from ..retention import PruneResult
 from ..saver import FencedSqliteSaver, list_query
 from ..serde import DataOnlySerializer, TypeKey
 from ..validation import (
-    check_bool,
     check_checkpoint,
-    check_int,
-    check_iterable,
     check_name,
     check_writes,
     config_target,
 )
 from . import sql, txns
+from .api_claims import PgClaimsAPI
+from .api_retention import PgRetentionAPI
 from .connection import PgConnection
 
 __all__ = ["DatabaseClock", "FencedPostgresSaver"]
@@ -74,7 +70,7 @@ class DatabaseClock:
         return time.monotonic()
 
 
-class FencedPostgresSaver(BaseCheckpointSaver[str]):
+class FencedPostgresSaver(PgClaimsAPI, PgRetentionAPI, BaseCheckpointSaver[str]):  # type: ignore[misc]
     """A LangGraph checkpointer on PostgreSQL with per-thread claims and fencing tokens.
 
     The same contract as `FencedSqliteSaver` (docs/semantics.md) for workers
@@ -207,105 +203,6 @@ class FencedPostgresSaver(BaseCheckpointSaver[str]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # --- claims ---------------------------------------------------------------------
-
-    def claim(self, thread_id: str, holder: str, ttl: float | timedelta) -> Claim:
-        """Claim a thread with a new fencing token, if no live claim exists.
-
-        Raises:
-            ThreadBusy: a live claim exists (whoever holds it); nothing changes.
-        """
-        return self._grant("claim", thread_id, holder, ttl, force=False)
-
-    async def aclaim(self, thread_id: str, holder: str, ttl: float | timedelta) -> Claim:
-        """Async twin of `claim`."""
-        return await self._engine.arun(self.claim, thread_id, holder, ttl)
-
-    def take_over(self, thread_id: str, holder: str, ttl: float | timedelta) -> Claim:
-        """Claim a thread even over a live claim, fencing off its holder.
-
-        The previous holder's next fenced write or renewal raises `StaleClaim`;
-        its release changes nothing.
-        """
-        return self._grant("take_over", thread_id, holder, ttl, force=True)
-
-    async def atake_over(self, thread_id: str, holder: str, ttl: float | timedelta) -> Claim:
-        """Async twin of `take_over`."""
-        return await self._engine.arun(self.take_over, thread_id, holder, ttl)
-
-    def _grant(self, op: str, thread_id: str, holder: str, ttl: Any, *, force: bool) -> Claim:
-        check_name(thread_id, "thread_id")
-        check_name(holder, "holder")
-        seconds = to_seconds(ttl, "ttl")
-        return self._engine.run(
-            op,
-            lambda cur: txns.grant(cur, thread_id, holder, seconds, now=self._now(), force=force),
-        )
-
-    def renew(self, thread_id: str, token: int, ttl: float | timedelta) -> Claim:
-        """Extend the claim carrying `token` to now + `ttl` (the store's clock).
-
-        Raises:
-            StaleClaim: `token` is not the thread's current claim.
-        """
-        check_name(thread_id, "thread_id")
-        check_int(token, "token")
-        seconds = to_seconds(ttl, "ttl")
-        return self._engine.run(
-            "renew", lambda cur: txns.renew(cur, thread_id, token, seconds, now=self._now())
-        )
-
-    async def arenew(self, thread_id: str, token: int, ttl: float | timedelta) -> Claim:
-        """Async twin of `renew`."""
-        return await self._engine.arun(self.renew, thread_id, token, ttl)
-
-    def release(self, thread_id: str, token: int) -> bool:
-        """End the claim carrying `token`; another token changes nothing.
-
-        Returns:
-            Whether a claim was released.
-        """
-        check_name(thread_id, "thread_id")
-        check_int(token, "token")
-        return self._engine.run("release", lambda cur: txns.release(cur, thread_id, token))
-
-    async def arelease(self, thread_id: str, token: int) -> bool:
-        """Async twin of `release`."""
-        return await self._engine.arun(self.release, thread_id, token)
-
-    def current_claim(self, thread_id: str) -> Claim | None:
-        """Return the thread's claim (live or expired), or None."""
-        check_name(thread_id, "thread_id")
-        return self._engine.run("current_claim", lambda cur: txns.current_claim(cur, thread_id))
-
-    async def acurrent_claim(self, thread_id: str) -> Claim | None:
-        """Async twin of `current_claim`."""
-        return await self._engine.arun(self.current_claim, thread_id)
-
-    def lease(
-        self,
-        thread_id: str,
-        holder: str,
-        ttl: float | timedelta = 30.0,
-        renew_every: float | timedelta | None = None,
-        *,
-        take_over: bool = False,
-    ) -> Lease:
-        """Return a context manager that claims, renews in the background, and releases."""
-        return Lease(self, thread_id, holder, ttl, renew_every, take_over=take_over)  # type: ignore[arg-type]
-
-    def alease(
-        self,
-        thread_id: str,
-        holder: str,
-        ttl: float | timedelta = 30.0,
-        renew_every: float | timedelta | None = None,
-        *,
-        take_over: bool = False,
-    ) -> AsyncLease:
-        """Async twin of `lease` (`async with saver.alease(...) as lease:`)."""
-        return AsyncLease(self, thread_id, holder, ttl, renew_every, take_over=take_over)  # type: ignore[arg-type]
 
     # --- BaseCheckpointSaver ----------------------------------------------------------
 
@@ -474,134 +371,7 @@ class FencedPostgresSaver(BaseCheckpointSaver[str]):
         """Async twin of `delete_thread`."""
         return await self._engine.arun(self.delete_thread, thread_id)
 
-    def delete_for_runs(self, run_ids: Sequence[str], *, token: int | None = None) -> None:
-        """Remove every checkpoint and write made by the given runs, in one transaction.
-
-        Fenced like a write on every thread holding a row of those runs; the
-        first refusal changes nothing anywhere.
-
-        Raises:
-            ThreadBusy: unfenced, and a touched thread has a live claim (or
-                the store requires claims).
-            StaleClaim: `token` is not the current claim of a touched thread.
-        """
-        ids = [check_name(r, "run_ids[]") for r in check_iterable(run_ids, "run_ids")]
-        if token is not None:
-            check_int(token, "token")
-        if not ids:
-            return
-        now = self._now()
-        self._engine.run(
-            "delete_for_runs",
-            lambda cur: txns.delete_for_runs(
-                cur, ids, token, now=now, require_claim=self.require_claim
-            ),
-        )
-
-    async def adelete_for_runs(self, run_ids: Sequence[str], *, token: int | None = None) -> None:
-        """Async twin of `delete_for_runs`."""
-        return await self._engine.arun(self.delete_for_runs, run_ids, token=token)
-
-    def copy_thread(
-        self, source_thread_id: str, target_thread_id: str, *, token: int | None = None
-    ) -> None:
-        """Copy every checkpoint and write of one thread into another, fenced on the target.
-
-        Copying again adds nothing.
-
-        Raises:
-            ThreadBusy: unfenced, and the target has a live claim.
-            StaleClaim: `token` is not the target's current claim.
-            CheckpointConflict: the target holds a different checkpoint under
-                one of the source's ids; nothing is copied.
-        """
-        src = check_name(source_thread_id, "source_thread_id")
-        dst = check_name(target_thread_id, "target_thread_id")
-        if token is not None:
-            check_int(token, "token")
-        now = self._now()
-        self._engine.run(
-            "copy_thread",
-            lambda cur: txns.copy_thread(
-                cur, src, dst, token, now=now, require_claim=self.require_claim
-            ),
-        )
-
-    async def acopy_thread(
-        self, source_thread_id: str, target_thread_id: str, *, token: int | None = None
-    ) -> None:
-        """Async twin of `copy_thread`."""
-        return await self._engine.arun(
-            self.copy_thread, source_thread_id, target_thread_id, token=token
-        )
-
-    def prune(  # type: ignore[override]
-        self,
-        thread_ids: Sequence[str],
-        *,
-        strategy: str = "keep_latest",
-        dry_run: bool = False,
-        token: int | None = None,
-    ) -> _list[PruneResult]:
-        """Remove old history from each listed thread, fenced like a write, in one transaction.
-
-        Args:
-            thread_ids: The threads to prune.
-            strategy: `"keep_latest"` (each namespace's latest checkpoint and
-                its writes stay) or `"delete"` (everything goes).
-            dry_run: Only report what would be removed (the real prune, rolled back).
-            token: The caller's claim on the (one) thread, if any.
-
-        Raises:
-            ThreadBusy: without `token`, a listed thread has a live claim.
-            StaleClaim: `token` is not the current claim of a listed thread.
-        """
-        ids = [check_name(t, "thread_ids[]") for t in check_iterable(thread_ids, "thread_ids")]
-        check_bool(dry_run, "dry_run")
-        if token is not None:
-            check_int(token, "token")
-        if strategy not in ("keep_latest", "delete"):
-            raise bad_argument("strategy", f"expected 'keep_latest' or 'delete', got {strategy!r}")
-        if not ids:
-            return []
-        now = self._now()
-
-        def job(cur: Any) -> _list[PruneResult]:
-            out = [
-                txns.prune(cur, t, strategy, token, now=now, require_claim=self.require_claim)
-                for t in ids
-            ]
-            if dry_run:
-                raise _DryRun(out)
-            return out
-
-        try:
-            return self._engine.run("prune", job)
-        except _DryRun as done:
-            return done.results
-
-    async def aprune(  # type: ignore[override]
-        self,
-        thread_ids: Sequence[str],
-        *,
-        strategy: str = "keep_latest",
-        dry_run: bool = False,
-        token: int | None = None,
-    ) -> _list[PruneResult]:
-        """Async twin of `prune`."""
-        return await self._engine.arun(
-            self.prune, thread_ids, strategy=strategy, dry_run=dry_run, token=token
-        )
-
     get_next_version = FencedSqliteSaver.get_next_version
-
-
-class _DryRun(Exception):
-    """Raised inside a dry run's transaction so that it rolls back, carrying the report."""
-
-    def __init__(self, results: _list[PruneResult]) -> None:
-        super().__init__("dry run")
-        self.results = results
 
 
 class _Opener(
