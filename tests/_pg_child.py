@@ -57,5 +57,18 @@ def fenced_writer(args: dict[str, Any]) -> None:
     print(json.dumps({"acked": acked, "refused_by": refused}))
 
 
+def put_later(args: dict[str, Any]) -> None:
+    """After the start flag and a delay, put one unfenced checkpoint; print when it committed."""
+    with FencedPostgresSaver.from_conn_string(args["dsn"], notify=args["notify"]) as saver:
+        _wait_for(args["flag"])
+        time.sleep(args["delay"])
+        config = {"configurable": {"thread_id": args["thread"]}}
+        saver.put(config, empty_checkpoint(), {"source": "update", "step": 1}, {})
+        print(json.dumps({"committed_at": time.time()}))
+
+
+COMMANDS = {"take_overs": take_overs, "fenced_writer": fenced_writer, "put_later": put_later}
+
+
 if __name__ == "__main__":
-    {"take_overs": take_overs, "fenced_writer": fenced_writer}[sys.argv[1]](json.loads(sys.argv[2]))
+    COMMANDS[sys.argv[1]](json.loads(sys.argv[2]))

@@ -27,6 +27,7 @@ class PgRetentionAPI:
     """LangGraph's deletion capabilities, fenced (see docs/semantics.md §6)."""
 
     _engine: PgConnection
+    _notify: bool
     require_claim: bool
 
     def _now(self) -> float | None:
@@ -52,7 +53,7 @@ class PgRetentionAPI:
         self._engine.run(
             "delete_for_runs",
             lambda cur: txns.delete_for_runs(
-                cur, ids, token, now=now, require_claim=self.require_claim
+                cur, ids, token, now=now, require_claim=self.require_claim, notify=self._notify
             ),
         )
 
@@ -81,7 +82,7 @@ class PgRetentionAPI:
         self._engine.run(
             "copy_thread",
             lambda cur: txns.copy_thread(
-                cur, src, dst, token, now=now, require_claim=self.require_claim
+                cur, src, dst, token, now=now, require_claim=self.require_claim, notify=self._notify
             ),
         )
 
@@ -126,7 +127,15 @@ class PgRetentionAPI:
 
         def job(cur: Any) -> _list[PruneResult]:
             out = [
-                txns.prune(cur, t, strategy, token, now=now, require_claim=self.require_claim)
+                txns.prune(
+                    cur,
+                    t,
+                    strategy,
+                    token,
+                    now=now,
+                    require_claim=self.require_claim,
+                    notify=self._notify,
+                )
                 for t in ids
             ]
             if dry_run:

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import psycopg
+import psycopg.conninfo
 from psycopg import errors as pg_errors
 from psycopg.rows import tuple_row
 
@@ -147,6 +148,28 @@ class PgConnection:
         still commit.
         """
         return await asyncio.to_thread(method, *args, **kwargs)
+
+    def listener_params(self) -> tuple[str, dict[str, Any]]:
+        """Return `(conninfo, kwargs)` that open a new connection to the same server.
+
+        `wait_events` listens on a connection of its own, never the store's
+        or the pool's, so a waiter holds none of them while it waits.
+        """
+        if self._pool is not None:
+            # psycopg_pool 3.3 also takes callables, for credentials that rotate.
+            conninfo, kwargs = self._pool.conninfo, self._pool.kwargs
+            conninfo = conninfo() if callable(conninfo) else conninfo
+            kwargs = kwargs() if callable(kwargs) else kwargs
+            return conninfo, dict(kwargs or {})
+        assert self._conn is not None
+        # libpq's own view of the connection's options (password included:
+        # the new connection must authenticate as this one did).
+        params = {
+            o.keyword.decode(): o.val.decode()
+            for o in self._conn.pgconn.info
+            if o.val is not None and o.keyword not in (b"replication",)
+        }
+        return psycopg.conninfo.make_conninfo(**params), {}
 
     def close(self) -> None:
         """Stop accepting calls; close the connection or pool if the saver opened it."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from datetime import timedelta
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -28,7 +29,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .. import checkpoints as cps
 from ..claims import token_from_config
-from ..clock import Clock, read_now
+from ..clock import Clock, read_now, to_seconds
 from ..errors import UnsupportedFormat, bad_argument
 from ..saver import FencedSqliteSaver, list_query
 from ..serde import DataOnlySerializer, TypeKey
@@ -40,13 +41,22 @@ from ..validation import (
 )
 from . import sql, txns
 from .api_claims import PgClaimsAPI
+from .api_events import PgEventsAPI
 from .api_retention import PgRetentionAPI
 from .connection import PgConnection
 
 __all__ = ["DatabaseClock", "FencedPostgresSaver"]
 
 _PAGE = 100
-_OPTIONS = ("serde", "allowed_types", "allowed_modules", "clock", "require_claim")
+_OPTIONS = (
+    "serde",
+    "allowed_types",
+    "allowed_modules",
+    "clock",
+    "require_claim",
+    "notify",
+    "poll_interval",
+)
 _list = builtins.list
 
 
@@ -70,7 +80,7 @@ class DatabaseClock:
         return time.monotonic()
 
 
-class FencedPostgresSaver(PgClaimsAPI, PgRetentionAPI, BaseCheckpointSaver[str]):  # type: ignore[misc]
+class FencedPostgresSaver(PgClaimsAPI, PgEventsAPI, PgRetentionAPI, BaseCheckpointSaver[str]):  # type: ignore[misc]
     """A LangGraph checkpointer on PostgreSQL with per-thread claims and fencing tokens.
 
     The same contract as `FencedSqliteSaver` (docs/semantics.md) for workers
@@ -88,6 +98,8 @@ class FencedPostgresSaver(PgClaimsAPI, PgRetentionAPI, BaseCheckpointSaver[str])
         allowed_modules: Iterable[str] | str = (),
         clock: Clock | None = None,
         require_claim: bool = False,
+        notify: bool = True,
+        poll_interval: float | timedelta = 1.0,
         _owned: bool = False,
     ) -> None:
         """Use `conn`, a `psycopg.Connection` or a `psycopg_pool.ConnectionPool`.
@@ -104,6 +116,12 @@ class FencedPostgresSaver(PgClaimsAPI, PgRetentionAPI, BaseCheckpointSaver[str])
             allowed_modules: Packages whose classes may be rebuilt.
             clock: A clock to use instead of the database server's (tests).
             require_claim: Refuse every write that carries no token.
+            notify: Each commit that appends events sends one NOTIFY, which
+                wakes `wait_events` on every host at once. NOTIFY serialises
+                committing transactions database-wide; with many writers,
+                pass False and waiters find commits by their safety poll.
+            poll_interval: How often `wait_events` re-reads the table even
+                without a notification (the safety poll), in seconds.
 
         Raises:
             InvalidArgument: `conn` is not a connection or pool, or another
@@ -119,7 +137,11 @@ class FencedPostgresSaver(PgClaimsAPI, PgRetentionAPI, BaseCheckpointSaver[str])
             which = "allowed_types" if allowed_types else "allowed_modules"
             raise bad_argument(which, "give it only with the default serializer")
         super().__init__(serde=serde)
+        if not isinstance(notify, bool):
+            raise bad_argument("notify", "expected a bool")
+        self._poll_interval = to_seconds(poll_interval, "poll_interval")
         self.require_claim = require_claim
+        self._notify = notify
         self._engine = PgConnection(conn, owned=_owned)
         self._clock = clock
 
@@ -295,7 +317,10 @@ class FencedPostgresSaver(PgClaimsAPI, PgRetentionAPI, BaseCheckpointSaver[str])
         enc = cps.encode_checkpoint(self.serde, config, checkpoint, metadata, thread_id, ns)
         now = self._now()
         self._engine.run(
-            "put", lambda cur: txns.put(cur, enc, token, now=now, require_claim=self.require_claim)
+            "put",
+            lambda cur: txns.put(
+                cur, enc, token, now=now, require_claim=self.require_claim, notify=self._notify
+            ),
         )
         return {
             "configurable": {
@@ -345,6 +370,7 @@ class FencedPostgresSaver(PgClaimsAPI, PgRetentionAPI, BaseCheckpointSaver[str])
                 run_id=run_id,
                 now=now,
                 require_claim=self.require_claim,
+                notify=self._notify,
             ),
         )
 

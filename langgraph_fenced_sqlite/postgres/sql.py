@@ -80,6 +80,23 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX lgfs_writes_run ON lgfs_writes (run_id) WHERE run_id IS NOT NULL;
     """,
+    # 2: the event log. Its seqs are the commit positions `FENCE` hands out;
+    # `incarnation` counts a thread's lives (delete_thread starts a new one).
+    """
+    ALTER TABLE lgfs_threads ADD COLUMN incarnation bigint NOT NULL DEFAULT 1;
+    CREATE TABLE lgfs_events (
+        thread_id text COLLATE "C" NOT NULL,
+        seq bigint NOT NULL,
+        kind text NOT NULL,
+        checkpoint_ns text,
+        checkpoint_id text,
+        data text NOT NULL,
+        token bigint,
+        ts double precision NOT NULL,
+        checksum bigint NOT NULL,
+        PRIMARY KEY (thread_id, seq)
+    );
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -133,11 +150,41 @@ GET_CLAIM = "SELECT holder, token, expires_at FROM lgfs_threads WHERE thread_id 
 GET_LAST_CLAIM = (
     "SELECT token, last_holder, last_token FROM lgfs_threads WHERE thread_id = %(thread_id)s"
 )
-# delete_thread: the claim goes with the thread; its holder is fenced off.
-CLEAR_CLAIM = (
-    "UPDATE lgfs_threads SET holder = NULL, token = NULL, expires_at = NULL, claimed_at = NULL "
-    "WHERE thread_id = %(thread_id)s"
+# delete_thread: the claim goes with the thread (its holder is fenced off), and
+# a thread that held anything starts its next incarnation, numbered from 1
+# again, so a reader of the old one is told (ReplayUnavailable), not misled.
+NEW_INCARNATION = (
+    "UPDATE lgfs_threads SET holder = NULL, token = NULL, expires_at = NULL, claimed_at = NULL, "
+    "incarnation = incarnation + CASE WHEN next_seq > 1 OR token IS NOT NULL THEN 1 ELSE 0 END, "
+    "next_seq = 1 WHERE thread_id = %(thread_id)s"
 )
+# A commit that appends n events took one position at the fence: give back
+# or take the difference (the row is locked, so seqs stay gap-free).
+ADJUST_SEQ = "UPDATE lgfs_threads SET next_seq = next_seq + %(n)s WHERE thread_id = %(thread_id)s"
+
+# --- events -------------------------------------------------------------------------
+
+# Appends a commit's events. With notify, the same statement queues one
+# NOTIFY (payload: the thread id, a hint) that PostgreSQL delivers at commit:
+# one per transaction, since NOTIFY serialises committing transactions.
+_INSERT_EVENTS = (
+    "INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data, token, "
+    f"ts, checksum) SELECT %(thread_id)s, e.seq, e.kind, e.ns, e.cid, e.data, %(token)s, {NOW}, "
+    "e.checksum FROM unnest(%(seqs)s::bigint[], %(kinds)s::text[], %(nss)s::text[], "
+    "%(cids)s::text[], %(datas)s::text[], %(sums)s::bigint[]) AS e(seq, kind, ns, cid, data, "
+    "checksum)"
+)
+INSERT_EVENTS = _INSERT_EVENTS
+INSERT_EVENTS_NOTIFY = _INSERT_EVENTS + ", pg_notify('lgfs_events', %(thread_id)s) AS n"
+NOTIFY_CHANNEL = "lgfs_events"
+LISTEN = "LISTEN lgfs_events"
+# In `events.decode_event`'s order.
+EVENTS_AFTER = (
+    "SELECT seq, kind, checkpoint_ns, checkpoint_id, data, token, ts, checksum FROM lgfs_events "
+    "WHERE thread_id = %(thread_id)s AND seq > %(after)s ORDER BY seq LIMIT %(limit)s"
+)
+GET_INCARNATION = "SELECT incarnation FROM lgfs_threads WHERE thread_id = %(thread_id)s"
+DELETE_THREAD_EVENTS = "DELETE FROM lgfs_events WHERE thread_id = %(thread_id)s"
 
 # --- checkpoints ----------------------------------------------------------------------
 
@@ -215,10 +262,14 @@ THREADS_OF_RUNS = (
     "UNION SELECT thread_id FROM lgfs_writes WHERE run_id = ANY(%(runs)s) ORDER BY 1"
 )
 DELETE_CHECKPOINTS_OF_RUNS = (
-    "DELETE FROM lgfs_checkpoints WHERE thread_id = ANY(%(threads)s) AND run_id = ANY(%(runs)s)"
+    "DELETE FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s AND run_id = ANY(%(runs)s) "
+    "RETURNING checkpoint_ns, checkpoint_id"
 )
+# A thread's writes of the runs, and every write of a checkpoint removed with them.
 DELETE_WRITES_OF_RUNS = (
-    "DELETE FROM lgfs_writes WHERE thread_id = ANY(%(threads)s) AND run_id = ANY(%(runs)s)"
+    "DELETE FROM lgfs_writes w WHERE w.thread_id = %(thread_id)s AND (w.run_id = ANY(%(runs)s) "
+    "OR (w.checkpoint_ns, w.checkpoint_id) IN (SELECT k.ns, k.id FROM "
+    "unnest(%(namespaces)s::text[], %(ids)s::text[]) AS k(ns, id)))"
 )
 COUNT_CHECKPOINTS = "SELECT count(*) FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s"
 # Source checkpoints whose id the target holds with different content.
@@ -243,7 +294,8 @@ COPY_CHECKPOINTS = (
     "s.created_at, s.checksum FROM lgfs_checkpoints s WHERE s.thread_id = %(source)s "
     "AND NOT EXISTS (SELECT 1 FROM lgfs_checkpoints t WHERE t.thread_id = %(target)s "
     "AND t.checkpoint_ns = s.checkpoint_ns AND t.checkpoint_id = s.checkpoint_id) "
-    "ORDER BY s.position"
+    "ORDER BY s.position RETURNING checkpoint_ns, checkpoint_id, position, step, source, "
+    "parent_checkpoint_id"
 )
 COPY_WRITES = (
     "INSERT INTO lgfs_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "

@@ -19,8 +19,10 @@ from typing import Any
 from ..checkpoints import EncodedCheckpoint, EncodedWrite, Row, WriteRow
 from ..claims import Claim, claim_live
 from ..errors import CheckpointConflict, StaleClaim, ThreadBusy
+from ..events import NewEvent
 from ..retention import PruneResult
 from . import sql
+from .events import append
 
 Cursor = Any  # a psycopg cursor returning tuples
 _FENCED_SOURCES = frozenset({"input", "loop"})
@@ -68,6 +70,24 @@ def fence(
             ),
         )
     return int(_one(cur, sql.TAKE_POSITION, {"thread_id": thread_id, "n": 1})[0])
+
+
+def append_events(
+    cur: Cursor,
+    thread_id: str,
+    token: int,
+    new: Sequence[NewEvent],
+    *,
+    now: float | None,
+    notify: bool = True,
+) -> list[int]:
+    """Append caller events under the claim carrying `token`; return their seqs.
+
+    Raises:
+        StaleClaim: `token` is not the thread's claim.
+    """
+    position = fence(cur, thread_id, token, now=now, require_claim=True)
+    return append(cur, thread_id, position, new, token=token, now=now, notify=notify)
 
 
 def stale(cur: Cursor, thread_id: str, token: int) -> StaleClaim:
@@ -147,8 +167,9 @@ def put(
     *,
     now: float | None,
     require_claim: bool,
+    notify: bool = True,
 ) -> bool:
-    """Store one checkpoint; return False for an identical retry.
+    """Store one checkpoint and its `checkpoint` event; return False for an identical retry.
 
     Raises:
         StaleClaim, ThreadBusy: the fence refused the write.
@@ -184,6 +205,7 @@ def put(
         stored = _one(cur, sql.GET_STORED_IDENTITY, key)
         mine = (enc.parent_id, enc.envelope, enc.values_type, enc.values_blob, enc.metadata)
         if stored is not None and tuple(stored) == mine:
+            append(cur, enc.thread_id, position, [], token=token, now=now, notify=notify)
             return False
         _check_version(cur, enc, token, position)
         raise CheckpointConflict(
@@ -197,6 +219,15 @@ def put(
             ),
         )
     _check_version(cur, enc, token, position)
+    data: dict[str, Any] = {
+        "step": enc.step,
+        "source": enc.source,
+        "parent_checkpoint_id": enc.parent_id,
+    }
+    if enc.run_id is not None:
+        data["run_id"] = enc.run_id
+    new = NewEvent("checkpoint", data, enc.checkpoint_ns, enc.checkpoint_id)
+    append(cur, enc.thread_id, position, [new], token=token, now=now, notify=notify)
     return True
 
 
@@ -225,8 +256,13 @@ def put_writes(
     run_id: str | None,
     now: float | None,
     require_claim: bool,
+    notify: bool = True,
 ) -> int:
-    """Store pending writes; return how many rows changed (semantics as the SQLite store's)."""
+    """Store pending writes and one `writes` event; return how many rows changed.
+
+    The semantics are the SQLite store's `checkpoints.put_writes_txn`'s; a
+    call that changes nothing appends no event.
+    """
     position = fence(cur, thread_id, token, now=now, require_claim=require_claim)
     changed = 0
     for w in writes:
@@ -250,6 +286,15 @@ def put_writes(
             sql.UPSERT_WRITE_LAST_WINS if w.special else sql.INSERT_WRITE_FIRST_WINS, params
         )
         changed += cur.rowcount
+    new = []
+    if changed:
+        data = {
+            "task_id": writes[0].task_id,
+            "task_path": writes[0].task_path,
+            "channels": [w.channel for w in writes],
+        }
+        new.append(NewEvent("writes", data, checkpoint_ns, checkpoint_id))
+    append(cur, thread_id, position, new, token=token, now=now, notify=notify)
     return changed
 
 
@@ -283,26 +328,49 @@ def fetch_writes_for(
 
 
 def delete_thread(cur: Cursor, thread_id: str) -> None:
-    """Remove a thread's checkpoints and writes and end its claim (its holder is fenced off)."""
-    cur.execute(sql.CLEAR_CLAIM, {"thread_id": thread_id})
-    cur.execute(sql.DELETE_THREAD_WRITES, {"thread_id": thread_id})
-    cur.execute(sql.DELETE_THREAD_CHECKPOINTS, {"thread_id": thread_id})
+    """Remove a thread's checkpoints, writes and events, end its claim, start a new incarnation.
+
+    The claim's holder is fenced off; a reader at a position of the old
+    incarnation gets `ReplayUnavailable`. An unknown thread: nothing happens.
+    """
+    params = {"thread_id": thread_id}
+    cur.execute(sql.NEW_INCARNATION, params)
+    cur.execute(sql.DELETE_THREAD_WRITES, params)
+    cur.execute(sql.DELETE_THREAD_CHECKPOINTS, params)
+    cur.execute(sql.DELETE_THREAD_EVENTS, params)
 
 
 def delete_for_runs(
-    cur: Cursor, run_ids: list[str], token: int | None, *, now: float | None, require_claim: bool
+    cur: Cursor,
+    run_ids: list[str],
+    token: int | None,
+    *,
+    now: float | None,
+    require_claim: bool,
+    notify: bool = True,
 ) -> None:
     """Remove the runs' checkpoints and writes, fenced like a write on every thread they touch.
 
-    Threads are locked in id order, so two such calls cannot deadlock.
+    Threads are fenced (locked) in id order, so two such calls cannot
+    deadlock, and all before anything is removed; each gets one
+    `runs_deleted` event.
     """
     cur.execute(sql.THREADS_OF_RUNS, {"runs": run_ids})
     threads = [r[0] for r in cur.fetchall()]
-    for thread_id in threads:
-        fence(cur, thread_id, token, now=now, require_claim=require_claim)
-    params = {"threads": threads, "runs": run_ids}
-    cur.execute(sql.DELETE_WRITES_OF_RUNS, params)
-    cur.execute(sql.DELETE_CHECKPOINTS_OF_RUNS, params)
+    positions = {t: fence(cur, t, token, now=now, require_claim=require_claim) for t in threads}
+    for thread_id, position in positions.items():
+        params: dict[str, Any] = {"thread_id": thread_id, "runs": run_ids}
+        cur.execute(sql.DELETE_CHECKPOINTS_OF_RUNS, params)
+        removed = [(r[0], r[1]) for r in cur.fetchall()]
+        params.update(namespaces=[r[0] for r in removed], ids=[r[1] for r in removed])
+        cur.execute(sql.DELETE_WRITES_OF_RUNS, params)
+        data = {
+            "run_ids": run_ids,
+            "checkpoints": [list(k) for k in removed],
+            "writes": cur.rowcount,
+        }
+        new = [NewEvent("runs_deleted", data)]
+        append(cur, thread_id, position, new, token=token, now=now, notify=notify)
 
 
 def copy_thread(
@@ -313,8 +381,13 @@ def copy_thread(
     *,
     now: float | None,
     require_claim: bool,
+    notify: bool = True,
 ) -> None:
     """Copy every checkpoint and write of `source` into `target`, fenced on the target.
+
+    Each copied checkpoint gets a `checkpoint` event at its position, then
+    one `copied` event names them; copying again changes nothing and logs
+    nothing.
 
     Raises:
         CheckpointConflict: the target holds a different checkpoint under one
@@ -336,13 +409,30 @@ def copy_thread(
                 f"checkpoints under {names}; nothing was copied"
             ),
         )
-    params = {"source": source, "target": target, "position": position}
-    cur.execute(sql.COPY_CHECKPOINTS, params)
-    copied = cur.rowcount
-    if copied > 1:
-        # The first copy took the fence's position; each further one its own.
-        cur.execute(sql.TAKE_POSITION, {"thread_id": target, "n": copied - 1})
+    cur.execute(sql.COPY_CHECKPOINTS, {"source": source, "target": target, "position": position})
+    copied = sorted(cur.fetchall(), key=lambda r: r[2])
+    # Writes land at the `copied` commit's position, after every copied checkpoint.
+    params = {"source": source, "target": target, "position": position + len(copied)}
     cur.execute(sql.COPY_WRITES, params)
+    writes = cur.rowcount
+    new = [
+        NewEvent(
+            "checkpoint",
+            {"step": step, "source": src, "parent_checkpoint_id": parent, "copied_from": source},
+            ns,
+            cid,
+        )
+        for ns, cid, _, step, src, parent in copied
+    ]
+    if copied or writes:
+        summary = {
+            "source_thread_id": source,
+            "checkpoints": len(copied),
+            "copied": [[r[0], r[1]] for r in copied],
+            "writes": writes,
+        }
+        new.append(NewEvent("copied", summary))
+    append(cur, target, position, new, token=token, now=now, notify=notify)
 
 
 def prune(
@@ -353,17 +443,20 @@ def prune(
     *,
     now: float | None,
     require_claim: bool,
+    notify: bool = True,
 ) -> PruneResult:
     """Remove a thread's history (`keep_latest`: all but each namespace's latest; `delete`: all).
 
     Fenced like a write on the thread.
     """
-    fence(cur, thread_id, token, now=now, require_claim=require_claim)
+    position = fence(cur, thread_id, token, now=now, require_claim=require_claim)
     query = sql.PRUNE_KEEP_LATEST if strategy == "keep_latest" else sql.DELETE_ALL_RETURNING
     cur.execute(query, {"thread_id": thread_id})
     removed = sorted(cur.fetchall(), key=lambda r: r[2])
+    writes = 0
     if strategy == "delete":
         cur.execute(sql.DELETE_THREAD_WRITES, {"thread_id": thread_id})
+        writes = cur.rowcount
     elif removed:
         cur.execute(
             sql.DELETE_WRITES_OF_PRUNED,
@@ -373,4 +466,13 @@ def prune(
                 "ids": [r[1] for r in removed],
             },
         )
+    new = []
+    if removed or writes:
+        data = {
+            "strategy": strategy,
+            "checkpoints": [[r[0], r[1]] for r in removed],
+            "writes": writes,
+        }
+        new.append(NewEvent("pruned", data))
+    append(cur, thread_id, position, new, token=token, now=now, notify=notify)
     return PruneResult(thread_id, [(r[0], r[1]) for r in removed])
