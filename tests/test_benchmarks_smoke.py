@@ -39,6 +39,13 @@ EXPECTED = {
         "longest writer put during prune",
         "result",
     ],
+    "bench_postgres.py": [
+        "PUT: one checkpoint per call",
+        "FencedPostgresSaver.put (fenced)",
+        "PostgresSaver.put",
+        "INVOKE: a 5-node chain",
+        "result",
+    ],
     "bench_syncs.py": [
         "ours syncs",
         "stock syncs",

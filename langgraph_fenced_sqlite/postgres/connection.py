@@ -110,8 +110,11 @@ class PgConnection:
         with self._lock:
             yield self._conn
 
-    def run(self, op: str, job: Callable[[psycopg.Cursor[Any]], T]) -> T:
+    def run(self, op: str, job: Callable[[psycopg.Cursor[Any]], T], *, pipeline: bool = False) -> T:
         """Run `job(cursor)` in one transaction; commit if it returns, roll back if it raises.
+
+        With `pipeline`, BEGIN and COMMIT travel in a psycopg pipeline with
+        the job's statements (the job must fetch before it reads a result).
 
         Raises:
             StoreClosed, WrongProcess, WrongThread: the store cannot be used here.
@@ -123,6 +126,10 @@ class PgConnection:
         self._inside.active = True
         try:
             with self._connection() as conn:
+                if pipeline:
+                    with conn.pipeline(), conn.transaction():
+                        with conn.cursor(row_factory=tuple_row) as cur:
+                            return job(cur)
                 with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
                     return job(cur)
         except FencedSqliteError:

@@ -321,6 +321,7 @@ class FencedPostgresSaver(PgClaimsAPI, PgEventsAPI, PgRetentionAPI, BaseCheckpoi
             lambda cur: txns.put(
                 cur, enc, token, now=now, require_claim=self.require_claim, notify=self._notify
             ),
+            pipeline=token is not None,
         )
         return {
             "configurable": {

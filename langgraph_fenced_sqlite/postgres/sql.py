@@ -201,6 +201,43 @@ INSERT_CHECKPOINT = (
     "%(values_blob)s, %(metadata)s, %(source)s, %(step)s, %(run_id)s, %(token)s, "
     f"{NOW}, %(checksum)s) ON CONFLICT DO NOTHING"
 )
+# The fenced put's pipeline (`txns.put`): sent together after `FENCE`, one
+# round trip for all. Each takes the position from the thread row `FENCE` just
+# locked and bumped, and does nothing when the token did not match (the
+# caller then raises, rolling back). Each statement has its own snapshot,
+# taken after `FENCE` had the lock, so the version check sees every commit
+# made before this one's position.
+_AT_FENCE = "FROM lgfs_threads t WHERE t.thread_id = %(thread_id)s AND t.token = %(token)s"
+INSERT_CHECKPOINT_AT_FENCE = (
+    "INSERT INTO lgfs_checkpoints (thread_id, checkpoint_ns, checkpoint_id, position, "
+    "parent_checkpoint_id, envelope, values_type, values_blob, metadata, source, step, "
+    "run_id, token, created_at, checksum) SELECT %(thread_id)s, %(checkpoint_ns)s, "
+    "%(checkpoint_id)s, t.next_seq - 1, %(parent_id)s, %(envelope)s, %(values_type)s, "
+    "%(values_blob)s, %(metadata)s, %(source)s, %(step)s, %(run_id)s, %(token)s, "
+    f"{NOW}, %(checksum)s {_AT_FENCE} ON CONFLICT DO NOTHING"
+)
+LATEST_ID_BEFORE_FENCE = (
+    "SELECT c.checkpoint_id FROM lgfs_checkpoints c, lgfs_threads t "
+    "WHERE t.thread_id = %(thread_id)s AND t.token = %(token)s AND c.thread_id = t.thread_id "
+    "AND c.checkpoint_ns = %(checkpoint_ns)s AND c.position < t.next_seq - 1 "
+    "ORDER BY c.position DESC LIMIT 1"
+)
+# The put's event, only if the checkpoint row at this commit's position is ours.
+_EVENT_AT_FENCE = (
+    "INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data, token, "
+    "ts, checksum) SELECT c.thread_id, c.position, 'checkpoint', c.checkpoint_ns, "
+    f"c.checkpoint_id, %(event_data)s, %(token)s, {NOW}, %(event_checksum)s "
+    "FROM lgfs_checkpoints c JOIN lgfs_threads t ON t.thread_id = c.thread_id "
+    "AND c.position = t.next_seq - 1 AND t.token = %(token)s "
+    "WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s "
+    "AND c.checkpoint_id = %(checkpoint_id)s"
+)
+INSERT_EVENT_AT_FENCE = _EVENT_AT_FENCE
+# (PostgreSQL folds identical notifications of one transaction into one.)
+INSERT_EVENT_AT_FENCE_NOTIFY = (
+    _EVENT_AT_FENCE + " AND pg_notify('lgfs_events', c.thread_id) IS NOT NULL"
+)
+
 _KEY = "thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s"
 GET_CHECKPOINT_BY_ID = (
     f"SELECT {CHECKPOINT_COLUMNS} FROM lgfs_checkpoints "

@@ -16,11 +16,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from psycopg.rows import tuple_row
+
 from ..checkpoints import EncodedCheckpoint, EncodedWrite, Row, WriteRow
+from ..checksums import checksum
 from ..claims import Claim, claim_live
 from ..errors import CheckpointConflict, StaleClaim, ThreadBusy
 from ..events import NewEvent
 from ..retention import PruneResult
+from ..serde import dumps_json
 from . import sql
 from .events import append
 
@@ -171,43 +175,54 @@ def put(
 ) -> bool:
     """Store one checkpoint and its `checkpoint` event; return False for an identical retry.
 
+    A fenced put sends its four statements in one pipeline; run it with
+    `PgConnection.run(..., pipeline=True)` and BEGIN travels with them: two
+    round trips in all, the second the COMMIT's (see `sql.INSERT_CHECKPOINT_AT_FENCE`).
+
     Raises:
         StaleClaim, ThreadBusy: the fence refused the write.
         CheckpointConflict: the parent is not the latest (fenced input/loop
             puts), or a different checkpoint is stored under this id.
     """
-    position = fence(cur, enc.thread_id, token, now=now, require_claim=require_claim)
-    key = {
-        "thread_id": enc.thread_id,
-        "checkpoint_ns": enc.checkpoint_ns,
-        "checkpoint_id": enc.checkpoint_id,
-    }
-    cur.execute(
-        sql.INSERT_CHECKPOINT,
-        {
-            **key,
-            "position": position,
-            "parent_id": enc.parent_id,
-            "envelope": enc.envelope,
-            "values_type": enc.values_type,
-            "values_blob": enc.values_blob,
-            "metadata": enc.metadata,
-            "source": enc.source,
-            "step": enc.step,
-            "run_id": enc.run_id,
-            "token": token,
-            "now": now,
-            "checksum": enc.checksum,
-        },
-    )
-    if not cur.rowcount:
-        # An identical retry first (see the SQLite store's put_txn).
+    event = _checkpoint_event(enc)
+    if token is None:
+        position = fence(cur, enc.thread_id, token, now=now, require_claim=require_claim)
+        cur.execute(sql.INSERT_CHECKPOINT, _checkpoint_params(enc, token, now, position))
+        inserted = bool(cur.rowcount)
+        latest = _latest_before(cur, enc, position) if inserted else None
+    else:
+        conn = cur.connection
+        params = _checkpoint_params(enc, token, now, None)
+        data = dumps_json(dict(event.data), "event data")
+        params.update(event_data=data, event_checksum=checksum(event.kind, data))
+        with conn.pipeline():
+            fenced, ins, ver, ev = (conn.cursor(row_factory=tuple_row) for _ in range(4))
+            fenced.execute(sql.FENCE, params)
+            ins.execute(sql.INSERT_CHECKPOINT_AT_FENCE, params)
+            ver.execute(sql.LATEST_ID_BEFORE_FENCE, params)
+            ev.execute(
+                sql.INSERT_EVENT_AT_FENCE_NOTIFY if notify else sql.INSERT_EVENT_AT_FENCE, params
+            )
+        row = fenced.fetchone()
+        if row is None:
+            raise stale(cur, enc.thread_id, token)
+        position = int(row[0])
+        inserted = bool(ins.rowcount)
+        found = ver.fetchone()
+        latest = None if found is None else found[0]
+    if not inserted:
+        # An identical retry first (see the SQLite store's put_txn); it spent no seq.
+        cur.execute(sql.ADJUST_SEQ, {"thread_id": enc.thread_id, "n": -1})
+        key = {
+            "thread_id": enc.thread_id,
+            "checkpoint_ns": enc.checkpoint_ns,
+            "checkpoint_id": enc.checkpoint_id,
+        }
         stored = _one(cur, sql.GET_STORED_IDENTITY, key)
         mine = (enc.parent_id, enc.envelope, enc.values_type, enc.values_blob, enc.metadata)
         if stored is not None and tuple(stored) == mine:
-            append(cur, enc.thread_id, position, [], token=token, now=now, notify=notify)
             return False
-        _check_version(cur, enc, token, position)
+        _check_version(enc, token, _latest_before(cur, enc, position))
         raise CheckpointConflict(
             enc.thread_id,
             enc.checkpoint_ns,
@@ -218,7 +233,13 @@ def put(
                 f"checkpoint is already stored as {enc.checkpoint_id!r}"
             ),
         )
-    _check_version(cur, enc, token, position)
+    _check_version(enc, token, latest)
+    if token is None:
+        append(cur, enc.thread_id, position, [event], token=token, now=now, notify=notify)
+    return True
+
+
+def _checkpoint_event(enc: EncodedCheckpoint) -> NewEvent:
     data: dict[str, Any] = {
         "step": enc.step,
         "source": enc.source,
@@ -226,21 +247,47 @@ def put(
     }
     if enc.run_id is not None:
         data["run_id"] = enc.run_id
-    new = NewEvent("checkpoint", data, enc.checkpoint_ns, enc.checkpoint_id)
-    append(cur, enc.thread_id, position, [new], token=token, now=now, notify=notify)
-    return True
+    return NewEvent("checkpoint", data, enc.checkpoint_ns, enc.checkpoint_id)
 
 
-def _check_version(cur: Cursor, enc: EncodedCheckpoint, token: int | None, position: int) -> None:
-    """Refuse a fenced input/loop put whose parent is not the namespace's latest."""
-    if token is None or enc.source not in _FENCED_SOURCES:
-        return
+def _checkpoint_params(
+    enc: EncodedCheckpoint, token: int | None, now: float | None, position: int | None
+) -> dict[str, Any]:
+    return {
+        "thread_id": enc.thread_id,
+        "checkpoint_ns": enc.checkpoint_ns,
+        "checkpoint_id": enc.checkpoint_id,
+        "position": position,
+        "parent_id": enc.parent_id,
+        "envelope": enc.envelope,
+        "values_type": enc.values_type,
+        "values_blob": enc.values_blob,
+        "metadata": enc.metadata,
+        "source": enc.source,
+        "step": enc.step,
+        "run_id": enc.run_id,
+        "token": token,
+        "now": now,
+        "checksum": enc.checksum,
+    }
+
+
+def _latest_before(cur: Cursor, enc: EncodedCheckpoint, position: int) -> str | None:
     row = _one(
         cur,
         sql.GET_LATEST_ID_BEFORE,
         {"thread_id": enc.thread_id, "checkpoint_ns": enc.checkpoint_ns, "position": position},
     )
-    latest = None if row is None else row[0]
+    return None if row is None else row[0]
+
+
+def _check_version(enc: EncodedCheckpoint, token: int | None, latest: str | None) -> None:
+    """Refuse a fenced input/loop put whose parent is not the namespace's latest.
+
+    `latest` is the namespace's latest checkpoint committed before this one.
+    """
+    if token is None or enc.source not in _FENCED_SOURCES:
+        return
     if latest != enc.parent_id:
         raise CheckpointConflict(enc.thread_id, enc.checkpoint_ns, enc.parent_id, latest)
 
