@@ -296,3 +296,23 @@ def test_coexists_with_langgraphs_postgres_saver(pg_dsn: str) -> None:
             theirs.put(_config("t"), cp, {"source": "update", "step": 1}, {})
             assert theirs.get_tuple(_config("t")).checkpoint["id"] == cp["id"]  # type: ignore[union-attr]
         assert ours.get_tuple(_config("t")).checkpoint["id"] == mine  # type: ignore[union-attr]
+
+
+def test_fenced_put_writes_refuses_a_stale_token_and_special_channels_go_to_the_holder(
+    open_pg: Any, pg_dsn: str
+) -> None:
+    """A superseded holder's writes are StaleClaim and store nothing; the new holder's
+    special-channel write replaces the old one (last writer wins within the fence)."""
+    saver = open_pg()
+    old = saver.claim("t", "old", 10)
+    cid = _put(saver, "t", old.token)
+    saver.put_writes(_config("t", old.token, checkpoint_id=cid), [("__error__", "old")], "task")
+    new = saver.take_over("t", "new", 10)
+    with pytest.raises(StaleClaim):
+        saver.put_writes(_config("t", old.token, checkpoint_id=cid), [("x", 1)], "task-2")
+    saver.put_writes(_config("t", new.token, checkpoint_id=cid), [("__error__", "new")], "task")
+    got = saver.get_tuple(_config("t", checkpoint_id=cid))
+    assert got is not None and got.pending_writes == [("task", "__error__", "new")]
+    with psycopg.connect(pg_dsn) as conn:
+        tokens = conn.execute("SELECT token FROM lgfs_writes").fetchall()
+    assert tokens == [(new.token,)]

@@ -373,6 +373,7 @@ class FencedPostgresSaver(PgClaimsAPI, PgEventsAPI, PgRetentionAPI, BaseCheckpoi
                 require_claim=self.require_claim,
                 notify=self._notify,
             ),
+            pipeline=token is not None,
         )
 
     async def aput_writes(

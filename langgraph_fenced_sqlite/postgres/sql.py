@@ -274,14 +274,39 @@ INSERT_WRITE_FIRST_WINS = _WRITE_INSERT + "ON CONFLICT DO NOTHING"
 # Special channels: last writer wins, never over a greater token's write,
 # except for an unfenced write the fence accepted (no live claim: see the
 # SQLite store's UPSERT_WRITE_LAST_WINS). An identical retry changes nothing.
-UPSERT_WRITE_LAST_WINS = (
-    _WRITE_INSERT + "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) "
+_LAST_WINS = (
+    "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) "
     "DO UPDATE SET task_path = excluded.task_path, channel = excluded.channel, "
     "type = excluded.type, blob = excluded.blob, position = excluded.position, "
     "run_id = excluded.run_id, token = excluded.token, checksum = excluded.checksum "
     "WHERE (coalesce(excluded.token, 0) >= coalesce(w.token, 0) OR %(unfenced)s) "
     "AND (w.channel IS DISTINCT FROM excluded.channel OR w.type IS DISTINCT FROM excluded.type "
     "OR w.blob IS DISTINCT FROM excluded.blob OR w.task_path IS DISTINCT FROM excluded.task_path)"
+)
+UPSERT_WRITE_LAST_WINS = _WRITE_INSERT + _LAST_WINS
+# The fenced put_writes' pipeline: the same two inserts at the position
+# `FENCE` took (nothing when the token did not match), then the one `writes`
+# event, only if a write landed at that position (a retry changes nothing).
+_WRITE_AT_FENCE = (
+    "INSERT INTO lgfs_writes AS w (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
+    "task_path, channel, type, blob, position, run_id, token, checksum) SELECT "
+    "%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(idx)s, "
+    "%(task_path)s, %(channel)s, %(type)s, %(blob)s, t.next_seq - 1, %(run_id)s, %(token)s, "
+    f"%(checksum)s {_AT_FENCE} "
+)
+INSERT_WRITE_FIRST_WINS_AT_FENCE = _WRITE_AT_FENCE + "ON CONFLICT DO NOTHING"
+UPSERT_WRITE_LAST_WINS_AT_FENCE = _WRITE_AT_FENCE + _LAST_WINS
+_WRITES_EVENT_AT_FENCE = (
+    "INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data, token, "
+    "ts, checksum) SELECT t.thread_id, t.next_seq - 1, 'writes', %(checkpoint_ns)s, "
+    f"%(checkpoint_id)s, %(event_data)s, %(token)s, {NOW}, %(event_checksum)s {_AT_FENCE} "
+    "AND EXISTS (SELECT 1 FROM lgfs_writes w WHERE w.thread_id = t.thread_id "
+    "AND w.checkpoint_ns = %(checkpoint_ns)s AND w.checkpoint_id = %(checkpoint_id)s "
+    "AND w.position = t.next_seq - 1)"
+)
+INSERT_WRITES_EVENT_AT_FENCE = _WRITES_EVENT_AT_FENCE
+INSERT_WRITES_EVENT_AT_FENCE_NOTIFY = (
+    _WRITES_EVENT_AT_FENCE + " AND pg_notify('lgfs_events', t.thread_id) IS NOT NULL"
 )
 # The writes of a page of checkpoints, in `writes_sort_key` order.
 WRITES_OF_CHECKPOINTS = (

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from langgraph.checkpoint.base import WRITES_IDX_MAP
 from psycopg.rows import tuple_row
 
 from ..checkpoints import EncodedCheckpoint, EncodedWrite, Row, WriteRow
@@ -308,40 +309,76 @@ def put_writes(
     """Store pending writes and one `writes` event; return how many rows changed.
 
     The semantics are the SQLite store's `checkpoints.put_writes_txn`'s; a
-    call that changes nothing appends no event.
+    call that changes nothing appends no event and spends no seq. A fenced
+    call sends everything in one pipeline, as `put` does (run it with
+    `pipeline=True`).
     """
-    position = fence(cur, thread_id, token, now=now, require_claim=require_claim)
-    changed = 0
-    for w in writes:
-        params = {
-            "thread_id": thread_id,
-            "checkpoint_ns": checkpoint_ns,
-            "checkpoint_id": checkpoint_id,
+    data = {
+        "task_id": writes[0].task_id,
+        "task_path": writes[0].task_path,
+        "channels": [w.channel for w in writes],
+    }
+    base: dict[str, Any] = {
+        "thread_id": thread_id,
+        "checkpoint_ns": checkpoint_ns,
+        "checkpoint_id": checkpoint_id,
+        "run_id": run_id,
+        "token": token,
+        "unfenced": token is None,
+    }
+    rows = [
+        {
+            **base,
             "task_id": w.task_id,
             "idx": w.idx,
             "task_path": w.task_path,
             "channel": w.channel,
             "type": w.type,
             "blob": w.blob,
-            "position": position,
-            "run_id": run_id,
-            "token": token,
             "checksum": w.checksum,
-            "unfenced": token is None,
         }
-        cur.execute(
-            sql.UPSERT_WRITE_LAST_WINS if w.special else sql.INSERT_WRITE_FIRST_WINS, params
+        for w in writes
+    ]
+    if token is None:
+        position = fence(cur, thread_id, token, now=now, require_claim=require_claim)
+        changed = 0
+        for params in rows:
+            statement = (
+                sql.UPSERT_WRITE_LAST_WINS
+                if params["channel"] in WRITES_IDX_MAP
+                else (sql.INSERT_WRITE_FIRST_WINS)
+            )
+            cur.execute(statement, {**params, "position": position})
+            changed += cur.rowcount
+        new = [NewEvent("writes", data, checkpoint_ns, checkpoint_id)] if changed else []
+        append(cur, thread_id, position, new, token=token, now=now, notify=notify)
+        return changed
+    conn = cur.connection
+    text = dumps_json(data, "event data")
+    event = {**base, "event_data": text, "event_checksum": checksum("writes", text), "now": now}
+    with conn.pipeline():
+        fenced = conn.cursor(row_factory=tuple_row)
+        fenced.execute(sql.FENCE, base)
+        inserts = []
+        for w, params in zip(writes, rows, strict=True):
+            c = conn.cursor(row_factory=tuple_row)
+            statement = (
+                sql.UPSERT_WRITE_LAST_WINS_AT_FENCE
+                if w.special
+                else sql.INSERT_WRITE_FIRST_WINS_AT_FENCE
+            )
+            c.execute(statement, params)
+            inserts.append(c)
+        ev = conn.cursor(row_factory=tuple_row)
+        ev.execute(
+            sql.INSERT_WRITES_EVENT_AT_FENCE_NOTIFY if notify else sql.INSERT_WRITES_EVENT_AT_FENCE,
+            event,
         )
-        changed += cur.rowcount
-    new = []
-    if changed:
-        data = {
-            "task_id": writes[0].task_id,
-            "task_path": writes[0].task_path,
-            "channels": [w.channel for w in writes],
-        }
-        new.append(NewEvent("writes", data, checkpoint_ns, checkpoint_id))
-    append(cur, thread_id, position, new, token=token, now=now, notify=notify)
+    if fenced.fetchone() is None:
+        raise stale(cur, thread_id, token)
+    changed = sum(c.rowcount for c in inserts)
+    if not changed:
+        cur.execute(sql.ADJUST_SEQ, {"thread_id": thread_id, "n": -1})
     return changed
 
 
