@@ -67,7 +67,23 @@ def put_later(args: dict[str, Any]) -> None:
         print(json.dumps({"committed_at": time.time()}))
 
 
-COMMANDS = {"take_overs": take_overs, "fenced_writer": fenced_writer, "put_later": put_later}
+def stream_writer(args: dict[str, Any]) -> None:
+    """Put a chain under one token forever, printing each acknowledged id at once (to be killed)."""
+    config: dict[str, Any] = {"thread_id": args["thread"], "__fence_token__": args["token"]}
+    with FencedPostgresSaver.from_conn_string(args["dsn"]) as saver:
+        while True:
+            cp = empty_checkpoint()
+            saver.put({"configurable": dict(config)}, cp, {"source": "loop", "step": 1}, {})
+            config["checkpoint_id"] = cp["id"]
+            print(cp["id"], flush=True)
+
+
+COMMANDS = {
+    "stream_writer": stream_writer,
+    "take_overs": take_overs,
+    "fenced_writer": fenced_writer,
+    "put_later": put_later,
+}
 
 
 if __name__ == "__main__":
