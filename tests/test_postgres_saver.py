@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import psycopg
@@ -316,3 +317,34 @@ def test_fenced_put_writes_refuses_a_stale_token_and_special_channels_go_to_the_
     with psycopg.connect(pg_dsn) as conn:
         tokens = conn.execute("SELECT token FROM lgfs_writes").fetchall()
     assert tokens == [(new.token,)]
+
+
+def test_an_expired_unreplaced_holder_still_writes_and_so_does_an_unfenced_writer(
+    open_pg: Any, clock: ManualClock
+) -> None:
+    """Expiry alone fences nobody (docs/semantics.md §2): the fence compares tokens only;
+    once the claim has expired, an unfenced write is accepted too."""
+    saver = open_pg()
+    granted = saver.claim("t", "alice", 10)
+    clock.advance(60)
+    first = _put(saver, "t", granted.token)
+    second = _put(saver, "t", parent=first)
+    got = saver.get_tuple(_config("t"))
+    assert got is not None and got.checkpoint["id"] == second
+
+
+def test_wait_events_on_a_pool_listens_on_a_connection_of_its_own(pg_dsn: str) -> None:
+    """A pooled saver's waiter holds no pool connection while it waits (max_size=1 here),
+    and wakes for a commit made through that same pool."""
+    with ConnectionPool(pg_dsn, min_size=1, max_size=1, open=True) as pool:
+        saver = FencedPostgresSaver(pool, poll_interval=30)
+        saver.setup()
+        got: list[Any] = []
+        waiter = threading.Thread(target=lambda: got.extend(saver.wait_events("t", timeout=30)))
+        waiter.start()
+        time.sleep(0.3)
+        started = time.monotonic()
+        _put(saver, "t")  # would block for the pool's only connection if the waiter held it
+        waiter.join(timeout=30)
+        assert [e.kind for e in got] == ["checkpoint"]
+        assert time.monotonic() - started < 10  # woken by NOTIFY, not the 30 s poll
