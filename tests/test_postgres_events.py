@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from conftest import run_together
 from langgraph.checkpoint.base import empty_checkpoint
@@ -121,20 +122,15 @@ def test_wait_events_returns_at_once_or_empty_after_the_timeout(open_pg: Any) ->
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-@pytest.mark.parametrize("notify", [True, False])
 def test_wait_events_wakes_for_another_process_commit(
-    open_pg: Any, pg_dsn: str, tmp_path: Any, notify: bool
+    open_pg: Any, pg_dsn: str, tmp_path: Any
 ) -> None:
-    """A waiter wakes for another process's commit: on its NOTIFY at once, or by the safety poll.
-
-    With notify, the waiter's safety poll is 5 s, so only the notification
-    can wake it within 1 s. With `notify=False` the writer sends nothing; the
-    waiter's poll (0.5 s here) still finds the commit, later.
-    """
-    saver = open_pg(clock=None, poll_interval=5 if notify else 0.5)
+    """A waiter wakes for another process's commit on its NOTIFY: the waiter's safety
+    poll is 5 s, so only the notification can wake it within 1 s."""
+    saver = open_pg(clock=None, poll_interval=5)
     _put(saver, "other")  # a thread created first, so the waiter's read is not its first
     flag = str(tmp_path / "go")
-    args = {"dsn": pg_dsn, "thread": "t", "flag": flag, "delay": 0.3, "notify": notify}
+    args = {"dsn": pg_dsn, "thread": "t", "flag": flag, "delay": 0.3, "notify": True}
     results: list[Any] = []
     child = threading.Thread(
         target=lambda: results.extend(
@@ -149,10 +145,41 @@ def test_wait_events_wakes_for_another_process_commit(
     assert code == 0, err
     assert [e.kind for e in got] == ["checkpoint"]
     lag = woke_at - json.loads(out)["committed_at"]
-    if notify:
-        assert lag < 1, lag  # far under the 5 s safety poll: the notification woke it
-    else:
-        assert lag < 1.5, lag
+    assert lag < 1, lag
+
+
+def test_without_notify_a_waiter_finds_the_commit_by_its_safety_poll(open_pg: Any) -> None:
+    """A writer with `notify=False` (on its own connection, as another host) sends no
+    NOTIFY: the waiter still returns the commit, by its poll (0.3 s here), not at once."""
+    waiter = open_pg(clock=None, poll_interval=0.3)
+    writer = open_pg(clock=None, notify=False)
+    got: list[Any] = []
+    thread = threading.Thread(target=lambda: got.extend(waiter.wait_events("t", timeout=30)))
+    thread.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    _put(writer, "t")
+    thread.join(timeout=30)
+    assert [e.kind for e in got] == ["checkpoint"]
+    assert time.monotonic() - started < 3
+
+
+def test_one_notification_per_commit_naming_the_thread_and_none_with_notify_off(
+    open_pg: Any, pg_dsn: str
+) -> None:
+    """A commit of ours sends one NOTIFY whose payload is the thread id (a fenced put,
+    an unfenced one, put_writes, caller events); `notify=False` sends none."""
+    loud, quiet = open_pg(), open_pg(notify=False)
+    with psycopg.connect(pg_dsn, autocommit=True) as listener:
+        listener.execute("LISTEN lgfs_events")
+        granted = loud.claim("t", "alice", 10)
+        cp = _put(loud, "t", granted.token)
+        loud.put_writes(_config("t", granted.token, checkpoint_id=cp["id"]), [("a", 1)], "x")
+        loud.append_events("t", granted.token, [("note", {})])
+        _put(quiet, "u")
+        _put(loud, "v")
+        got = [n.payload for n in listener.notifies(timeout=1)]
+    assert got == ["t", "t", "t", "v"]
 
 
 async def test_await_events_wakes_on_notify_and_cancels_at_once(open_pg: Any) -> None:
