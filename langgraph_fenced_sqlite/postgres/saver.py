@@ -43,6 +43,7 @@ from . import sql, txns
 from .api_claims import PgClaimsAPI
 from .api_events import PgEventsAPI
 from .api_retention import PgRetentionAPI
+from .api_runs import PgRunsAPI
 from .connection import PgConnection
 
 __all__ = ["DatabaseClock", "FencedPostgresSaver"]
@@ -80,7 +81,9 @@ class DatabaseClock:
         return time.monotonic()
 
 
-class FencedPostgresSaver(PgClaimsAPI, PgEventsAPI, PgRetentionAPI, BaseCheckpointSaver[str]):  # type: ignore[misc]
+class FencedPostgresSaver(  # type: ignore[misc]
+    PgClaimsAPI, PgRunsAPI, PgEventsAPI, PgRetentionAPI, BaseCheckpointSaver[str]
+):
     """A LangGraph checkpointer on PostgreSQL with per-thread claims and fencing tokens.
 
     The same contract as `FencedSqliteSaver` (docs/semantics.md) for workers
@@ -400,6 +403,7 @@ class FencedPostgresSaver(PgClaimsAPI, PgEventsAPI, PgRetentionAPI, BaseCheckpoi
         return await self._engine.arun(self.delete_thread, thread_id)
 
     get_next_version = FencedSqliteSaver.get_next_version
+    for_graph = FencedSqliteSaver.for_graph
 
 
 class _Opener(

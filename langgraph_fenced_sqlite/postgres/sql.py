@@ -97,6 +97,14 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (thread_id, seq)
     );
     """,
+    # 3: runs (`begin_run` ... `end_run`). `run_id` is the run the claim was
+    # granted for (NULL for a plain claim), `cancel_by` who asked that run to
+    # stop (it goes with the claim), `tenant` whose thread it is (NULL: none).
+    """
+    ALTER TABLE lgfs_threads ADD COLUMN run_id text;
+    ALTER TABLE lgfs_threads ADD COLUMN cancel_by text;
+    ALTER TABLE lgfs_threads ADD COLUMN tenant text;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -131,20 +139,24 @@ TAKE_POSITION = (
     "UPDATE lgfs_threads SET next_seq = next_seq + %(n)s "
     "WHERE thread_id = %(thread_id)s RETURNING next_seq - %(n)s"
 )
-# Grant a claim on a locked row; the token is drawn here, after the lock.
+# Grant a claim on a locked row; the token is drawn here, after the lock. The
+# claim records the run it is for (NULL: a plain claim) and drops a cancel
+# asked of the claim before.
 SET_CLAIM = (
     "UPDATE lgfs_threads SET token = nextval('lgfs_tokens'), holder = %(holder)s, "
     "expires_at = %(at)s + %(ttl)s, claimed_at = %(at)s, last_holder = %(holder)s, "
-    "last_token = currval('lgfs_tokens') WHERE thread_id = %(thread_id)s "
-    "RETURNING token, expires_at"
+    "last_token = currval('lgfs_tokens'), run_id = %(run_id)s, cancel_by = NULL "
+    "WHERE thread_id = %(thread_id)s RETURNING token, expires_at"
 )
+# Also returns who asked the claim's run to stop (NULL: nobody), so a run's
+# renewal learns of a cancel in the statement that renews it.
 RENEW_CLAIM = (
     f"UPDATE lgfs_threads SET expires_at = {NOW} + %(ttl)s "
-    "WHERE thread_id = %(thread_id)s AND token = %(token)s RETURNING holder, expires_at"
+    "WHERE thread_id = %(thread_id)s AND token = %(token)s RETURNING holder, expires_at, cancel_by"
 )
 RELEASE_CLAIM = (
-    "UPDATE lgfs_threads SET holder = NULL, token = NULL, expires_at = NULL, claimed_at = NULL "
-    "WHERE thread_id = %(thread_id)s AND token = %(token)s"
+    "UPDATE lgfs_threads SET holder = NULL, token = NULL, expires_at = NULL, claimed_at = NULL, "
+    "run_id = NULL, cancel_by = NULL WHERE thread_id = %(thread_id)s AND token = %(token)s"
 )
 GET_CLAIM = "SELECT holder, token, expires_at FROM lgfs_threads WHERE thread_id = %(thread_id)s"
 GET_LAST_CLAIM = (
@@ -155,12 +167,60 @@ GET_LAST_CLAIM = (
 # again, so a reader of the old one is told (ReplayUnavailable), not misled.
 NEW_INCARNATION = (
     "UPDATE lgfs_threads SET holder = NULL, token = NULL, expires_at = NULL, claimed_at = NULL, "
-    "incarnation = incarnation + CASE WHEN next_seq > 1 OR token IS NOT NULL THEN 1 ELSE 0 END, "
+    "run_id = NULL, cancel_by = NULL, incarnation = incarnation "
+    "+ CASE WHEN next_seq > 1 OR token IS NOT NULL THEN 1 ELSE 0 END, "
     "next_seq = 1 WHERE thread_id = %(thread_id)s"
 )
 # A commit that appends n events took one position at the fence: give back
 # or take the difference (the row is locked, so seqs stay gap-free).
 ADJUST_SEQ = "UPDATE lgfs_threads SET next_seq = next_seq + %(n)s WHERE thread_id = %(thread_id)s"
+
+# --- runs (`runs.py`) -----------------------------------------------------------------
+
+# `LOCK_THREAD` for a run: also the claim's run, the thread's tenant, whether
+# it holds anything a tenant could own, and whether this statement created the
+# row (an inserted row version has no xmax; an upserted one has ours).
+LOCK_RUN_THREAD = (
+    "INSERT INTO lgfs_threads AS t (thread_id) VALUES (%(thread_id)s) "
+    "ON CONFLICT (thread_id) DO UPDATE SET thread_id = t.thread_id "
+    f"RETURNING t.holder, t.token, t.expires_at, {NOW}, t.run_id, t.tenant, "
+    "t.next_seq > 1 OR EXISTS (SELECT 1 FROM lgfs_checkpoints c WHERE c.thread_id = t.thread_id), "
+    "t.xmax::text = '0'"
+)
+# A thread's tenant and whether it holds anything (no row: a new thread).
+GET_TENANT = (
+    "SELECT t.tenant, t.next_seq > 1 OR EXISTS (SELECT 1 FROM lgfs_checkpoints c "
+    "WHERE c.thread_id = t.thread_id) FROM lgfs_threads t WHERE t.thread_id = %(thread_id)s"
+)
+SET_TENANT = (
+    "UPDATE lgfs_threads SET tenant = %(tenant)s WHERE thread_id = %(thread_id)s AND tenant IS NULL"
+)
+# Ask the current claim's run to stop, and take the commit's position for its
+# (unfenced) event; no row when nothing holds the thread.
+REQUEST_CANCEL = (
+    "UPDATE lgfs_threads SET cancel_by = %(by)s, next_seq = next_seq + 1 "
+    "WHERE thread_id = %(thread_id)s AND token IS NOT NULL "
+    "RETURNING holder, token, expires_at, run_id, next_seq - 1"
+)
+# The latest root checkpoint and how many interrupt writes it has pending.
+LATEST_INTERRUPTS = (
+    "SELECT c.checkpoint_id, (SELECT count(*) FROM lgfs_writes w WHERE w.thread_id = "
+    "c.thread_id AND w.checkpoint_ns = '' AND w.checkpoint_id = c.checkpoint_id "
+    "AND w.channel = '__interrupt__') FROM lgfs_checkpoints c "
+    "WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = '' ORDER BY c.position DESC LIMIT 1"
+)
+# A superseded run's rows: its checkpoints (with every write of them) and its writes.
+DELETE_CHECKPOINTS_OF_RUN = (
+    "DELETE FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s AND run_id = %(run_id)s "
+    "RETURNING checkpoint_ns, checkpoint_id, position"
+)
+DELETE_WRITES_OF_RUN = (
+    "DELETE FROM lgfs_writes w WHERE w.thread_id = %(thread_id)s AND (w.run_id = %(run_id)s "
+    "OR (w.checkpoint_ns, w.checkpoint_id) IN (SELECT k.ns, k.id FROM "
+    "unnest(%(namespaces)s::text[], %(ids)s::text[]) AS k(ns, id)))"
+)
+# Only for a row made in the same transaction (a thread that never existed).
+DELETE_THREAD_ROW = "DELETE FROM lgfs_threads WHERE thread_id = %(thread_id)s"
 
 # --- events -------------------------------------------------------------------------
 

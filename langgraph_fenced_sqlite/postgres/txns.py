@@ -113,7 +113,14 @@ def latest_id(cur: Cursor, thread_id: str, checkpoint_ns: str = "") -> str | Non
 
 
 def grant(
-    cur: Cursor, thread_id: str, holder: str, ttl: float, *, now: float | None, force: bool
+    cur: Cursor,
+    thread_id: str,
+    holder: str,
+    ttl: float,
+    *,
+    now: float | None,
+    force: bool,
+    run_id: str | None = None,
 ) -> Claim:
     """Grant a claim with a new token; unless `force`, only if none is live.
 
@@ -128,8 +135,17 @@ def grant(
     )
     if not force and claim_live(token, expires_at, at):
         raise ThreadBusy(thread_id, current_holder, latest_id(cur, thread_id))
+    return set_claim(cur, thread_id, holder, ttl, at=at, run_id=run_id)
+
+
+def set_claim(
+    cur: Cursor, thread_id: str, holder: str, ttl: float, *, at: float, run_id: str | None
+) -> Claim:
+    """Grant a claim on a row this transaction has locked, judged free at time `at`."""
     new_token, new_expiry = _one(
-        cur, sql.SET_CLAIM, {"thread_id": thread_id, "holder": holder, "at": at, "ttl": ttl}
+        cur,
+        sql.SET_CLAIM,
+        {"thread_id": thread_id, "holder": holder, "at": at, "ttl": ttl, "run_id": run_id},
     )
     return Claim(thread_id, holder, int(new_token), float(new_expiry))
 
@@ -140,12 +156,23 @@ def renew(cur: Cursor, thread_id: str, token: int, ttl: float, *, now: float | N
     Raises:
         StaleClaim: `token` is not the thread's current claim.
     """
+    return renew_run(cur, thread_id, token, ttl, now=now)[0]
+
+
+def renew_run(
+    cur: Cursor, thread_id: str, token: int, ttl: float, *, now: float | None
+) -> tuple[Claim, str | None]:
+    """Extend the claim carrying `token`; return it and who asked its run to stop.
+
+    Raises:
+        StaleClaim: `token` is not the thread's current claim.
+    """
     row = _one(
         cur, sql.RENEW_CLAIM, {"thread_id": thread_id, "token": token, "ttl": ttl, "now": now}
     )
     if row is None:
         raise stale(cur, thread_id, token)
-    return Claim(thread_id, row[0] or "", token, float(row[1]))
+    return Claim(thread_id, row[0] or "", token, float(row[1])), row[2]
 
 
 def release(cur: Cursor, thread_id: str, token: int) -> bool:
