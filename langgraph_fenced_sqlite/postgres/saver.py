@@ -211,6 +211,17 @@ class FencedPostgresSaver(  # type: ignore[misc]
 
         self._engine.run("setup", job)
 
+    def stats(self) -> dict[str, Any]:
+        """Report the schema version, the last token issued and the row counts.
+
+        The keys `FencedSqliteSaver.stats` shares with this store:
+        `schema_version`, `token_counter` (0 before the first claim),
+        `threads`, `checkpoints`, `writes`, `events`.
+        """
+        row = self._engine.run("stats", lambda cur: txns._one(cur, sql.STATS, {}))
+        keys = ("schema_version", "token_counter", "threads", "checkpoints", "writes", "events")
+        return {k: int(v) for k, v in zip(keys, row, strict=True)}
+
     async def asetup(self) -> None:
         """Async twin of `setup`."""
         return await self._engine.arun(self.setup)

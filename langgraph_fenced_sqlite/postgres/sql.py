@@ -112,6 +112,13 @@ SCHEMA_VERSION = len(MIGRATIONS)
 MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(7314942706151652193)"
 GET_VERSION = "SELECT coalesce(max(v), 0) FROM lgfs_migrations"
 SET_VERSION = "INSERT INTO lgfs_migrations (v) VALUES (%s)"
+# `stats()`: the last token issued (0 before the first), and the row counts.
+STATS = (
+    "SELECT (SELECT coalesce(max(v), 0) FROM lgfs_migrations), "
+    "(SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM lgfs_tokens), "
+    "(SELECT count(*) FROM lgfs_threads), (SELECT count(*) FROM lgfs_checkpoints), "
+    "(SELECT count(*) FROM lgfs_writes), (SELECT count(*) FROM lgfs_events)"
+)
 HAS_MIGRATIONS_TABLE = "SELECT to_regclass('lgfs_migrations') IS NOT NULL"
 
 # The store's time in seconds since the epoch: the parameter when the caller
