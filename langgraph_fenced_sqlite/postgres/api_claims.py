@@ -16,7 +16,7 @@ from ..claims import Claim
 from ..clock import to_seconds
 from ..lease import AsyncLease, Lease
 from ..validation import check_int, check_name
-from . import txns
+from . import runs, txns
 from .connection import PgConnection
 
 __all__ = ["PgClaimsAPI"]
@@ -26,6 +26,7 @@ class PgClaimsAPI:
     """Claims and leases on threads (see docs/semantics.md §2), on PostgreSQL."""
 
     _engine: PgConnection
+    _notify: bool
 
     def _now(self) -> float | None:
         raise NotImplementedError  # the saver's
@@ -42,17 +43,72 @@ class PgClaimsAPI:
         """Async twin of `claim`."""
         return await self._engine.arun(self.claim, thread_id, holder, ttl)
 
-    def take_over(self, thread_id: str, holder: str, ttl: float | timedelta) -> Claim:
+    def take_over(
+        self,
+        thread_id: str,
+        holder: str,
+        ttl: float | timedelta,
+        *,
+        operator: str | None = None,
+    ) -> Claim:
         """Claim a thread even over a live claim, fencing off its holder.
 
         The previous holder's next fenced write or renewal raises `StaleClaim`;
         its release changes nothing.
-        """
-        return self._grant("take_over", thread_id, holder, ttl, force=True)
 
-    async def atake_over(self, thread_id: str, holder: str, ttl: float | timedelta) -> Claim:
+        Args:
+            operator: Who is doing this by hand (e.g. `alice@host`); when
+                given, a `claim_taken_over` event naming the operator, the
+                previous holder and token is logged in the same commit.
+        """
+        if operator is None:
+            return self._grant("take_over", thread_id, holder, ttl, force=True)
+        check_name(thread_id, "thread_id")
+        check_name(holder, "holder")
+        check_name(operator, "operator")
+        seconds = to_seconds(ttl, "ttl")
+        return self._engine.run(
+            "take_over",
+            lambda cur: runs.operator_take_over(
+                cur, thread_id, holder, operator, seconds, now=self._now(), notify=self._notify
+            ),
+        )
+
+    async def atake_over(
+        self,
+        thread_id: str,
+        holder: str,
+        ttl: float | timedelta,
+        *,
+        operator: str | None = None,
+    ) -> Claim:
         """Async twin of `take_over`."""
-        return await self._engine.arun(self.take_over, thread_id, holder, ttl)
+        return await self._engine.arun(self.take_over, thread_id, holder, ttl, operator=operator)
+
+    def force_release(self, thread_id: str, *, operator: str) -> Claim | None:
+        """End the thread's claim, whoever holds it, live or expired (an operator's release).
+
+        No token is needed. The released holder is fenced off as by a
+        takeover. Logs `claim_released_by_operator` (`operator`,
+        `previous_holder`, `previous_token`, `previous_run_id`, `was_live`)
+        in the same commit.
+
+        Returns:
+            The claim released, or None if the thread had no claim (nothing
+            changes, nothing is logged).
+        """
+        check_name(thread_id, "thread_id")
+        check_name(operator, "operator")
+        return self._engine.run(
+            "force_release",
+            lambda cur: runs.force_release(
+                cur, thread_id, operator, now=self._now(), notify=self._notify
+            ),
+        )
+
+    async def aforce_release(self, thread_id: str, *, operator: str) -> Claim | None:
+        """Async twin of `force_release`."""
+        return await self._engine.arun(self.force_release, thread_id, operator=operator)
 
     def _grant(self, op: str, thread_id: str, holder: str, ttl: Any, *, force: bool) -> Claim:
         check_name(thread_id, "thread_id")

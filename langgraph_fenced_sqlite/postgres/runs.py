@@ -19,11 +19,18 @@ from typing import Any
 from ..claims import Claim, claim_live
 from ..errors import TenantMismatch, ThreadBusy
 from ..events import NewEvent
-from ..runs import RUN_STRATEGIES
+from ..runs import OPERATOR_RELEASED, OPERATOR_TOOK_OVER, RUN_STRATEGIES
 from . import sql, txns
 from .events import append
 
-__all__ = ["begin_run", "cancel_run", "delete_unclaimed", "end_run"]
+__all__ = [
+    "begin_run",
+    "cancel_run",
+    "delete_unclaimed",
+    "end_run",
+    "force_release",
+    "operator_take_over",
+]
 
 Cursor = Any
 _TAKE_OVER = frozenset({"interrupt", "rollback"})
@@ -238,3 +245,72 @@ def delete_unclaimed(
         # The lock created the row; a thread that never existed has no reader
         # to warn, so it leaves no row behind.
         cur.execute(sql.DELETE_THREAD_ROW, {"thread_id": thread_id})
+
+
+# --- an operator's hand on a claim (the SQLite store's events and data) -----------------
+
+
+def _previous(
+    operator: str, holder: Any, token: Any, run_id: Any, was_live: bool
+) -> dict[str, Any]:
+    return {
+        "operator": operator,
+        "previous_holder": holder,
+        "previous_token": None if token is None else int(token),
+        "previous_run_id": run_id,
+        "was_live": was_live,
+    }
+
+
+def force_release(
+    cur: Cursor, thread_id: str, operator: str, *, now: float | None, notify: bool
+) -> Claim | None:
+    """End the thread's claim, whoever holds it, and log `claim_released_by_operator`.
+
+    The released token is fenced off like a taken-over one. The event is
+    unfenced (no token).
+
+    Returns:
+        The claim released, or None when the thread had none (nothing
+        changes, nothing is logged).
+    """
+    found = txns._one(cur, sql.LOCK_CLAIM, {"thread_id": thread_id, "now": now})
+    if found is None or found[1] is None:
+        return None
+    holder, token, expires_at, run_id, at = found
+    previous = Claim(thread_id, holder or "", int(token), float(expires_at or 0.0))
+    txns.release(cur, thread_id, int(token))
+    data = _previous(operator, holder, token, run_id, bool(claim_live(token, expires_at, at)))
+    position = int(txns._one(cur, sql.TAKE_POSITION, {"thread_id": thread_id, "n": 1})[0])
+    event = NewEvent(OPERATOR_RELEASED, data)
+    append(cur, thread_id, position, [event], token=None, now=now, notify=notify)
+    return previous
+
+
+def operator_take_over(
+    cur: Cursor,
+    thread_id: str,
+    holder: str,
+    operator: str,
+    ttl: float,
+    *,
+    now: float | None,
+    notify: bool,
+) -> Claim:
+    """Take the thread over for `holder` (fencing off any holder), logging `claim_taken_over`.
+
+    The event carries the new token and names `operator`, the previous holder
+    and token (None when the thread had no claim).
+    """
+    old_holder, old_token, expires_at, at, old_run, _, _, _ = _lock(cur, thread_id, now)
+    was_live = bool(claim_live(old_token, expires_at, at))
+    claim = txns.set_claim(cur, thread_id, holder, ttl, at=at, run_id=None)
+    position = txns.fence(cur, thread_id, claim.token, now=now, require_claim=True)
+    data = {
+        **_previous(operator, old_holder, old_token, old_run, was_live),
+        "holder": holder,
+        "expires_at": claim.expires_at,
+    }
+    event = NewEvent(OPERATOR_TOOK_OVER, data)
+    append(cur, thread_id, position, [event], token=claim.token, now=now, notify=notify)
+    return claim

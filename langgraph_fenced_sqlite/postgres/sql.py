@@ -226,6 +226,11 @@ DELETE_WRITES_OF_RUN = (
     "OR (w.checkpoint_ns, w.checkpoint_id) IN (SELECT k.ns, k.id FROM "
     "unnest(%(namespaces)s::text[], %(ids)s::text[]) AS k(ns, id)))"
 )
+# An operator's release: lock the row only if the thread exists.
+LOCK_CLAIM = (
+    f"SELECT holder, token, expires_at, run_id, {NOW} FROM lgfs_threads "
+    "WHERE thread_id = %(thread_id)s FOR UPDATE"
+)
 # Only for a row made in the same transaction (a thread that never existed).
 DELETE_THREAD_ROW = "DELETE FROM lgfs_threads WHERE thread_id = %(thread_id)s"
 
