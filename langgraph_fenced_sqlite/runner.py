@@ -25,7 +25,7 @@ import uuid
 from collections.abc import AsyncGenerator, Generator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -40,6 +40,9 @@ from .runqueue import Place, queued, wake_head
 from .runs import RUN_STRATEGIES
 from .saver import FencedSqliteSaver
 from .validation import check_name, config_target
+
+if TYPE_CHECKING:
+    from .postgres import FencedPostgresSaver
 
 __all__ = ["STRATEGIES", "FencedRunner"]
 
@@ -87,7 +90,7 @@ class FencedRunner:
     def __init__(
         self,
         graph: Any,
-        saver: FencedSqliteSaver,
+        saver: FencedSqliteSaver | FencedPostgresSaver,
         *,
         holder: str | None = None,
         ttl: float | timedelta = 30.0,
@@ -102,7 +105,9 @@ class FencedRunner:
 
         Args:
             graph: A compiled LangGraph graph (`StateGraph(...).compile(...)`).
-            saver: The store every invocation claims its thread in.
+            saver: The store every invocation claims its thread in: a
+                `FencedSqliteSaver`, or a `FencedPostgresSaver` for workers
+                on several hosts (the same runs, events and errors).
             holder: Who claims (shown in `ThreadBusy`); defaults to
                 `"<hostname>:<pid>:<random>"`.
             ttl: How long a claim lives without renewal. A crashed process's

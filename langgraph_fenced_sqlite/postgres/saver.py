@@ -32,7 +32,7 @@ from ..claims import token_from_config
 from ..clock import Clock, read_now, to_seconds
 from ..errors import UnsupportedFormat, bad_argument
 from ..saver import FencedSqliteSaver, list_query
-from ..serde import DataOnlySerializer, TypeKey
+from ..serde import DataOnlySerializer, TypeKey, schema_classes, schema_types
 from ..validation import (
     check_checkpoint,
     check_name,
@@ -414,7 +414,19 @@ class FencedPostgresSaver(  # type: ignore[misc]
         return await self._engine.arun(self.delete_thread, thread_id)
 
     get_next_version = FencedSqliteSaver.get_next_version
-    for_graph = FencedSqliteSaver.for_graph
+
+    def for_graph(self, graph: Any) -> FencedPostgresSaver:
+        """Return this saver allowing the types `graph`'s schemas declare.
+
+        As `FencedSqliteSaver.for_graph`: the result shares this saver's
+        connection; `FencedRunner` uses it so a worker that only resumes
+        rebuilds the graph's state types.
+
+        Raises:
+            InvalidArgument: `graph` is neither a `StateGraph` nor a compiled graph.
+        """
+        extra: _list[Any] = [*schema_types(graph), *schema_classes(graph).values()]
+        return self.with_allowlist(extra)  # type: ignore[return-value]
 
 
 class _Opener(
