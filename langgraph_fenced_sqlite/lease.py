@@ -29,6 +29,7 @@ from .clock import to_seconds
 from .errors import FencedSqliteError, RunCancelled, RunTimedOut, StaleClaim
 
 if TYPE_CHECKING:
+    from .postgres import FencedPostgresSaver
     from .saver import FencedSqliteSaver
 
 __all__ = ["AsyncLease", "Lease"]
@@ -259,7 +260,9 @@ class RunRenewer:
     thread also wakes at each run's deadline.
     """
 
-    def __init__(self, saver: FencedSqliteSaver, ttl: float, every: float) -> None:
+    def __init__(
+        self, saver: FencedSqliteSaver | FencedPostgresSaver, ttl: float, every: float
+    ) -> None:
         """Renew claims on `saver` for `ttl` seconds, every `every` seconds."""
         self._saver, self._ttl, self._every = saver, ttl, every
         self._cond = threading.Condition()

@@ -25,9 +25,10 @@ import uuid
 from collections.abc import AsyncGenerator, Generator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import StateGraph
 from langgraph.runtime import RunControl
 
@@ -39,6 +40,9 @@ from .runqueue import Place, queued, wake_head
 from .runs import RUN_STRATEGIES
 from .saver import FencedSqliteSaver
 from .validation import check_name, config_target
+
+if TYPE_CHECKING:
+    from .postgres import FencedPostgresSaver
 
 __all__ = ["STRATEGIES", "FencedRunner"]
 
@@ -86,7 +90,7 @@ class FencedRunner:
     def __init__(
         self,
         graph: Any,
-        saver: FencedSqliteSaver,
+        saver: FencedSqliteSaver | FencedPostgresSaver,
         *,
         holder: str | None = None,
         ttl: float | timedelta = 30.0,
@@ -101,7 +105,9 @@ class FencedRunner:
 
         Args:
             graph: A compiled LangGraph graph (`StateGraph(...).compile(...)`).
-            saver: The store every invocation claims its thread in.
+            saver: The store every invocation claims its thread in: a
+                `FencedSqliteSaver`, or a `FencedPostgresSaver` for workers
+                on several hosts (the same runs, events and errors).
             holder: Who claims (shown in `ThreadBusy`); defaults to
                 `"<hostname>:<pid>:<random>"`.
             ttl: How long a claim lives without renewal. A crashed process's
@@ -121,13 +127,16 @@ class FencedRunner:
                 another checkpointer, or a bad `ttl`/`renew_every`/`holder`/
                 `tenant`/`principal`.
         """
-        if not isinstance(saver, FencedSqliteSaver):
-            raise bad_argument("saver", f"expected a FencedSqliteSaver, got {type(saver).__name__}")
+        if not _is_store(saver):
+            raise bad_argument(
+                "saver",
+                f"expected a FencedSqliteSaver or FencedPostgresSaver, got {type(saver).__name__}",
+            )
         current = getattr(graph, "checkpointer", None)
         # LangGraph's strict mode compiles with a copy of the saver (same
         # connection, derived serializer); that copy is the saver too.
         if current is not None and not (
-            isinstance(current, FencedSqliteSaver) and current._engine is saver._engine
+            _is_store(current) and getattr(current, "_engine", None) is saver._engine
         ):
             raise bad_argument("graph", "compile it with checkpointer=saver (or no checkpointer)")
         if isinstance(getattr(graph, "builder", None), StateGraph):
@@ -546,6 +555,19 @@ class FencedRunner:
                 await _shielded(self._end, run, call, outcome)
             raise_for(outcome, exc)
         await _shielded(self._complete, run, call, static)
+
+
+# What a store gives a runner (both stores have it, with one meaning: see `runs.py`).
+_RUN_API = ("begin_run", "renew_run", "cancel_run", "end_run", "delete_unclaimed_thread")
+
+
+def _is_store(saver: Any) -> bool:
+    """Whether `saver` is a fenced store a runner can drive (SQLite or PostgreSQL)."""
+    return (
+        isinstance(saver, BaseCheckpointSaver)
+        and hasattr(saver, "_engine")
+        and all(callable(getattr(saver, name, None)) for name in (*_RUN_API, "for_graph"))
+    )
 
 
 def _optional_name(value: Any, name: str) -> str | None:

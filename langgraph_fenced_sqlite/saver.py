@@ -349,27 +349,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
         before: RunnableConfig | None,
         limit: int | None,
     ) -> dict[str, Any]:
-        thread_id = ns = cid = None
-        if config is not None:
-            conf = check_config(config)
-            if conf.get("thread_id") is not None:
-                thread_id, _, cid = config_target(config)
-            if conf.get("checkpoint_ns") is not None:
-                ns = check_name(
-                    conf["checkpoint_ns"],
-                    'config["configurable"]["checkpoint_ns"]',
-                    allow_empty=True,
-                )
-        metadata_filter = check_filter(filter)
-        before_id = check_before(before)
-        return {
-            "thread_id": thread_id,
-            "checkpoint_ns": ns,
-            "checkpoint_id": cid,
-            "metadata_filter": metadata_filter,
-            "before_id": before_id,
-            "limit": check_limit(limit),
-        }
+        return list_query(config, filter, before, limit)
 
     def _list_page(
         self, query: dict[str, Any], cursor: tuple[str, str, str] | None, remaining: int | None
@@ -497,6 +477,37 @@ class FencedSqliteSaver(  # type: ignore[misc]
                 raise bad_argument("current", f"expected a channel version, got {current!r}")
             current_v = int(head)
         return f"{current_v + 1:032}.{random.random():016}"
+
+
+def list_query(
+    config: RunnableConfig | None,
+    filter: dict[str, Any] | None,
+    before: RunnableConfig | None,
+    limit: int | None,
+) -> dict[str, Any]:
+    """Check `list`'s arguments; return them as the query builders' keywords (and `limit`).
+
+    Both stores' `list` call this, so they accept and refuse the same arguments.
+    """
+    thread_id = ns = cid = None
+    if config is not None:
+        conf = check_config(config)
+        if conf.get("thread_id") is not None:
+            thread_id, _, cid = config_target(config)
+        if conf.get("checkpoint_ns") is not None:
+            ns = check_name(
+                conf["checkpoint_ns"],
+                'config["configurable"]["checkpoint_ns"]',
+                allow_empty=True,
+            )
+    return {
+        "thread_id": thread_id,
+        "checkpoint_ns": ns,
+        "checkpoint_id": cid,
+        "metadata_filter": check_filter(filter),
+        "before_id": check_before(before),
+        "limit": check_limit(limit),
+    }
 
 
 class _Opener(

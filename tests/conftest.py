@@ -143,3 +143,52 @@ def reseal(conn: Any) -> None:
     conn.create_function(schema.CHECKSUM_FUNCTION, -1, checksum, deterministic=True)
     for statement in schema.BACKFILL_CHECKSUMS:
         conn.execute(statement)
+
+
+# --- PostgreSQL: one throwaway server per test session (per xdist worker) ---------------
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """A real PostgreSQL server started for this session, stopped at its end.
+
+    Each pytest-xdist worker is its own session, so each starts its own
+    server (own temp dir, own free port): workers share nothing.
+    """
+    from langgraph_fenced_sqlite.testing.postgres_server import start_server
+
+    server = start_server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_dsn(pg_server: Any) -> str:
+    """A DSN on a fresh, empty schema of the session's server."""
+    return str(pg_server.fresh_dsn())
+
+
+@pytest.fixture
+def open_pg(pg_dsn: str, clock: ManualClock) -> Iterator[Any]:
+    """Open set-up `FencedPostgresSaver`s on `pg_dsn` (the test's clock unless
+    `clock=None`, the database's); every saver and connection is closed at teardown."""
+    import psycopg
+
+    from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
+
+    opened: list[Any] = []
+
+    def opener(dsn: str | None = None, **kwargs: Any) -> FencedPostgresSaver:
+        kwargs.setdefault("clock", clock)
+        conn = psycopg.connect(dsn or pg_dsn, autocommit=True)
+        opened.append(conn)
+        saver = FencedPostgresSaver(conn, **kwargs)
+        opened.append(saver)
+        saver.setup()
+        return saver
+
+    yield opener
+    for item in reversed(opened):
+        item.close()

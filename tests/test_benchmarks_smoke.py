@@ -46,6 +46,13 @@ EXPECTED = {
         "put_writes 4KB +run_id",
         "RUN IDS:",
     ],
+    "bench_postgres.py": [
+        "PUT: one checkpoint per call",
+        "FencedPostgresSaver.put (fenced)",
+        "PostgresSaver.put",
+        "INVOKE: a 5-node chain",
+        "result",
+    ],
     "bench_syncs.py": [
         "ours syncs",
         "stock syncs",

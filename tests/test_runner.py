@@ -126,6 +126,27 @@ def all_events(store: FencedSqliteSaver, thread_id: str = "t") -> list[Any]:
     return store.events_after(thread_id, 0, 10_000)
 
 
+def history(store: Any, thread_id: str = "t") -> list[Any]:
+    """The thread's checkpoints, newest first, through LangGraph's `list` (both stores)."""
+    return list(store.list({"configurable": {"thread_id": thread_id}}))
+
+
+def thread_rows(store: Any, query: str) -> list[tuple[Any, ...]]:
+    """Run `query` on the store's threads table (`threads` in SQLite, `lgfs_threads` in PG)."""
+    if isinstance(store, FencedSqliteSaver):
+        con = sqlite3.connect(store.path)
+        try:
+            return con.execute(query.format(threads="threads")).fetchall()
+        finally:
+            con.close()
+
+    def job(cur: Any) -> list[tuple[Any, ...]]:
+        cur.execute(query.format(threads="lgfs_threads"))
+        return [tuple(r) for r in cur.fetchall()]
+
+    return store._engine.run("test", job)
+
+
 def in_thread(fn: Any, *args: Any, **kwargs: Any) -> tuple[threading.Thread, dict[str, Any]]:
     """Run fn in a thread; the dict gets "result" or "error"."""
     out: dict[str, Any] = {}
@@ -147,6 +168,14 @@ def wait_for(predicate: Any, what: str) -> None:
     while not predicate():
         assert time.monotonic() < deadline, f"gave up waiting for {what}"
         time.sleep(0.005)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: Any, open_store: Any) -> Any:
+    """The test's store: each test runs on a SQLite file and on PostgreSQL."""
+    if request.param == "sqlite":
+        return open_store()
+    return request.getfixturevalue("open_pg")()
 
 
 @pytest.fixture
@@ -180,11 +209,11 @@ def test_invoke_logs_lifecycle_tags_checkpoints_and_releases(
         evs[-1].data["checkpoint_id"]
         == store.get_tuple(cfg()).config["configurable"]["checkpoint_id"]
     )
-    history = store.history("t")
-    assert history and all(c.metadata["run_id"] == "r1" for c in history)
+    turn1 = history(store)
+    assert turn1 and all(c.metadata["run_id"] == "r1" for c in turn1)
     runner.invoke(inp("b"), cfg(run_id="r2"))
     store.delete_for_runs(["r2"])
-    assert [c.metadata["run_id"] for c in store.history("t")] == ["r1"] * len(history)
+    assert [c.metadata["run_id"] for c in history(store)] == ["r1"] * len(turn1)
     assert run_events(store) == [
         ("run_started", "r1"),
         ("run_completed", "r1"),
@@ -486,7 +515,7 @@ def test_rollback_removes_exactly_the_superseded_run(
 ) -> None:
     """Strategy "rollback" retracts the superseded run's rows, never an earlier turn's."""
     runner.invoke(inp("t1"), cfg(run_id="t1"), durability=durability)
-    turn1 = [(c.config["configurable"]["checkpoint_id"], c.metadata) for c in store.history("t")]
+    turn1 = [(c.config["configurable"]["checkpoint_id"], c.metadata) for c in history(store)]
     old, out = in_thread(
         runner.invoke, inp("t2", block=True), cfg(run_id="t2"), durability=durability
     )
@@ -496,12 +525,12 @@ def test_rollback_removes_exactly_the_superseded_run(
     old.join(30)
     assert isinstance(out.get("error"), StaleClaim)
     assert result["log"] == ["t1:first", "t1:slow", "t1:last", "t3:first", "t3:slow", "t3:last"]
-    runs = [c.metadata["run_id"] for c in store.history("t", limit=100)]
+    runs = [c.metadata["run_id"] for c in history(store)]
     assert "t2" not in runs and runs.count("t1") == len(turn1)
     kept = {cid: md for cid, md in turn1}
     assert all(
         kept[c.config["configurable"]["checkpoint_id"]] == c.metadata
-        for c in store.history("t", limit=100)
+        for c in history(store)
         if c.metadata["run_id"] == "t1"
     )
     superseded = next(e for e in all_events(store) if e.kind == "run_superseded")
@@ -513,13 +542,18 @@ def test_rollback_removes_exactly_the_superseded_run(
 
 @pytest.mark.parametrize("forget", ["compact_events", "prune"])
 def test_rollback_finds_the_superseded_run_after_its_events_are_gone(
-    runner: FencedRunner, store: FencedSqliteSaver, gate: Gate, forget: str
+    open_store: Any, gate: Gate, forget: str
 ) -> None:
-    """Rollback retracts the superseded run by the claim's run id, not by its run_started event."""
+    """Rollback retracts the superseded run by the claim's run id, not by its run_started event.
+
+    SQLite only: event compaction and event retention are its features.
+    """
+    store = open_store()
+    runner = FencedRunner(build(gate).compile(checkpointer=store), store, holder="me")
     runner.invoke(inp("t1"), cfg(run_id="t1"))
     old, out = in_thread(runner.invoke, inp("t2", block=True), cfg(run_id="t2"))
     assert gate.entered.wait(30)
-    assert "t2" in [c.metadata["run_id"] for c in store.history("t", limit=100)]
+    assert "t2" in [c.metadata["run_id"] for c in history(store)]
     # The superseded run's run_started event goes: it used to be the only
     # way rollback found the run, so nothing was retracted.
     if forget == "compact_events":
@@ -533,7 +567,7 @@ def test_rollback_finds_the_superseded_run_after_its_events_are_gone(
     old.join(30)
     assert isinstance(out.get("error"), StaleClaim)
     assert result["log"] == ["t1:first", "t1:slow", "t1:last", "t3:first", "t3:slow", "t3:last"]
-    assert "t2" not in [c.metadata["run_id"] for c in store.history("t", limit=100)]
+    assert "t2" not in [c.metadata["run_id"] for c in history(store)]
     superseded = next(
         e for e in store.events_after("t", floor - 1, 1000) if e.kind == "run_superseded"
     )
@@ -545,18 +579,15 @@ def test_a_plain_claim_after_a_run_carries_no_run_id(
 ) -> None:
     """A run id leaves the claim row on release: taking over a later claim retracts nothing."""
     runner.invoke(inp("t1"), cfg(run_id="t1"))
-    con = sqlite3.connect(store.path)
-    try:
-        assert con.execute("SELECT run_id FROM threads WHERE thread_id = 't'").fetchall() == [
-            (None,)
-        ]
-    finally:
-        con.close()
-    store.compact_events("t", all_events(store)[-1].seq + 1)
-    before = len(store.history("t", limit=100))
+    assert thread_rows(store, "SELECT run_id FROM {threads} WHERE thread_id = 't'") == [(None,)]
+    if isinstance(store, FencedSqliteSaver):
+        # Its `run_started` goes too, which rollback could otherwise find by
+        # scanning the events (the PostgreSQL store reads the claim row only).
+        store.compact_events("t", all_events(store)[-1].seq + 1)
+    before = len(history(store))
     store.claim("t", "manual", 30)
     runner.invoke(inp("t2"), cfg(run_id="t2"), strategy="rollback")
-    runs = [c.metadata["run_id"] for c in store.history("t", limit=100)]
+    runs = [c.metadata["run_id"] for c in history(store)]
     assert runs.count("t1") == before
 
 
@@ -581,10 +612,10 @@ def test_rollback_of_a_foreign_claim_retracts_nothing(
 ) -> None:
     """A claim no runner logged has no run id to retract: earlier turns stay."""
     runner.invoke(inp("t1"), cfg(run_id="t1"))
-    before = len(store.history("t", limit=100))
+    before = len(history(store))
     store.claim("t", "manual", 30)
     runner.invoke(inp("t2"), cfg(run_id="t2"), strategy="rollback")
-    runs = [c.metadata["run_id"] for c in store.history("t", limit=100)]
+    runs = [c.metadata["run_id"] for c in history(store)]
     assert runs.count("t1") == before
     superseded = next(e for e in all_events(store) if e.kind == "run_superseded")
     assert superseded.data["run_id"] is None and superseded.data["holder"] == "manual"
@@ -959,11 +990,7 @@ def test_deleting_a_thread_that_never_existed_leaves_no_row(
 ) -> None:
     """The runner's delete of an unknown id claims it, and leaves nothing behind."""
     runner.delete_thread("never-there")
-    con = sqlite3.connect(store.path)
-    try:
-        assert con.execute("SELECT count(*) FROM threads").fetchone() == (0,)
-    finally:
-        con.close()
+    assert thread_rows(store, "SELECT count(*) FROM {threads}") == [(0,)]
     assert store.events_after("never-there", 5) == []
 
 

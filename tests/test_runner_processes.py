@@ -67,7 +67,14 @@ from langgraph_fenced_sqlite import FencedRunner, FencedSqliteSaver, FencedSqlit
 db, gate_dir, thread, turn, strategy, api, durability, ttl, probe = sys.argv[1:10]
 inputs = {"turn": turn, "block": True}
 config = {"configurable": {"thread_id": thread}, "metadata": {"run_id": turn}}
-with FencedSqliteSaver(db) as saver:
+
+def open_store(db):
+    if db.startswith("pg:"):
+        from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
+        return FencedPostgresSaver.from_conn_string(db[3:])
+    return FencedSqliteSaver(db)
+
+with open_store(db) as saver:
     runner = FencedRunner(build(gate_dir).compile(checkpointer=saver), saver, ttl=float(ttl))
     if probe == "probe":
         try:
@@ -105,12 +112,16 @@ RUN_KINDS = (
 
 
 class Workers:
-    """Start worker processes on one file; kill leftovers at teardown."""
+    """Start worker processes on one store; kill leftovers at teardown."""
 
-    def __init__(self, tmp: Path) -> None:
-        """Write the worker script and make the gates directory in `tmp`."""
+    def __init__(self, tmp: Path, db: str | None = None) -> None:
+        """Write the worker script and make the gates directory in `tmp`.
+
+        `db` is the store: a SQLite file (default: one in `tmp`) or
+        `"pg:" + dsn` for PostgreSQL.
+        """
         self.tmp = tmp
-        self.db = str(tmp / "runner.db")
+        self.db = db or str(tmp / "runner.db")
         self.gates = tmp / "gates"
         self.gates.mkdir()
         self.script = tmp / "worker.py"
@@ -167,19 +178,52 @@ class Workers:
 
 
 @pytest.fixture
-def workers(tmp_path: Path) -> Any:
+def sqlite_workers(tmp_path: Path) -> Any:
     """Workers on a file in the test's temporary directory."""
     w = Workers(tmp_path)
     yield w
     w.close()
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def workers(request: Any, tmp_path: Path) -> Any:
+    """Workers on a SQLite file, or on a fresh PostgreSQL schema (each test runs on both)."""
+    db = None
+    if request.param == "postgres":
+        db = "pg:" + request.getfixturevalue("pg_dsn")
+    w = Workers(tmp_path, db)
+    yield w
+    w.close()
+
+
+def _open_local(db: str) -> Any:
+    """Open this process's store on the workers' (their clock: the system's, or the database's)."""
+    if db.startswith("pg:"):
+        from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
+
+        opener = FencedPostgresSaver.from_conn_string(db[3:])
+        saver = opener.__enter__()
+        saver.setup()  # before any worker starts: they share this schema
+        return saver
+    return FencedSqliteSaver(db, clock=SystemClock())
+
+
 @pytest.fixture
 def local(workers: Workers) -> Any:
-    """This process's runner on the workers' file (system clock, like theirs)."""
-    saver = FencedSqliteSaver(workers.db, clock=SystemClock())
+    """This process's runner on the workers' store."""
+    saver = _open_local(workers.db)
     try:
         yield FencedRunner(build(str(workers.gates)).compile(checkpointer=saver), saver)
+    finally:
+        saver.close()
+
+
+@pytest.fixture
+def sqlite_local(sqlite_workers: Workers) -> Any:
+    """This process's runner on the SQLite workers' file."""
+    saver = _open_local(sqlite_workers.db)
+    try:
+        yield FencedRunner(build(str(sqlite_workers.gates)).compile(checkpointer=saver), saver)
     finally:
         saver.close()
 
@@ -264,14 +308,14 @@ def test_rollback_across_processes(workers: Workers, local: FencedRunner, durabi
     """Strategy "rollback" removes exactly the superseded run's rows, not the earlier turn's."""
     local.invoke(turn("t1"), cfg("t1"), durability=durability)
     saver = local.saver
-    turn1 = {c.config["configurable"]["checkpoint_id"] for c in saver.history("t", limit=100)}
+    turn1 = {c.config["configurable"]["checkpoint_id"] for c in saver.list(cfg("t1"))}
     p2 = workers.start("t2", durability=durability)
     workers.wait_file("t2.entered", p2)
     out = local.invoke(turn("t3"), cfg("t3"), strategy="rollback", durability=durability)
     assert out["log"] == ["t1:first", "t1:slow", "t1:last", "t3:first", "t3:slow", "t3:last"]
     workers.open_gate("t2")
     assert workers.result(p2) == {"error": "stale_claim"}
-    history = saver.history("t", limit=100)
+    history = list(saver.list(cfg("t3")))
     assert {c.metadata["run_id"] for c in history} == {"t1", "t3"}
     assert turn1 <= {c.config["configurable"]["checkpoint_id"] for c in history}
     assert lifecycle(saver)[2:] == [
@@ -434,12 +478,12 @@ class Steered:
 
 @pytest.mark.parametrize("api", ["sync", "async"])
 def test_a_run_taken_over_by_another_process_starts_no_further_node(
-    workers: Workers, api: str
+    sqlite_workers: Workers, api: str
 ) -> None:
     """Another worker takes the thread over: the run stops (async: mid-node) and says who."""
-    child = Steered(workers, api, durability="exit")  # no write of its own to be refused
+    child = Steered(sqlite_workers, api, durability="exit")  # no write of its own to be refused
     child.entered()
-    with FencedSqliteSaver(workers.db) as saver:
+    with FencedSqliteSaver(sqlite_workers.db) as saver:
         new = saver.begin_run("t", "parent", 30, run_id="new", strategy="interrupt")
         out = child.result()
         assert (out["code"], out["holder"], out["current_token"]) == (
@@ -462,17 +506,25 @@ def test_a_run_taken_over_by_another_process_starts_no_further_node(
 
 @pytest.mark.parametrize("api", ["sync", "async"])
 def test_a_cancel_from_another_process_stops_the_run(
-    workers: Workers, local: FencedRunner, api: str
+    sqlite_workers: Workers, sqlite_local: FencedRunner, api: str
 ) -> None:
     """`runner.cancel` (sync child) or `lgfs runs cancel` (async child) stops the run."""
-    child = Steered(workers, api, durability="sync")
+    child = Steered(sqlite_workers, api, durability="sync")
     child.entered()
     if api == "sync":
-        asked = local.cancel("t", by="oncall")
+        asked = sqlite_local.cancel("t", by="oncall")
         assert asked is not None and asked.holder == "child"
     else:
         done = subprocess.run(
-            [sys.executable, "-m", "langgraph_fenced_sqlite", "runs", "cancel", workers.db, "t"]
+            [
+                sys.executable,
+                "-m",
+                "langgraph_fenced_sqlite",
+                "runs",
+                "cancel",
+                sqlite_workers.db,
+                "t",
+            ]
             + ["--by", "oncall", "--json"],
             capture_output=True,
             text=True,
@@ -485,7 +537,7 @@ def test_a_cancel_from_another_process_stops_the_run(
     assert not child.has("after.ran")
     if api == "async":
         assert not child.has("slow.done")
-    saver = local.saver
+    saver = sqlite_local.saver
     assert lifecycle(saver) == [("run_started", "child"), ("run_cancelled", "child")]
     kinds = [e.kind for e in saver.events_after("t", 0, 10_000)]
     assert kinds.index("cancel_requested") < kinds.index("run_cancelled")
@@ -494,12 +546,12 @@ def test_a_cancel_from_another_process_stops_the_run(
     assert saver.current_claim("t") is None
 
 
-def test_a_run_past_its_timeout_in_another_process_is_stopped(workers: Workers) -> None:
+def test_a_run_past_its_timeout_in_another_process_is_stopped(sqlite_workers: Workers) -> None:
     """timeout= stops an async run mid-node, logged as run_timed_out (not run_failed)."""
-    child = Steered(workers, "async", durability="sync", timeout="0.5")
+    child = Steered(sqlite_workers, "async", durability="sync", timeout="0.5")
     out = child.result()
     assert (out["code"], out["timeout"]) == ("run_timed_out", 0.5)
     assert not child.has("slow.done") and not child.has("after.ran")
-    with FencedSqliteSaver(workers.db) as saver:
+    with FencedSqliteSaver(sqlite_workers.db) as saver:
         assert lifecycle(saver) == [("run_started", "child"), ("run_timed_out", "child")]
         assert saver.current_claim("t") is None

@@ -4,7 +4,9 @@ Invariant: a case is a function `case(env)` that raises on a broken promise and
 returns None otherwise. It reaches stores only through `env` (which opens
 them on one file, with one manual clock, through the sync API or through the
 async API behind a sync facade), so the same case checks every API, and
-every store it opens is closed when the case ends, pass or fail.
+every store it opens is closed when the case ends, pass or fail. Which store
+an env opens is its `store_factory`'s choice (default: `FencedSqliteSaver` on
+`path`), so the same cases check every store.
 """
 
 from __future__ import annotations
@@ -137,23 +139,31 @@ class ContractEnv:
         clock: The manual clock every store of this env shares by default.
         api: `"sync"` or `"async"` (stores come behind an `AsyncFacade`).
         capabilities: What this env offers (see `CAPABILITIES`).
+        store_factory: Opens a store on the env's storage from `open`'s
+            keyword arguments (None: `FencedSqliteSaver(path, **kwargs)`).
+            Every store it opens shares one storage; each is closed with
+            the env.
     """
 
     path: str
     clock: ManualClock
     api: str = "sync"
     capabilities: frozenset[str] = CAPABILITIES
-    _stores: list[FencedSqliteSaver] = field(default_factory=list)
+    store_factory: Callable[..., Any] | None = None
+    _stores: list[Any] = field(default_factory=list)
     _loop: _LoopThread | None = None
 
     def open(self, **kwargs: Any) -> Any:
-        """Open a store on this env's file (the env's clock unless given).
+        """Open a store on this env's storage (the env's clock unless given).
 
         Returns:
             The saver (sync api) or an `AsyncFacade` over it (async api).
         """
         kwargs.setdefault("clock", self.clock)
-        saver = FencedSqliteSaver(self.path, **kwargs)
+        if self.store_factory is None:
+            saver = FencedSqliteSaver(self.path, **kwargs)
+        else:
+            saver = self.store_factory(**kwargs)
         self._stores.append(saver)
         if self.api == "sync":
             return saver

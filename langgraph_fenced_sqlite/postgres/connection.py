@@ -1,0 +1,192 @@
+"""The PostgreSQL store's connections: one transaction per call, errors translated.
+
+Invariant: every call runs in one transaction of its own (`transaction()`),
+committed when the job returns and rolled back when it raises, on a
+connection used by nothing else meanwhile: a pool's connection for the
+call's length, or the one given connection under a lock. No psycopg error
+reaches the caller: a lock or statement timeout is `StoreBusy`, anything else
+`StoreError`, each naming the operation and the server (never the password).
+Async calls run the same sync function through one thread hop (`arun`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import psycopg
+import psycopg.conninfo
+from psycopg import errors as pg_errors
+from psycopg.rows import tuple_row
+
+from ..errors import (
+    FencedSqliteError,
+    StoreBusy,
+    StoreClosed,
+    StoreError,
+    WrongProcess,
+    WrongThread,
+    bad_argument,
+)
+
+try:  # psycopg-pool is part of the [postgres] extra, but a plain connection needs none
+    from psycopg_pool import ConnectionPool
+except ImportError:  # pragma: no cover - the extra installs it
+    ConnectionPool = None  # type: ignore[assignment,misc]
+
+T = TypeVar("T")
+
+# SQLSTATEs that mean "waited too long for a lock": the call changed nothing.
+_BUSY = (pg_errors.LockNotAvailable, pg_errors.QueryCanceled)
+
+
+def describe(info: Any) -> str:
+    """Name a server as `host:port/dbname`, with no password or other options."""
+    try:
+        return f"postgresql://{info.host}:{info.port}/{info.dbname}"
+    except Exception:  # a closed or broken connection
+        return "postgresql"
+
+
+class PgConnection:
+    """Run jobs in transactions on a psycopg connection or a psycopg_pool pool."""
+
+    def __init__(self, conn: Any, *, owned: bool = False) -> None:
+        """Wrap `conn`: a `psycopg.Connection` or a `psycopg_pool.ConnectionPool`.
+
+        Args:
+            conn: The connection (serialised by a lock: one call at a time)
+                or the pool (one connection per call in flight).
+            owned: Close `conn` on `close()` (it was opened by the saver).
+
+        Raises:
+            InvalidArgument: `conn` is neither.
+        """
+        if isinstance(conn, psycopg.Connection):
+            self._pool = None
+            self._conn: psycopg.Connection[Any] | None = conn
+            where = describe(conn.info)
+        elif ConnectionPool is not None and isinstance(conn, ConnectionPool):
+            self._pool, self._conn = conn, None
+            where = f"pool {conn.name!r}"
+        else:
+            raise bad_argument(
+                "conn",
+                "expected a psycopg.Connection or a psycopg_pool.ConnectionPool, "
+                f"got {type(conn).__name__}",
+            )
+        self.where = where
+        self._owned = owned
+        self._lock = threading.Lock()
+        self._inside = threading.local()
+        self._closed = False
+        self._pid = os.getpid()
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called."""
+        return self._closed
+
+    def _check(self, op: str) -> None:
+        if self._closed:
+            raise StoreClosed(op, self.where)
+        if os.getpid() != self._pid:
+            raise WrongProcess(op, self.where)
+        if getattr(self._inside, "active", False):
+            raise WrongThread(op, self.where)
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        if self._pool is not None:
+            with self._pool.connection() as conn:
+                yield conn
+            return
+        assert self._conn is not None
+        with self._lock:
+            yield self._conn
+
+    def run(self, op: str, job: Callable[[psycopg.Cursor[Any]], T], *, pipeline: bool = False) -> T:
+        """Run `job(cursor)` in one transaction; commit if it returns, roll back if it raises.
+
+        With `pipeline`, BEGIN and COMMIT travel in a psycopg pipeline with
+        the job's statements (the job must fetch before it reads a result).
+
+        Raises:
+            StoreClosed, WrongProcess, WrongThread: the store cannot be used here.
+            StoreBusy: a lock or statement timeout ended the wait; nothing changed.
+            StoreError: the database failed (the psycopg error is the cause).
+        """
+        self._check(op)
+        started = time.monotonic()
+        self._inside.active = True
+        try:
+            with self._connection() as conn:
+                if pipeline:
+                    with conn.pipeline(), conn.transaction():
+                        with conn.cursor(row_factory=tuple_row) as cur:
+                            return job(cur)
+                with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+                    return job(cur)
+        except FencedSqliteError:
+            raise
+        except _BUSY as exc:
+            raise StoreBusy(op, self.where, time.monotonic() - started) from exc
+        except psycopg.Error as exc:
+            raise StoreError(
+                op, self.where, message=f"{op} failed on {self.where}: {exc}".rstrip()
+            ) from exc
+        except Exception as exc:
+            # A pool timeout, a closed pool: the store failed, not the caller.
+            if type(exc).__module__.startswith("psycopg_pool"):
+                raise StoreError(op, self.where, message=f"{op} on {self.where}: {exc}") from exc
+            raise
+        finally:
+            self._inside.active = False
+
+    async def arun(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a sync store method on a worker thread: the one hop async calls pay.
+
+        A cancelled await does not stop a call already handed over: it may
+        still commit.
+        """
+        return await asyncio.to_thread(method, *args, **kwargs)
+
+    def listener_params(self) -> tuple[str, dict[str, Any]]:
+        """Return `(conninfo, kwargs)` that open a new connection to the same server.
+
+        `wait_events` listens on a connection of its own, never the store's
+        or the pool's, so a waiter holds none of them while it waits.
+        """
+        if self._pool is not None:
+            # psycopg_pool 3.3 also takes callables, for credentials that rotate.
+            conninfo, kwargs = self._pool.conninfo, self._pool.kwargs
+            conninfo = conninfo() if callable(conninfo) else conninfo
+            kwargs = kwargs() if callable(kwargs) else kwargs
+            return conninfo, dict(kwargs or {})
+        assert self._conn is not None
+        # libpq's own view of the connection's options (password included:
+        # the new connection must authenticate as this one did).
+        params = {
+            o.keyword.decode(): o.val.decode()
+            for o in self._conn.pgconn.info
+            if o.val is not None and o.keyword not in (b"replication",)
+        }
+        return psycopg.conninfo.make_conninfo(**params), {}
+
+    def close(self) -> None:
+        """Stop accepting calls; close the connection or pool if the saver opened it."""
+        if self._closed:
+            return
+        self._closed = True
+        if not self._owned:
+            return
+        if self._pool is not None:
+            self._pool.close()
+        elif self._conn is not None:
+            with self._lock:  # after the call in progress
+                self._conn.close()

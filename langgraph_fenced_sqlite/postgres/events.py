@@ -1,0 +1,140 @@
+"""The PostgreSQL store's event log: appended in the writer's transaction, waited for by LISTEN.
+
+Invariant: a thread's events are numbered 1, 2, 3, ... contiguously in
+commit order within an incarnation: each commit's first seq is the position
+its fence took, and `append` takes (or gives back) the rest while the row is
+locked, so a rolled-back write spends none. Events are decoded by the SQLite
+store's `events.decode_event` (checksum first). A waiter listens first, then
+reads, then waits: a commit between its read and its wait has already queued
+its notification, so no wake-up is lost. A notification's payload (the
+thread id) is only a hint to re-read; a slow safety poll covers anything
+else (a listener connection that dropped, a commit with notify off).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator, Sequence
+from typing import Any
+
+from ..checksums import checksum
+from ..errors import ReplayUnavailable
+from ..events import Event, NewEvent, decode_event
+from ..stored_json import dumps_json
+from . import sql
+
+Cursor = Any
+
+# What the wait plan asks its driver for: read the table, or wait this long
+# for notifications (the driver sends back the payloads, or None if none came).
+READ = "read"
+
+
+def append(
+    cur: Cursor,
+    thread_id: str,
+    first_seq: int,
+    events: Sequence[NewEvent],
+    *,
+    token: int | None,
+    now: float | None,
+    notify: bool,
+) -> list[int]:
+    """Append `events` from `first_seq`, the position this commit's fence took.
+
+    With no events, the position is given back (the commit spent no seq).
+
+    Returns:
+        The seqs given, in order.
+    """
+    if len(events) != 1:
+        cur.execute(sql.ADJUST_SEQ, {"thread_id": thread_id, "n": len(events) - 1})
+    if not events:
+        return []
+    seqs = list(range(first_seq, first_seq + len(events)))
+    datas = [dumps_json(dict(e.data), "event data") for e in events]
+    cur.execute(
+        sql.INSERT_EVENTS_NOTIFY if notify else sql.INSERT_EVENTS,
+        {
+            "thread_id": thread_id,
+            "token": token,
+            "now": now,
+            "seqs": seqs,
+            "kinds": [e.kind for e in events],
+            "nss": [e.checkpoint_ns for e in events],
+            "cids": [e.checkpoint_id for e in events],
+            "datas": datas,
+            "sums": [checksum(e.kind, d) for e, d in zip(events, datas, strict=True)],
+        },
+    )
+    return seqs
+
+
+def read_after(
+    cur: Cursor, thread_id: str, after_seq: int, limit: int, incarnation: int | None
+) -> list[Event]:
+    """Return up to `limit` events with `seq > after_seq`, ascending (as the SQLite store's).
+
+    Raises:
+        ReplayUnavailable: the position is of another incarnation than the thread's.
+        UndecodableRow: an event row is damaged.
+    """
+    cur.execute(sql.GET_INCARNATION, {"thread_id": thread_id})
+    row = cur.fetchone()
+    if row is None:
+        return []
+    current = int(row[0])
+    wanted = incarnation if incarnation is not None else (1 if after_seq > 0 else current)
+    if wanted != current:
+        raise ReplayUnavailable(
+            thread_id,
+            1,
+            current,
+            message=(
+                f"thread {thread_id!r} is in incarnation {current} (it was deleted and "
+                f"re-created); a position in incarnation {wanted} cannot be resumed: "
+                f"read again from seq 0 with incarnation={current}"
+            ),
+        )
+    cur.execute(sql.EVENTS_AFTER, {"thread_id": thread_id, "after": after_seq, "limit": limit})
+    return [decode_event(thread_id, tuple(r), current) for r in cur.fetchall()]
+
+
+def wait_plan(
+    thread_id: str, timeout: float, safety_poll: float
+) -> Generator[str | float, Any, list[Event]]:
+    """The one wait loop, for a sync and an async driver (psycopg's generators pattern).
+
+    Yields `READ` (send back the events read) or seconds to wait for
+    notifications (send back their payloads, or None when none came).
+    The driver has already run LISTEN.
+
+    Returns:
+        The events, or [] when `timeout` passed without any.
+    """
+    deadline = time.monotonic() + timeout
+    got: list[Event] = yield READ
+    while not got:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return []
+        payloads = yield min(remaining, safety_poll)
+        # Another thread's commit needs no re-read; a timeout (None) is the
+        # safety poll, and re-reads.
+        if payloads is None or thread_id in payloads:
+            got = yield READ
+    return got
+
+
+def drive(
+    plan: Generator[str | float, Any, list[Event]],
+    read: Callable[[], list[Event]],
+    notifies: Callable[[float], set[str] | None],
+) -> list[Event]:
+    """Run `wait_plan` synchronously with `read` and a notification wait."""
+    try:
+        step = next(plan)
+        while True:
+            step = plan.send(read() if step == READ else notifies(float(step)))
+    except StopIteration as done:
+        return list(done.value)

@@ -1,0 +1,316 @@
+"""The PostgreSQL store's run lifecycle: a claim and its first event, an end event and its release.
+
+Invariant: the same meaning as the SQLite store's `runs.py`, one transaction
+each. `begin_run` locks the thread's row first (`LOCK_RUN_THREAD`), judges the
+tenant and the claim there, draws the token after the lock, then takes the
+commit's position with `FENCE` under its new token; `run_started` (with
+`run_superseded`, and for "rollback" the retraction and its `retracted`
+event) commits with the claim. `end_run` begins with `FENCE` on the run's
+token: a run that lost its claim records and releases nothing. A cancel is
+recorded on the claim it is for (`cancel_by`), in the statement that takes its
+event's position, and read back by that claim's renewal (`txns.renew_run`).
+Each function runs inside the transaction `PgConnection.run` opened.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..claims import Claim, claim_live
+from ..errors import TenantMismatch, ThreadBusy
+from ..events import NewEvent
+from ..runs import OPERATOR_RELEASED, OPERATOR_TOOK_OVER, RUN_STRATEGIES
+from . import sql, txns
+from .events import append
+
+__all__ = [
+    "begin_run",
+    "cancel_run",
+    "delete_unclaimed",
+    "end_run",
+    "force_release",
+    "operator_take_over",
+]
+
+Cursor = Any
+_TAKE_OVER = frozenset({"interrupt", "rollback"})
+assert _TAKE_OVER <= set(RUN_STRATEGIES)
+_INTERRUPT = "__interrupt__"  # LangGraph's channel for interrupt writes
+
+
+def _adopts(thread_id: str, tenant: str | None, owner: str | None, holds_data: bool) -> bool:
+    """The SQLite store's `runs.check_tenant` rule, on cells read under the row lock.
+
+    Raises:
+        TenantMismatch: the thread belongs to another tenant, or to none.
+    """
+    if tenant is None or owner == tenant:
+        return False
+    if owner is None and not holds_data:
+        return True
+    raise TenantMismatch(thread_id, tenant, owner)
+
+
+def _lock(cur: Cursor, thread_id: str, now: float | None) -> tuple[Any, ...]:
+    """Lock (creating) the thread's row; return its run cells (see `sql.LOCK_RUN_THREAD`)."""
+    return tuple(txns._one(cur, sql.LOCK_RUN_THREAD, {"thread_id": thread_id, "now": now}))
+
+
+def begin_run(
+    cur: Cursor,
+    thread_id: str,
+    holder: str,
+    ttl: float,
+    *,
+    run_id: str,
+    strategy: str,
+    now: float | None,
+    notify: bool,
+    tenant: str | None = None,
+    principal: str | None = None,
+) -> Claim:
+    """Claim the thread for a run (taking it over for interrupt/rollback) and log it.
+
+    Raises:
+        TenantMismatch: the thread is another tenant's; nothing changes.
+        ThreadBusy: the thread has a live claim and the strategy does not
+            take over; nothing changes.
+    """
+    old_holder, old_token, expires_at, at, old_run, owner, holds_data, _ = _lock(
+        cur, thread_id, now
+    )
+    adopt = _adopts(thread_id, tenant, owner, holds_data)
+    was_live = bool(claim_live(old_token, expires_at, at))
+    if was_live and strategy not in _TAKE_OVER:
+        raise ThreadBusy(thread_id, old_holder, txns.latest_id(cur, thread_id))
+    claim = txns.set_claim(cur, thread_id, holder, ttl, at=at, run_id=run_id)
+    if adopt:
+        cur.execute(sql.SET_TENANT, {"tenant": tenant, "thread_id": thread_id})
+    position = txns.fence(cur, thread_id, claim.token, now=now, require_claim=True)
+    new: list[NewEvent] = []
+    if old_token is not None:
+        # A claim existed (live, or expired and left by a crashed holder): its
+        # holder is fenced off from now on; the superseded run cannot log it.
+        info: dict[str, Any] = {
+            "run_id": old_run,
+            "token": int(old_token),
+            "holder": old_holder,
+            "was_live": was_live,
+            "by_run_id": run_id,
+            "by_principal": principal,
+            "tenant": tenant,
+            "strategy": strategy,
+        }
+        if strategy == "rollback" and old_run is not None:
+            retracted, checkpoints, writes = _retract(cur, thread_id, old_run)
+            new.extend(retracted)
+            info["retracted_checkpoints"] = checkpoints
+            info["retracted_writes"] = writes
+        new.append(NewEvent("run_superseded", info))
+    started = {
+        "run_id": run_id,
+        "holder": holder,
+        "strategy": strategy,
+        "tenant": tenant,
+        "principal": principal,
+    }
+    new.append(NewEvent("run_started", started))
+    append(cur, thread_id, position, new, token=claim.token, now=now, notify=notify)
+    return claim
+
+
+def _retract(cur: Cursor, thread_id: str, run_id: str) -> tuple[list[NewEvent], int, int]:
+    """Remove the superseded run's checkpoints (with their writes) and writes.
+
+    Returns:
+        The `retracted` event (none when nothing was removed), and how many
+        checkpoints and writes went.
+    """
+    params: dict[str, Any] = {"thread_id": thread_id, "run_id": run_id}
+    cur.execute(sql.DELETE_CHECKPOINTS_OF_RUN, params)
+    removed = [(r[0], r[1]) for r in sorted(cur.fetchall(), key=lambda r: r[2])]
+    params.update(namespaces=[k[0] for k in removed], ids=[k[1] for k in removed])
+    cur.execute(sql.DELETE_WRITES_OF_RUN, params)
+    writes = cur.rowcount
+    if not removed and not writes:
+        return [], 0, 0
+    data = {"run_id": run_id, "checkpoints": [list(k) for k in removed], "writes": writes}
+    return [NewEvent("retracted", data)], len(removed), writes
+
+
+def end_run(
+    cur: Cursor,
+    thread_id: str,
+    token: int,
+    kind: str,
+    data: dict[str, Any],
+    *,
+    now: float | None,
+    notify: bool,
+    static_interrupt: bool,
+    raise_stale: bool,
+) -> bool:
+    """Log a run's end and release its claim, if the claim is still its own.
+
+    A `run_completed` whose latest root checkpoint has pending interrupts (or
+    that stopped at a static interrupt) is logged as `run_interrupted`.
+
+    Returns:
+        False when the run was superseded (nothing logged or released).
+
+    Raises:
+        StaleClaim: with `raise_stale`, instead of returning False.
+    """
+    found = txns._one(cur, sql.FENCE, {"thread_id": thread_id, "token": token})
+    if found is None:
+        if raise_stale:
+            raise txns.stale(cur, thread_id, token)
+        return False
+    data = dict(data)
+    if kind == "run_completed":
+        latest = txns._one(cur, sql.LATEST_INTERRUPTS, {"thread_id": thread_id})
+        data["checkpoint_id"] = latest[0] if latest else None
+        pending = int(latest[1]) if latest else 0
+        if latest is not None and (pending or static_interrupt):
+            kind, data["interrupts"] = "run_interrupted", pending
+    event = NewEvent(kind, data)
+    append(cur, thread_id, int(found[0]), [event], token=token, now=now, notify=notify)
+    txns.release(cur, thread_id, token)
+    return True
+
+
+def cancel_run(
+    cur: Cursor,
+    thread_id: str,
+    by: str,
+    *,
+    now: float | None,
+    notify: bool,
+    tenant: str | None = None,
+) -> Claim | None:
+    """Ask the run holding the thread to stop, and log `cancel_requested` (unfenced).
+
+    Returns:
+        The claim asked to stop (live or expired), or None when nothing holds
+        the thread (nothing changes).
+
+    Raises:
+        TenantMismatch: the thread is another tenant's; nothing changes.
+    """
+    if tenant is not None:
+        row = txns._one(cur, sql.GET_TENANT, {"thread_id": thread_id})
+        if row is not None:
+            _adopts(thread_id, tenant, row[0], row[1])
+    found = txns._one(cur, sql.REQUEST_CANCEL, {"by": by, "thread_id": thread_id})
+    if found is None:
+        return None
+    holder, token, expires_at, run_id, position = found
+    data = {"run_id": run_id, "token": token, "holder": holder, "by": by, "tenant": tenant}
+    append(
+        cur,
+        thread_id,
+        int(position),
+        [NewEvent("cancel_requested", data)],
+        token=None,
+        now=now,
+        notify=notify,
+    )
+    return Claim(thread_id, holder or "", int(token), float(expires_at or 0.0))
+
+
+def delete_unclaimed(
+    cur: Cursor,
+    thread_id: str,
+    holder: str,
+    ttl: float,
+    *,
+    now: float | None,
+    tenant: str | None = None,
+) -> None:
+    """Claim the thread (refusing a live claim) and delete it, claim included.
+
+    Raises:
+        TenantMismatch: the thread is another tenant's; nothing is deleted.
+        ThreadBusy: the thread has a live claim; nothing is deleted.
+    """
+    old_holder, old_token, expires_at, at, _, owner, holds_data, created = _lock(
+        cur, thread_id, now
+    )
+    _adopts(thread_id, tenant, owner, holds_data)
+    if claim_live(old_token, expires_at, at):
+        raise ThreadBusy(thread_id, old_holder, txns.latest_id(cur, thread_id))
+    txns.set_claim(cur, thread_id, holder, ttl, at=at, run_id=None)
+    txns.delete_thread(cur, thread_id)
+    if created:
+        # The lock created the row; a thread that never existed has no reader
+        # to warn, so it leaves no row behind.
+        cur.execute(sql.DELETE_THREAD_ROW, {"thread_id": thread_id})
+
+
+# --- an operator's hand on a claim (the SQLite store's events and data) -----------------
+
+
+def _previous(
+    operator: str, holder: Any, token: Any, run_id: Any, was_live: bool
+) -> dict[str, Any]:
+    return {
+        "operator": operator,
+        "previous_holder": holder,
+        "previous_token": None if token is None else int(token),
+        "previous_run_id": run_id,
+        "was_live": was_live,
+    }
+
+
+def force_release(
+    cur: Cursor, thread_id: str, operator: str, *, now: float | None, notify: bool
+) -> Claim | None:
+    """End the thread's claim, whoever holds it, and log `claim_released_by_operator`.
+
+    The released token is fenced off like a taken-over one. The event is
+    unfenced (no token).
+
+    Returns:
+        The claim released, or None when the thread had none (nothing
+        changes, nothing is logged).
+    """
+    found = txns._one(cur, sql.LOCK_CLAIM, {"thread_id": thread_id, "now": now})
+    if found is None or found[1] is None:
+        return None
+    holder, token, expires_at, run_id, at = found
+    previous = Claim(thread_id, holder or "", int(token), float(expires_at or 0.0))
+    txns.release(cur, thread_id, int(token))
+    data = _previous(operator, holder, token, run_id, bool(claim_live(token, expires_at, at)))
+    position = int(txns._one(cur, sql.TAKE_POSITION, {"thread_id": thread_id, "n": 1})[0])
+    event = NewEvent(OPERATOR_RELEASED, data)
+    append(cur, thread_id, position, [event], token=None, now=now, notify=notify)
+    return previous
+
+
+def operator_take_over(
+    cur: Cursor,
+    thread_id: str,
+    holder: str,
+    operator: str,
+    ttl: float,
+    *,
+    now: float | None,
+    notify: bool,
+) -> Claim:
+    """Take the thread over for `holder` (fencing off any holder), logging `claim_taken_over`.
+
+    The event carries the new token and names `operator`, the previous holder
+    and token (None when the thread had no claim).
+    """
+    old_holder, old_token, expires_at, at, old_run, _, _, _ = _lock(cur, thread_id, now)
+    was_live = bool(claim_live(old_token, expires_at, at))
+    claim = txns.set_claim(cur, thread_id, holder, ttl, at=at, run_id=None)
+    position = txns.fence(cur, thread_id, claim.token, now=now, require_claim=True)
+    data = {
+        **_previous(operator, old_holder, old_token, old_run, was_live),
+        "holder": holder,
+        "expires_at": claim.expires_at,
+    }
+    event = NewEvent(OPERATOR_TOOK_OVER, data)
+    append(cur, thread_id, position, [event], token=claim.token, now=now, notify=notify)
+    return claim

@@ -1,0 +1,509 @@
+"""All of the PostgreSQL store's SQL: `MIGRATIONS` and named statements.
+
+Invariant: every fenced write's first statement is `FENCE`, an `UPDATE ...
+WHERE thread_id = %s AND token = %s RETURNING ...`: one statement checks the
+fence, locks the thread's row until commit (so a takeover waits for the write,
+or the write sees the takeover) and hands out the commit's gap-free position.
+A `SELECT` as the fence check would let a stale write land under READ
+COMMITTED (the takeover commits between the check and the insert). Tokens are
+drawn from `lgfs_tokens` only after the row is locked (`LOCK_THREAD`, then
+`SET_CLAIM`): drawn before, two concurrent takeovers could commit in the other
+order and lower the thread's token. Expiry is judged by `NOW`, the database's
+clock (or a time the caller passes, for tests), never a worker host's.
+
+Key columns use the "C" collation: LangGraph's `list` orders and pages by
+checkpoint id, and a linguistic collation (en_US...) ignores the dashes of a
+UUID, so ids would sort differently from every other store.
+
+Table names carry an `lgfs_` prefix, so this store shares a database with
+LangGraph's `PostgresSaver` (whose tables are `checkpoints`, ...). Builders
+return `(sql, params)`; nothing here executes anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..stored_json import dumps_json
+
+# The stored version is the number of migrations applied; append only.
+MIGRATIONS: list[str] = [
+    "CREATE TABLE IF NOT EXISTS lgfs_migrations (v integer PRIMARY KEY)",
+    """
+    CREATE SEQUENCE lgfs_tokens;
+    CREATE TABLE lgfs_threads (
+        thread_id text COLLATE "C" PRIMARY KEY,
+        next_seq bigint NOT NULL DEFAULT 1,
+        holder text,
+        token bigint,
+        expires_at double precision,
+        claimed_at double precision,
+        last_holder text,
+        last_token bigint
+    );
+    CREATE TABLE lgfs_checkpoints (
+        thread_id text COLLATE "C" NOT NULL,
+        checkpoint_ns text COLLATE "C" NOT NULL,
+        checkpoint_id text COLLATE "C" NOT NULL,
+        position bigint NOT NULL,
+        parent_checkpoint_id text,
+        envelope text NOT NULL,
+        values_type text NOT NULL,
+        values_blob bytea NOT NULL,
+        metadata text NOT NULL,
+        source text,
+        step bigint,
+        run_id text,
+        token bigint,
+        created_at double precision NOT NULL,
+        checksum bigint NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+    );
+    CREATE INDEX lgfs_checkpoints_latest ON lgfs_checkpoints (thread_id, checkpoint_ns, position);
+    CREATE INDEX lgfs_checkpoints_run ON lgfs_checkpoints (run_id) WHERE run_id IS NOT NULL;
+    CREATE TABLE lgfs_writes (
+        thread_id text COLLATE "C" NOT NULL,
+        checkpoint_ns text COLLATE "C" NOT NULL,
+        checkpoint_id text COLLATE "C" NOT NULL,
+        task_id text NOT NULL,
+        idx integer NOT NULL,
+        task_path text NOT NULL,
+        channel text NOT NULL,
+        type text NOT NULL,
+        blob bytea NOT NULL,
+        position bigint NOT NULL,
+        run_id text,
+        token bigint,
+        checksum bigint NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+    );
+    CREATE INDEX lgfs_writes_run ON lgfs_writes (run_id) WHERE run_id IS NOT NULL;
+    """,
+    # 2: the event log. Its seqs are the commit positions `FENCE` hands out;
+    # `incarnation` counts a thread's lives (delete_thread starts a new one).
+    """
+    ALTER TABLE lgfs_threads ADD COLUMN incarnation bigint NOT NULL DEFAULT 1;
+    CREATE TABLE lgfs_events (
+        thread_id text COLLATE "C" NOT NULL,
+        seq bigint NOT NULL,
+        kind text NOT NULL,
+        checkpoint_ns text,
+        checkpoint_id text,
+        data text NOT NULL,
+        token bigint,
+        ts double precision NOT NULL,
+        checksum bigint NOT NULL,
+        PRIMARY KEY (thread_id, seq)
+    );
+    """,
+    # 3: runs (`begin_run` ... `end_run`). `run_id` is the run the claim was
+    # granted for (NULL for a plain claim), `cancel_by` who asked that run to
+    # stop (it goes with the claim), `tenant` whose thread it is (NULL: none).
+    """
+    ALTER TABLE lgfs_threads ADD COLUMN run_id text;
+    ALTER TABLE lgfs_threads ADD COLUMN cancel_by text;
+    ALTER TABLE lgfs_threads ADD COLUMN tenant text;
+    """,
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+# Serialises concurrent `setup()` calls (any number of hosts) on one database.
+MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(7314942706151652193)"
+GET_VERSION = "SELECT coalesce(max(v), 0) FROM lgfs_migrations"
+SET_VERSION = "INSERT INTO lgfs_migrations (v) VALUES (%s)"
+# `stats()`: the last token issued (0 before the first), and the row counts.
+STATS = (
+    "SELECT (SELECT coalesce(max(v), 0) FROM lgfs_migrations), "
+    "(SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM lgfs_tokens), "
+    "(SELECT count(*) FROM lgfs_threads), (SELECT count(*) FROM lgfs_checkpoints), "
+    "(SELECT count(*) FROM lgfs_writes), (SELECT count(*) FROM lgfs_events)"
+)
+HAS_MIGRATIONS_TABLE = "SELECT to_regclass('lgfs_migrations') IS NOT NULL"
+
+# The store's time in seconds since the epoch: the parameter when the caller
+# passes one (an injected clock), else the database server's clock, so that
+# hosts whose clocks disagree still agree on when a claim expires.
+NOW = "coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)"
+GET_NOW = f"SELECT {NOW}"
+
+# --- threads, claims, fence -------------------------------------------------------
+
+# The fence: checks the token, locks the row, takes the commit's position.
+FENCE = (
+    "UPDATE lgfs_threads SET next_seq = next_seq + 1 "
+    "WHERE thread_id = %(thread_id)s AND token = %(token)s RETURNING next_seq - 1"
+)
+# Create the thread's row if needed and lock it; return its claim and the time
+# read after the lock was had (a call that waited judges expiry when it decides).
+LOCK_THREAD = (
+    "INSERT INTO lgfs_threads AS t (thread_id) VALUES (%(thread_id)s) "
+    "ON CONFLICT (thread_id) DO UPDATE SET thread_id = t.thread_id "
+    f"RETURNING t.holder, t.token, t.expires_at, {NOW}"
+)
+# An unfenced write the caller has judged allowed, on a row it has locked.
+TAKE_POSITION = (
+    "UPDATE lgfs_threads SET next_seq = next_seq + %(n)s "
+    "WHERE thread_id = %(thread_id)s RETURNING next_seq - %(n)s"
+)
+# Grant a claim on a locked row; the token is drawn here, after the lock. The
+# claim records the run it is for (NULL: a plain claim) and drops a cancel
+# asked of the claim before.
+SET_CLAIM = (
+    "UPDATE lgfs_threads SET token = nextval('lgfs_tokens'), holder = %(holder)s, "
+    "expires_at = %(at)s + %(ttl)s, claimed_at = %(at)s, last_holder = %(holder)s, "
+    "last_token = currval('lgfs_tokens'), run_id = %(run_id)s, cancel_by = NULL "
+    "WHERE thread_id = %(thread_id)s RETURNING token, expires_at"
+)
+# Also returns who asked the claim's run to stop (NULL: nobody), so a run's
+# renewal learns of a cancel in the statement that renews it.
+RENEW_CLAIM = (
+    f"UPDATE lgfs_threads SET expires_at = {NOW} + %(ttl)s "
+    "WHERE thread_id = %(thread_id)s AND token = %(token)s RETURNING holder, expires_at, cancel_by"
+)
+RELEASE_CLAIM = (
+    "UPDATE lgfs_threads SET holder = NULL, token = NULL, expires_at = NULL, claimed_at = NULL, "
+    "run_id = NULL, cancel_by = NULL WHERE thread_id = %(thread_id)s AND token = %(token)s"
+)
+GET_CLAIM = "SELECT holder, token, expires_at FROM lgfs_threads WHERE thread_id = %(thread_id)s"
+GET_LAST_CLAIM = (
+    "SELECT token, last_holder, last_token FROM lgfs_threads WHERE thread_id = %(thread_id)s"
+)
+# delete_thread: the claim goes with the thread (its holder is fenced off), and
+# a thread that held anything starts its next incarnation, numbered from 1
+# again, so a reader of the old one is told (ReplayUnavailable), not misled.
+NEW_INCARNATION = (
+    "UPDATE lgfs_threads SET holder = NULL, token = NULL, expires_at = NULL, claimed_at = NULL, "
+    "run_id = NULL, cancel_by = NULL, incarnation = incarnation "
+    "+ CASE WHEN next_seq > 1 OR token IS NOT NULL THEN 1 ELSE 0 END, "
+    "next_seq = 1 WHERE thread_id = %(thread_id)s"
+)
+# A commit that appends n events took one position at the fence: give back
+# or take the difference (the row is locked, so seqs stay gap-free).
+ADJUST_SEQ = "UPDATE lgfs_threads SET next_seq = next_seq + %(n)s WHERE thread_id = %(thread_id)s"
+
+# --- runs (`runs.py`) -----------------------------------------------------------------
+
+# `LOCK_THREAD` for a run: also the claim's run, the thread's tenant, whether
+# it holds anything a tenant could own, and whether this statement created the
+# row (an inserted row version has no xmax; an upserted one has ours).
+LOCK_RUN_THREAD = (
+    "INSERT INTO lgfs_threads AS t (thread_id) VALUES (%(thread_id)s) "
+    "ON CONFLICT (thread_id) DO UPDATE SET thread_id = t.thread_id "
+    f"RETURNING t.holder, t.token, t.expires_at, {NOW}, t.run_id, t.tenant, "
+    "t.next_seq > 1 OR EXISTS (SELECT 1 FROM lgfs_checkpoints c WHERE c.thread_id = t.thread_id), "
+    "t.xmax::text = '0'"
+)
+# A thread's tenant and whether it holds anything (no row: a new thread).
+GET_TENANT = (
+    "SELECT t.tenant, t.next_seq > 1 OR EXISTS (SELECT 1 FROM lgfs_checkpoints c "
+    "WHERE c.thread_id = t.thread_id) FROM lgfs_threads t WHERE t.thread_id = %(thread_id)s"
+)
+SET_TENANT = (
+    "UPDATE lgfs_threads SET tenant = %(tenant)s WHERE thread_id = %(thread_id)s AND tenant IS NULL"
+)
+# Ask the current claim's run to stop, and take the commit's position for its
+# (unfenced) event; no row when nothing holds the thread.
+REQUEST_CANCEL = (
+    "UPDATE lgfs_threads SET cancel_by = %(by)s, next_seq = next_seq + 1 "
+    "WHERE thread_id = %(thread_id)s AND token IS NOT NULL "
+    "RETURNING holder, token, expires_at, run_id, next_seq - 1"
+)
+# The latest root checkpoint and how many interrupt writes it has pending.
+LATEST_INTERRUPTS = (
+    "SELECT c.checkpoint_id, (SELECT count(*) FROM lgfs_writes w WHERE w.thread_id = "
+    "c.thread_id AND w.checkpoint_ns = '' AND w.checkpoint_id = c.checkpoint_id "
+    "AND w.channel = '__interrupt__') FROM lgfs_checkpoints c "
+    "WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = '' ORDER BY c.position DESC LIMIT 1"
+)
+# A superseded run's rows: its checkpoints (with every write of them) and its writes.
+DELETE_CHECKPOINTS_OF_RUN = (
+    "DELETE FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s AND run_id = %(run_id)s "
+    "RETURNING checkpoint_ns, checkpoint_id, position"
+)
+DELETE_WRITES_OF_RUN = (
+    "DELETE FROM lgfs_writes w WHERE w.thread_id = %(thread_id)s AND (w.run_id = %(run_id)s "
+    "OR (w.checkpoint_ns, w.checkpoint_id) IN (SELECT k.ns, k.id FROM "
+    "unnest(%(namespaces)s::text[], %(ids)s::text[]) AS k(ns, id)))"
+)
+# An operator's release: lock the row only if the thread exists.
+LOCK_CLAIM = (
+    f"SELECT holder, token, expires_at, run_id, {NOW} FROM lgfs_threads "
+    "WHERE thread_id = %(thread_id)s FOR UPDATE"
+)
+# Only for a row made in the same transaction (a thread that never existed).
+DELETE_THREAD_ROW = "DELETE FROM lgfs_threads WHERE thread_id = %(thread_id)s"
+
+# --- events -------------------------------------------------------------------------
+
+# Appends a commit's events. With notify, the same statement queues one
+# NOTIFY (payload: the thread id, a hint) that PostgreSQL delivers at commit:
+# one per transaction, since NOTIFY serialises committing transactions.
+_INSERT_EVENTS = (
+    "INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data, token, "
+    f"ts, checksum) SELECT %(thread_id)s, e.seq, e.kind, e.ns, e.cid, e.data, %(token)s, {NOW}, "
+    "e.checksum FROM unnest(%(seqs)s::bigint[], %(kinds)s::text[], %(nss)s::text[], "
+    "%(cids)s::text[], %(datas)s::text[], %(sums)s::bigint[]) AS e(seq, kind, ns, cid, data, "
+    "checksum)"
+)
+INSERT_EVENTS = _INSERT_EVENTS
+INSERT_EVENTS_NOTIFY = _INSERT_EVENTS + ", pg_notify('lgfs_events', %(thread_id)s) AS n"
+NOTIFY_CHANNEL = "lgfs_events"
+LISTEN = "LISTEN lgfs_events"
+# In `events.decode_event`'s order.
+EVENTS_AFTER = (
+    "SELECT seq, kind, checkpoint_ns, checkpoint_id, data, token, ts, checksum FROM lgfs_events "
+    "WHERE thread_id = %(thread_id)s AND seq > %(after)s ORDER BY seq LIMIT %(limit)s"
+)
+GET_INCARNATION = "SELECT incarnation FROM lgfs_threads WHERE thread_id = %(thread_id)s"
+DELETE_THREAD_EVENTS = "DELETE FROM lgfs_events WHERE thread_id = %(thread_id)s"
+
+# --- checkpoints ----------------------------------------------------------------------
+
+# In `checkpoints.decode_tuple`'s order (the SQLite store's `_CHECKPOINT_COLUMNS`).
+CHECKPOINT_COLUMNS = (
+    "thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, envelope, "
+    "values_type, values_blob, metadata, position, token, created_at, checksum"
+)
+INSERT_CHECKPOINT = (
+    "INSERT INTO lgfs_checkpoints (thread_id, checkpoint_ns, checkpoint_id, position, "
+    "parent_checkpoint_id, envelope, values_type, values_blob, metadata, source, step, "
+    "run_id, token, created_at, checksum) VALUES (%(thread_id)s, %(checkpoint_ns)s, "
+    "%(checkpoint_id)s, %(position)s, %(parent_id)s, %(envelope)s, %(values_type)s, "
+    "%(values_blob)s, %(metadata)s, %(source)s, %(step)s, %(run_id)s, %(token)s, "
+    f"{NOW}, %(checksum)s) ON CONFLICT DO NOTHING"
+)
+# The fenced put's pipeline (`txns.put`): sent together after `FENCE`, one
+# round trip for all. Each takes the position from the thread row `FENCE` just
+# locked and bumped, and does nothing when the token did not match (the
+# caller then raises, rolling back). Each statement has its own snapshot,
+# taken after `FENCE` had the lock, so the version check sees every commit
+# made before this one's position.
+_AT_FENCE = "FROM lgfs_threads t WHERE t.thread_id = %(thread_id)s AND t.token = %(token)s"
+INSERT_CHECKPOINT_AT_FENCE = (
+    "INSERT INTO lgfs_checkpoints (thread_id, checkpoint_ns, checkpoint_id, position, "
+    "parent_checkpoint_id, envelope, values_type, values_blob, metadata, source, step, "
+    "run_id, token, created_at, checksum) SELECT %(thread_id)s, %(checkpoint_ns)s, "
+    "%(checkpoint_id)s, t.next_seq - 1, %(parent_id)s, %(envelope)s, %(values_type)s, "
+    "%(values_blob)s, %(metadata)s, %(source)s, %(step)s, %(run_id)s, %(token)s, "
+    f"{NOW}, %(checksum)s {_AT_FENCE} ON CONFLICT DO NOTHING"
+)
+LATEST_ID_BEFORE_FENCE = (
+    "SELECT c.checkpoint_id FROM lgfs_checkpoints c, lgfs_threads t "
+    "WHERE t.thread_id = %(thread_id)s AND t.token = %(token)s AND c.thread_id = t.thread_id "
+    "AND c.checkpoint_ns = %(checkpoint_ns)s AND c.position < t.next_seq - 1 "
+    "ORDER BY c.position DESC LIMIT 1"
+)
+# The put's event, only if the checkpoint row at this commit's position is ours.
+_EVENT_AT_FENCE = (
+    "INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data, token, "
+    "ts, checksum) SELECT c.thread_id, c.position, 'checkpoint', c.checkpoint_ns, "
+    f"c.checkpoint_id, %(event_data)s, %(token)s, {NOW}, %(event_checksum)s "
+    "FROM lgfs_checkpoints c JOIN lgfs_threads t ON t.thread_id = c.thread_id "
+    "AND c.position = t.next_seq - 1 AND t.token = %(token)s "
+    "WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s "
+    "AND c.checkpoint_id = %(checkpoint_id)s"
+)
+INSERT_EVENT_AT_FENCE = _EVENT_AT_FENCE
+# (PostgreSQL folds identical notifications of one transaction into one.)
+INSERT_EVENT_AT_FENCE_NOTIFY = (
+    _EVENT_AT_FENCE + " AND pg_notify('lgfs_events', c.thread_id) IS NOT NULL"
+)
+
+_KEY = "thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s"
+GET_CHECKPOINT_BY_ID = (
+    f"SELECT {CHECKPOINT_COLUMNS} FROM lgfs_checkpoints "
+    f"WHERE {_KEY} AND checkpoint_id = %(checkpoint_id)s"
+)
+GET_LATEST_CHECKPOINT = (
+    f"SELECT {CHECKPOINT_COLUMNS} FROM lgfs_checkpoints WHERE {_KEY} ORDER BY position DESC LIMIT 1"
+)
+GET_LATEST_ID = (
+    f"SELECT checkpoint_id FROM lgfs_checkpoints WHERE {_KEY} ORDER BY position DESC LIMIT 1"
+)
+GET_LATEST_ID_BEFORE = (
+    f"SELECT checkpoint_id FROM lgfs_checkpoints WHERE {_KEY} AND position < %(position)s "
+    "ORDER BY position DESC LIMIT 1"
+)
+GET_STORED_IDENTITY = (
+    "SELECT parent_checkpoint_id, envelope, values_type, values_blob, metadata "
+    f"FROM lgfs_checkpoints WHERE {_KEY} AND checkpoint_id = %(checkpoint_id)s"
+)
+DELETE_THREAD_CHECKPOINTS = "DELETE FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s"
+DELETE_THREAD_WRITES = "DELETE FROM lgfs_writes WHERE thread_id = %(thread_id)s"
+
+# --- writes ---------------------------------------------------------------------------
+
+_WRITE_INSERT = (
+    "INSERT INTO lgfs_writes AS w (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
+    "task_path, channel, type, blob, position, run_id, token, checksum) VALUES "
+    "(%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(idx)s, "
+    "%(task_path)s, %(channel)s, %(type)s, %(blob)s, %(position)s, %(run_id)s, %(token)s, "
+    "%(checksum)s) "
+)
+# Regular writes: first writer wins per (task_id, idx); a retry is a no-op.
+INSERT_WRITE_FIRST_WINS = _WRITE_INSERT + "ON CONFLICT DO NOTHING"
+# Special channels: last writer wins, never over a greater token's write,
+# except for an unfenced write the fence accepted (no live claim: see the
+# SQLite store's UPSERT_WRITE_LAST_WINS). An identical retry changes nothing.
+_LAST_WINS = (
+    "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) "
+    "DO UPDATE SET task_path = excluded.task_path, channel = excluded.channel, "
+    "type = excluded.type, blob = excluded.blob, position = excluded.position, "
+    "run_id = excluded.run_id, token = excluded.token, checksum = excluded.checksum "
+    "WHERE (coalesce(excluded.token, 0) >= coalesce(w.token, 0) OR %(unfenced)s) "
+    "AND (w.channel IS DISTINCT FROM excluded.channel OR w.type IS DISTINCT FROM excluded.type "
+    "OR w.blob IS DISTINCT FROM excluded.blob OR w.task_path IS DISTINCT FROM excluded.task_path)"
+)
+UPSERT_WRITE_LAST_WINS = _WRITE_INSERT + _LAST_WINS
+# The fenced put_writes' pipeline: the same two inserts at the position
+# `FENCE` took (nothing when the token did not match), then the one `writes`
+# event, only if a write landed at that position (a retry changes nothing).
+_WRITE_AT_FENCE = (
+    "INSERT INTO lgfs_writes AS w (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
+    "task_path, channel, type, blob, position, run_id, token, checksum) SELECT "
+    "%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(idx)s, "
+    "%(task_path)s, %(channel)s, %(type)s, %(blob)s, t.next_seq - 1, %(run_id)s, %(token)s, "
+    f"%(checksum)s {_AT_FENCE} "
+)
+INSERT_WRITE_FIRST_WINS_AT_FENCE = _WRITE_AT_FENCE + "ON CONFLICT DO NOTHING"
+UPSERT_WRITE_LAST_WINS_AT_FENCE = _WRITE_AT_FENCE + _LAST_WINS
+_WRITES_EVENT_AT_FENCE = (
+    "INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data, token, "
+    "ts, checksum) SELECT t.thread_id, t.next_seq - 1, 'writes', %(checkpoint_ns)s, "
+    f"%(checkpoint_id)s, %(event_data)s, %(token)s, {NOW}, %(event_checksum)s {_AT_FENCE} "
+    "AND EXISTS (SELECT 1 FROM lgfs_writes w WHERE w.thread_id = t.thread_id "
+    "AND w.checkpoint_ns = %(checkpoint_ns)s AND w.checkpoint_id = %(checkpoint_id)s "
+    "AND w.position = t.next_seq - 1)"
+)
+INSERT_WRITES_EVENT_AT_FENCE = _WRITES_EVENT_AT_FENCE
+INSERT_WRITES_EVENT_AT_FENCE_NOTIFY = (
+    _WRITES_EVENT_AT_FENCE + " AND pg_notify('lgfs_events', t.thread_id) IS NOT NULL"
+)
+# The writes of a page of checkpoints, in `writes_sort_key` order.
+WRITES_OF_CHECKPOINTS = (
+    "SELECT w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.channel, w.type, "
+    "w.blob, w.task_path, w.idx, w.checksum FROM lgfs_writes w "
+    "JOIN unnest(%(threads)s::text[], %(namespaces)s::text[], %(ids)s::text[]) "
+    "AS k(t, ns, id) ON w.thread_id = k.t AND w.checkpoint_ns = k.ns AND w.checkpoint_id = k.id "
+    "ORDER BY w.task_path, w.task_id, w.idx"
+)
+
+# --- runs, copies, prunes ---------------------------------------------------------------
+
+THREADS_OF_RUNS = (
+    "SELECT thread_id FROM lgfs_checkpoints WHERE run_id = ANY(%(runs)s) "
+    "UNION SELECT thread_id FROM lgfs_writes WHERE run_id = ANY(%(runs)s) ORDER BY 1"
+)
+DELETE_CHECKPOINTS_OF_RUNS = (
+    "DELETE FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s AND run_id = ANY(%(runs)s) "
+    "RETURNING checkpoint_ns, checkpoint_id"
+)
+# A thread's writes of the runs, and every write of a checkpoint removed with them.
+DELETE_WRITES_OF_RUNS = (
+    "DELETE FROM lgfs_writes w WHERE w.thread_id = %(thread_id)s AND (w.run_id = ANY(%(runs)s) "
+    "OR (w.checkpoint_ns, w.checkpoint_id) IN (SELECT k.ns, k.id FROM "
+    "unnest(%(namespaces)s::text[], %(ids)s::text[]) AS k(ns, id)))"
+)
+COUNT_CHECKPOINTS = "SELECT count(*) FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s"
+# Source checkpoints whose id the target holds with different content.
+COPY_CONFLICTS = (
+    "SELECT s.checkpoint_ns, s.checkpoint_id FROM lgfs_checkpoints s JOIN lgfs_checkpoints t "
+    "ON t.thread_id = %(target)s AND t.checkpoint_ns = s.checkpoint_ns "
+    "AND t.checkpoint_id = s.checkpoint_id WHERE s.thread_id = %(source)s AND NOT "
+    "(t.parent_checkpoint_id IS NOT DISTINCT FROM s.parent_checkpoint_id "
+    "AND t.envelope = s.envelope AND t.values_type = s.values_type "
+    "AND t.values_blob = s.values_blob AND t.metadata = s.metadata) "
+    "ORDER BY s.position"
+)
+# Copy every source checkpoint the target lacks, each at its own new position
+# (from %(position)s, in source commit order); returns how many were copied.
+COPY_CHECKPOINTS = (
+    "INSERT INTO lgfs_checkpoints (thread_id, checkpoint_ns, checkpoint_id, position, "
+    "parent_checkpoint_id, envelope, values_type, values_blob, metadata, source, step, "
+    "run_id, token, created_at, checksum) "
+    "SELECT %(target)s, s.checkpoint_ns, s.checkpoint_id, "
+    "%(position)s + row_number() OVER (ORDER BY s.position) - 1, s.parent_checkpoint_id, "
+    "s.envelope, s.values_type, s.values_blob, s.metadata, s.source, s.step, s.run_id, NULL, "
+    "s.created_at, s.checksum FROM lgfs_checkpoints s WHERE s.thread_id = %(source)s "
+    "AND NOT EXISTS (SELECT 1 FROM lgfs_checkpoints t WHERE t.thread_id = %(target)s "
+    "AND t.checkpoint_ns = s.checkpoint_ns AND t.checkpoint_id = s.checkpoint_id) "
+    "ORDER BY s.position RETURNING checkpoint_ns, checkpoint_id, position, step, source, "
+    "parent_checkpoint_id"
+)
+COPY_WRITES = (
+    "INSERT INTO lgfs_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
+    "task_path, channel, type, blob, position, run_id, token, checksum) "
+    "SELECT %(target)s, s.checkpoint_ns, s.checkpoint_id, s.task_id, s.idx, s.task_path, "
+    "s.channel, s.type, s.blob, %(position)s, s.run_id, NULL, s.checksum "
+    "FROM lgfs_writes s WHERE s.thread_id = %(source)s ORDER BY s.position "
+    "ON CONFLICT DO NOTHING"
+)
+# keep_latest: every checkpoint but the latest of its namespace, with its writes.
+PRUNE_KEEP_LATEST = (
+    "DELETE FROM lgfs_checkpoints c WHERE c.thread_id = %(thread_id)s AND c.position < "
+    "(SELECT max(l.position) FROM lgfs_checkpoints l WHERE l.thread_id = c.thread_id "
+    "AND l.checkpoint_ns = c.checkpoint_ns) RETURNING c.checkpoint_ns, c.checkpoint_id, c.position"
+)
+DELETE_WRITES_OF_PRUNED = (
+    "DELETE FROM lgfs_writes w USING unnest(%(namespaces)s::text[], %(ids)s::text[]) "
+    "AS k(ns, id) WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = k.ns "
+    "AND w.checkpoint_id = k.id"
+)
+DELETE_ALL_RETURNING = (
+    "DELETE FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s "
+    "RETURNING checkpoint_ns, checkpoint_id, position"
+)
+
+
+def writes_of_checkpoints(keys: Sequence[tuple[str, str, str]]) -> tuple[str, dict[str, Any]]:
+    """Build the one query that fetches the writes of a page of checkpoints."""
+    return WRITES_OF_CHECKPOINTS, {
+        "threads": [k[0] for k in keys],
+        "namespaces": [k[1] for k in keys],
+        "ids": [k[2] for k in keys],
+    }
+
+
+def list_checkpoints(
+    *,
+    thread_id: str | None,
+    checkpoint_ns: str | None,
+    checkpoint_id: str | None,
+    metadata_filter: dict[str, Any] | None,
+    before_id: str | None,
+    after_key: tuple[str, str, str] | None,
+    limit: int,
+) -> tuple[str, dict[str, Any]]:
+    """Build one page of LangGraph's `list`, newest checkpoint id first.
+
+    The arguments are the SQLite store's `schema.list_checkpoints`'s. A filter
+    value matches by JSON equality; `None` also matches a missing key (as the
+    SQLite store's `IS` does).
+    """
+    where: list[str] = []
+    params: dict[str, Any] = {"limit": limit}
+    for column, value in (
+        ("thread_id", thread_id),
+        ("checkpoint_ns", checkpoint_ns),
+        ("checkpoint_id", checkpoint_id),
+    ):
+        if value is not None:
+            where.append(f"{column} = %({column})s")
+            params[column] = value
+    if before_id is not None:
+        where.append("checkpoint_id < %(before_id)s")
+        params["before_id"] = before_id
+    for i, (key, value) in enumerate((metadata_filter or {}).items()):
+        where.append(f"coalesce(metadata::jsonb -> %(fk{i})s, 'null') = %(fv{i})s::jsonb")
+        params[f"fk{i}"] = key
+        params[f"fv{i}"] = dumps_json(value, "filter")
+    if after_key is not None:
+        where.append("(checkpoint_id, thread_id, checkpoint_ns) < (%(a0)s, %(a1)s, %(a2)s)")
+        params.update(a0=after_key[0], a1=after_key[1], a2=after_key[2])
+    clause = f"WHERE {' AND '.join(where)} " if where else ""
+    sql = (
+        f"SELECT {CHECKPOINT_COLUMNS} FROM lgfs_checkpoints {clause}"
+        "ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC LIMIT %(limit)s"
+    )
+    return sql, params

@@ -1,0 +1,240 @@
+"""A throwaway PostgreSQL server for tests: `initdb` + `pg_ctl` in a temp dir.
+
+Invariant: every server this module starts listens on 127.0.0.1 only (no
+Unix socket), on a port nobody else had, in a directory nobody else uses,
+and is stopped by `stop()` (also from `atexit`, so an interpreter that ends
+without calling it leaves no server behind). Several processes (pytest-xdist
+workers) may each start their own at once: nothing is shared between them.
+
+PostgreSQL refuses to run as root; as root, the server runs as the `postgres`
+user (or `nobody`) through `subprocess`'s `user=`/`group=`, with its directory
+owned by that user.
+"""
+
+from __future__ import annotations
+
+import atexit
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+__all__ = ["PostgresServer", "find_pg_bin", "start_server"]
+
+# The settings a test server runs with. fsync=off trades durability across an
+# OS crash (which no test makes) for speed; a killed postmaster loses nothing,
+# since synchronous_commit stays on and committed WAL is in the OS's cache.
+_SETTINGS = {
+    "listen_addresses": "127.0.0.1",
+    "unix_socket_directories": "",
+    "fsync": "off",
+    "full_page_writes": "off",
+    "shared_buffers": "32MB",
+    "max_connections": "100",
+    "max_prepared_transactions": "0",
+    "log_min_messages": "warning",
+}
+
+
+def find_pg_bin() -> str:
+    """Return the directory holding `initdb`, `pg_ctl` and `postgres`.
+
+    Looks on PATH first, then under `/usr/lib/postgresql/*/bin` (Debian's
+    `postgresql` package puts them there, not on PATH), newest version first.
+
+    Raises:
+        FileNotFoundError: no PostgreSQL server binaries were found.
+    """
+    found = shutil.which("initdb")
+    if found and shutil.which("pg_ctl"):
+        return os.path.dirname(os.path.realpath(found))
+
+    def version(path: str) -> tuple[int, ...]:
+        name = path.split("/")[-2]
+        return tuple(int(p) for p in name.split(".") if p.isdigit())
+
+    for bindir in sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=version, reverse=True):
+        if os.path.exists(os.path.join(bindir, "initdb")):
+            return bindir
+    raise FileNotFoundError(
+        "PostgreSQL server binaries (initdb, pg_ctl) not found on PATH or under "
+        "/usr/lib/postgresql/*/bin; install them (Debian: apt-get install postgresql)"
+    )
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _run_as() -> tuple[int, int] | None:
+    """Return the (uid, gid) to run the server as when we are root, else None."""
+    if os.geteuid() != 0:
+        return None
+    import pwd
+
+    for name in ("postgres", "nobody"):
+        try:
+            pw = pwd.getpwnam(name)
+        except KeyError:
+            continue
+        return pw.pw_uid, pw.pw_gid
+    raise RuntimeError("running as root, and neither a 'postgres' nor a 'nobody' user exists")
+
+
+@dataclass
+class PostgresServer:
+    """A running throwaway server; `dsn` connects to its `postgres` database as `lgfs`."""
+
+    bindir: str
+    datadir: str
+    port: int
+    run_as: tuple[int, int] | None
+    _stopped: bool = field(default=False, repr=False)
+
+    @property
+    def dsn(self) -> str:
+        """The libpq connection string of the server's `postgres` database."""
+        return f"host=127.0.0.1 port={self.port} user=lgfs dbname=postgres"
+
+    def _cmd(self, *args: str, check: bool = True, timeout: float = 60) -> None:
+        user: int | None = None
+        group: int | None = None
+        extra_groups: list[int] | None = None
+        if self.run_as is not None:
+            user, group = self.run_as
+            extra_groups = []
+        subprocess.run(
+            args,
+            check=check,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            cwd=self.datadir,
+            user=user,
+            group=group,
+            extra_groups=extra_groups,
+        )
+
+    def restart(self, mode: str = "immediate") -> None:
+        """Stop the server with `pg_ctl stop -m mode` and start it again on the same port."""
+        self._cmd(self._pg_ctl, "stop", "-D", self._pgdata, "-m", mode, "-w")
+        self._start()
+
+    @property
+    def _pg_ctl(self) -> str:
+        return os.path.join(self.bindir, "pg_ctl")
+
+    @property
+    def _pgdata(self) -> str:
+        return os.path.join(self.datadir, "data")
+
+    def _start(self) -> None:
+        options = " ".join(f"-c {k}={v!s}" if v else f"-c {k}=''" for k, v in _SETTINGS.items())
+        self._cmd(
+            self._pg_ctl,
+            "start",
+            "-D",
+            self._pgdata,
+            "-w",
+            "-t",
+            "60",
+            "-l",
+            os.path.join(self.datadir, "server.log"),
+            "-o",
+            f"-p {self.port} {options}",
+        )
+
+    def stop(self) -> None:
+        """Stop the server (immediately: nothing of it is kept) and remove its directory."""
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            self._cmd(
+                self._pg_ctl, "stop", "-D", self._pgdata, "-m", "immediate", "-w", check=False
+            )
+        finally:
+            shutil.rmtree(self.datadir, ignore_errors=True)
+
+    def fresh_dsn(self) -> str:
+        """Create a new, empty schema and return a DSN whose connections use only it.
+
+        Much faster than a database per test (no template copy), and just as
+        separate for a store whose SQL names no schema.
+        """
+        import uuid
+
+        import psycopg
+        from psycopg.conninfo import make_conninfo
+
+        name = f"t_{uuid.uuid4().hex[:16]}"
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {name}")
+        return make_conninfo(self.dsn, options=f"-c search_path={name}")
+
+    def log(self) -> str:
+        """Return the server's log so far (for a failing test's message)."""
+        try:
+            with open(os.path.join(self.datadir, "server.log"), errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+
+def start_server(bindir: str | None = None, *, attempts: int = 3) -> PostgresServer:
+    """Create a cluster in a new temp dir and start it on a free loopback port.
+
+    Takes about a second. The superuser is `lgfs`, trusted on 127.0.0.1 only.
+
+    Args:
+        bindir: Where the binaries are (default: `find_pg_bin()`).
+        attempts: How many free ports to try (another process may take the
+            one picked between the pick and the server's bind).
+
+    Raises:
+        FileNotFoundError: no binaries.
+        subprocess.CalledProcessError: initdb or the server failed (stderr attached).
+    """
+    bindir = bindir or find_pg_bin()
+    run_as = _run_as()
+    # Directly under the system temp dir: as root, the server's user must be
+    # able to reach it, and pytest's own temp dirs are private to root.
+    datadir = tempfile.mkdtemp(prefix="lgfs-pg-")
+    if run_as is not None:
+        os.chown(datadir, *run_as)
+    server = PostgresServer(bindir, datadir, 0, run_as)
+    try:
+        server._cmd(
+            os.path.join(bindir, "initdb"),
+            "-D",
+            server._pgdata,
+            "-U",
+            "lgfs",
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--no-locale",
+            "--no-sync",
+        )
+        for attempt in range(attempts):
+            server.port = _free_port()
+            try:
+                server._start()
+                break
+            except subprocess.CalledProcessError:
+                if attempt == attempts - 1:
+                    raise RuntimeError(f"PostgreSQL did not start:\n{server.log()}") from None
+                time.sleep(0.1)
+    except BaseException:
+        server.stop()
+        raise
+    atexit.register(server.stop)
+    return server

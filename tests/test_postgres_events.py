@@ -1,0 +1,201 @@
+"""The PostgreSQL store's event log: contiguous seqs per commit, incarnations, and waits
+woken by LISTEN/NOTIFY from other processes (real ones, with their own connections)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import run_together
+from langgraph.checkpoint.base import empty_checkpoint
+
+from langgraph_fenced_sqlite import (
+    InvalidArgument,
+    ManualClock,
+    ReplayUnavailable,
+    StaleClaim,
+    ThreadBusy,
+)
+
+CHILD = str(Path(__file__).with_name("_pg_child.py"))
+
+
+def _config(thread_id: str, token: int | None = None, **extra: Any) -> Any:
+    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": "", **extra}
+    if token is not None:
+        conf["__fence_token__"] = token
+    return {"configurable": conf}
+
+
+def _put(saver: Any, thread_id: str, token: int | None = None, cp: Any = None) -> Any:
+    cp = cp or empty_checkpoint()
+    saver.put(_config(thread_id, token), cp, {"source": "update", "step": 1}, {})
+    return cp
+
+
+def test_each_write_appends_one_event_and_a_refused_or_repeated_one_spends_no_seq(
+    open_pg: Any, clock: ManualClock
+) -> None:
+    """put → `checkpoint`, put_writes → `writes`; a retry, a refusal or a no-op leaves no gap."""
+    saver = open_pg()
+    granted = saver.claim("t", "alice", 10)
+    cp = _put(saver, "t", granted.token)
+    _put(saver, "t", granted.token, cp)  # identical retry: no event
+    with pytest.raises(ThreadBusy):
+        _put(saver, "t")  # refused: nothing
+    wconf = _config("t", granted.token, checkpoint_id=cp["id"])
+    saver.put_writes(wconf, [("a", 1), ("b", 2)], "task-1")
+    saver.put_writes(wconf, [("a", 1), ("b", 2)], "task-1")  # first writer wins: no-op
+    assert saver.append_events("t", granted.token, [("note", {"x": 1})]) == [3]
+    got = saver.events_after("t")
+    assert [(e.seq, e.kind) for e in got] == [(1, "checkpoint"), (2, "writes"), (3, "note")]
+    assert got[0].checkpoint_id == cp["id"] and got[0].token == granted.token
+    assert got[0].ts == clock.now()
+    assert got[1].data == {"task_id": "task-1", "task_path": "", "channels": ["a", "b"]}
+    assert saver.events_after("t", 1, 1) == got[1:2]
+    with pytest.raises(StaleClaim):
+        saver.append_events("t", granted.token + 99, [("note", {})])
+    with pytest.raises(InvalidArgument, match="events"):
+        saver.append_events("t", granted.token, [("note", "not an object")])
+    assert saver.events_after("t", 3) == []
+    assert saver.events_after("never-written") == []
+
+
+def test_concurrent_commits_get_contiguous_seqs(open_pg: Any) -> None:
+    """Four threads on their own connections append to one thread: seqs 1..N, none twice."""
+    granted = open_pg().claim("t", "alice", 60)
+    savers = [open_pg() for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def work(saver: Any) -> None:
+        try:
+            for _ in range(15):
+                saver.append_events("t", granted.token, [("a", {}), ("b", {})])
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work, args=(s,)) for s in savers]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert errors == []
+    got = savers[0].events_after("t", 0, 1000)
+    assert [e.seq for e in got] == list(range(1, 4 * 15 * 2 + 1))
+    # Each commit's two events are adjacent: a and b alternate.
+    assert [e.kind for e in got] == ["a", "b"] * 60
+
+
+def test_delete_thread_starts_a_new_incarnation(open_pg: Any) -> None:
+    """A reader of the deleted thread is told (ReplayUnavailable), never shown the new seqs."""
+    saver = open_pg()
+    _put(saver, "t")
+    [old] = saver.events_after("t")
+    saver.delete_thread("t")
+    saver.delete_thread("t")  # twice: still incarnation 2
+    _put(saver, "t")
+    with pytest.raises(ReplayUnavailable) as gone:
+        saver.events_after("t", old)
+    assert gone.value.incarnation == 2
+    [new] = saver.events_after("t", 0, incarnation=2)
+    assert (new.seq, new.incarnation) == (1, 2)
+
+
+def test_wait_events_returns_at_once_or_empty_after_the_timeout(open_pg: Any) -> None:
+    """Events already there come back at once; none within the timeout is []."""
+    saver = open_pg()
+    _put(saver, "t")
+    started = time.monotonic()
+    assert [e.seq for e in saver.wait_events("t", 0, timeout=5)] == [1]
+    assert time.monotonic() - started < 2
+    started = time.monotonic()
+    assert saver.wait_events("t", 1, timeout=0.2) == []
+    assert 0.2 <= time.monotonic() - started < 2
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_wait_events_wakes_for_another_process_commit(
+    open_pg: Any, pg_dsn: str, tmp_path: Any
+) -> None:
+    """A waiter wakes for another process's commit on its NOTIFY: the waiter's safety
+    poll is 5 s, so only the notification can wake it within 1 s."""
+    saver = open_pg(clock=None, poll_interval=5)
+    _put(saver, "other")  # a thread created first, so the waiter's read is not its first
+    flag = str(tmp_path / "go")
+    args = {"dsn": pg_dsn, "thread": "t", "flag": flag, "delay": 0.3, "notify": True}
+    results: list[Any] = []
+    child = threading.Thread(
+        target=lambda: results.extend(
+            run_together([[sys.executable, CHILD, "put_later", json.dumps(args)]], flag)
+        )
+    )
+    child.start()
+    got = saver.wait_events("t", 0, timeout=30)
+    woke_at = time.time()
+    child.join(timeout=60)
+    [(code, out, err)] = results
+    assert code == 0, err
+    assert [e.kind for e in got] == ["checkpoint"]
+    lag = woke_at - json.loads(out)["committed_at"]
+    assert lag < 1, lag
+
+
+def test_without_notify_a_waiter_finds_the_commit_by_its_safety_poll(open_pg: Any) -> None:
+    """A writer with `notify=False` (on its own connection, as another host) sends no
+    NOTIFY: the waiter still returns the commit, by its poll (0.3 s here), not at once."""
+    waiter = open_pg(clock=None, poll_interval=0.3)
+    writer = open_pg(clock=None, notify=False)
+    got: list[Any] = []
+    thread = threading.Thread(target=lambda: got.extend(waiter.wait_events("t", timeout=30)))
+    thread.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    _put(writer, "t")
+    thread.join(timeout=30)
+    assert [e.kind for e in got] == ["checkpoint"]
+    assert time.monotonic() - started < 3
+
+
+def test_one_notification_per_commit_naming_the_thread_and_none_with_notify_off(
+    open_pg: Any, pg_dsn: str
+) -> None:
+    """A commit of ours sends one NOTIFY whose payload is the thread id (a fenced put,
+    an unfenced one, put_writes, caller events); `notify=False` sends none."""
+    loud, quiet = open_pg(), open_pg(notify=False)
+    with psycopg.connect(pg_dsn, autocommit=True) as listener:
+        listener.execute("LISTEN lgfs_events")
+        granted = loud.claim("t", "alice", 10)
+        cp = _put(loud, "t", granted.token)
+        loud.put_writes(_config("t", granted.token, checkpoint_id=cp["id"]), [("a", 1)], "x")
+        loud.append_events("t", granted.token, [("note", {})])
+        _put(quiet, "u")
+        _put(loud, "v")
+        got = [n.payload for n in listener.notifies(timeout=1)]
+    assert got == ["t", "t", "t", "v"]
+
+
+async def test_await_events_wakes_on_notify_and_cancels_at_once(open_pg: Any) -> None:
+    """The async wait wakes for a commit made meanwhile; cancelling it ends it promptly."""
+    saver = open_pg(clock=None, poll_interval=10)
+    waiting = asyncio.create_task(saver.await_events("t", 0, timeout=30))
+    await asyncio.sleep(0.3)
+    started = time.monotonic()
+    await asyncio.to_thread(_put, saver, "t")
+    got = await asyncio.wait_for(waiting, 10)
+    assert [e.kind for e in got] == ["checkpoint"]
+    assert time.monotonic() - started < 5  # not the 10 s safety poll
+    idle = asyncio.create_task(saver.await_events("t", 1, timeout=30))
+    await asyncio.sleep(0.2)
+    idle.cancel()
+    started = time.monotonic()
+    with pytest.raises(asyncio.CancelledError):
+        await idle
+    assert time.monotonic() - started < 1

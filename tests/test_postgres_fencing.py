@@ -1,0 +1,249 @@
+"""Fencing on PostgreSQL under real concurrency: threads, and processes with their own connections.
+
+What a platform team relies on: once `take_over` has returned, the superseded
+worker's writes never land (however its transactions interleave with the
+takeover), every write it was told succeeded is stored, and tokens only go up,
+also when several hosts take a thread over at once.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import run_together
+from langgraph.checkpoint.base import empty_checkpoint
+from psycopg_pool import ConnectionPool
+
+from langgraph_fenced_sqlite import StaleClaim
+from langgraph_fenced_sqlite.postgres import FencedPostgresSaver, txns
+
+CHILD = str(Path(__file__).with_name("_pg_child.py"))
+
+
+def _rows(dsn: str, thread_id: str) -> list[tuple[str, int | None, int]]:
+    """(checkpoint_id, token, position) of a thread's checkpoints, in commit order."""
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            "SELECT checkpoint_id, token, position FROM lgfs_checkpoints "
+            "WHERE thread_id = %s ORDER BY position",
+            (thread_id,),
+        ).fetchall()
+
+
+def _put(saver: FencedPostgresSaver, thread_id: str, token: int, step: int) -> str:
+    cp = empty_checkpoint()
+    config = {"configurable": {"thread_id": thread_id, "__fence_token__": token}}
+    saver.put(config, cp, {"source": "update", "step": step}, {})  # type: ignore[arg-type]
+    return str(cp["id"])
+
+
+def test_a_superseded_workers_writes_stop_at_the_takeover_threads(pg_dsn: str) -> None:
+    """Old worker writing flat out on a pool; a takeover in another thread fences it at once.
+
+    Every put the old worker started after `take_over` returned is refused;
+    every put it was told succeeded is stored, all before the new holder's first.
+    """
+    with ConnectionPool(pg_dsn, min_size=2, max_size=4, open=True) as pool:
+        saver = FencedPostgresSaver(pool)
+        saver.setup()
+        old = saver.claim("t", "old", 30)
+        taken = threading.Event()
+        acked: list[str] = []
+        late_successes: list[str] = []
+        refused: list[StaleClaim] = []
+
+        def old_worker() -> None:
+            while True:
+                started_after = taken.is_set()
+                try:
+                    cid = _put(saver, "t", old.token, len(acked))
+                except StaleClaim as exc:
+                    refused.append(exc)
+                    return
+                acked.append(cid)
+                if started_after:
+                    late_successes.append(cid)
+
+        worker = threading.Thread(target=old_worker)
+        worker.start()
+        while len(acked) < 20:  # let it get going
+            time.sleep(0.001)
+        new = saver.take_over("t", "new", 30)
+        taken.set()
+        first_new = _put(saver, "t", new.token, 0)
+        worker.join(timeout=30)
+        assert not worker.is_alive()
+
+    assert late_successes == []
+    assert refused and refused[0].current_token == new.token and refused[0].holder == "new"
+    rows = _rows(pg_dsn, "t")
+    assert [r[0] for r in rows if r[1] == old.token] == acked  # none lost, none extra, in order
+    assert [r[0] for r in rows if r[1] == new.token] == [first_new]
+    assert rows[-1][0] == first_new  # every old write committed before the new holder's
+    assert [r[2] for r in rows] == list(range(1, len(rows) + 1))  # positions gap-free
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_superseded_worker_process_writes_nothing_after_the_takeover(
+    pg_dsn: str, tmp_path: Any
+) -> None:
+    """Old worker in its own process and connection; a takeover from the test's process."""
+    with FencedPostgresSaver.from_conn_string(pg_dsn) as saver:
+        saver.setup()
+        old = saver.claim("t", "old", 30)
+        flag = str(tmp_path / "go")
+        args = {"dsn": pg_dsn, "thread": "t", "token": old.token, "flag": flag}
+        results: list[Any] = []
+        child = threading.Thread(
+            target=lambda: results.extend(
+                run_together([[sys.executable, CHILD, "fenced_writer", json.dumps(args)]], flag)
+            )
+        )
+        child.start()
+        while len(_rows(pg_dsn, "t")) < 20:
+            time.sleep(0.005)
+        new = saver.take_over("t", "new", 30)
+        first_new = _put(saver, "t", new.token, 0)
+        child.join(timeout=60)
+    [(code, out, err)] = results
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["refused_by"] == new.token
+    rows = _rows(pg_dsn, "t")
+    assert [r[0] for r in rows if r[1] == old.token] == report["acked"]
+    assert rows[-1][0] == first_new
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_concurrent_take_overs_from_several_processes_only_raise_the_token(
+    pg_dsn: str, tmp_path: Any
+) -> None:
+    """Two processes take the same threads over at once, again and again.
+
+    The claim each thread ends with carries the greatest token ever granted
+    on it (a token drawn before the row lock could commit after a greater
+    one and lower it), each process saw its own tokens rise, no token was
+    granted twice, and only the final token can still write.
+    """
+    threads = [f"t{i}" for i in range(2)]
+    with FencedPostgresSaver.from_conn_string(pg_dsn) as saver:
+        saver.setup()
+        flag = str(tmp_path / "go")
+        argvs = [
+            [
+                sys.executable,
+                CHILD,
+                "take_overs",
+                json.dumps(
+                    {"dsn": pg_dsn, "threads": threads, "rounds": 10, "me": f"p{i}", "flag": flag}
+                ),
+            ]
+            for i in range(2)
+        ]
+        results = run_together(argvs, flag)
+        granted: dict[str, list[int]] = {t: [] for t in threads}
+        for code, out, err in results:
+            assert code == 0, err
+            for thread_id, tokens in json.loads(out).items():
+                assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
+                granted[thread_id].extend(tokens)
+        every = [t for tokens in granted.values() for t in tokens]
+        assert len(set(every)) == len(every) == 2 * 10 * len(threads)
+        for thread_id, tokens in granted.items():
+            final = saver.current_claim(thread_id)
+            assert final is not None and final.token == max(tokens)
+            for stale in sorted(tokens)[-3:-1]:
+                with pytest.raises(StaleClaim):
+                    _put(saver, thread_id, stale, 0)
+            _put(saver, thread_id, final.token, 0)
+
+
+def test_a_take_over_that_waited_for_the_row_lock_draws_its_token_after_it(pg_dsn: str) -> None:
+    """A takeover blocked behind another one ends with the greater token.
+
+    The race made deterministic: the test holds the thread's row lock, a
+    worker's `take_over` queues behind it, and the test's transaction then
+    grants a claim of its own and commits. Had the worker drawn its token
+    before waiting for the lock (a `nextval` in `INSERT ... VALUES`), it would
+    now overwrite the greater token with its smaller one, and the hijacker's
+    fenced writes would still land.
+    """
+    with FencedPostgresSaver.from_conn_string(pg_dsn) as saver:
+        saver.setup()
+        first = saver.claim("t", "first", 30)
+        worker_claims: list[Any] = []
+        with psycopg.connect(pg_dsn) as lock_conn, psycopg.connect(pg_dsn) as watch:
+            cur = lock_conn.cursor()
+            cur.execute("SELECT 1 FROM lgfs_threads WHERE thread_id = 't' FOR UPDATE")
+            worker = threading.Thread(
+                target=lambda: worker_claims.append(saver.take_over("t", "worker", 30))
+            )
+            worker.start()
+            deadline = time.monotonic() + 30
+            while not watch.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()"
+            ).fetchone()[0]:  # type: ignore[index]
+                assert time.monotonic() < deadline, "the worker never waited for the lock"
+                time.sleep(0.005)
+            between = txns.grant(cur, "t", "between", 30, now=None, force=True)
+            lock_conn.commit()
+            worker.join(timeout=30)
+        [mine] = worker_claims
+        assert first.token < between.token < mine.token
+        assert saver.current_claim("t") == mine
+        with pytest.raises(StaleClaim):
+            _put(saver, "t", between.token, 0)
+
+
+def test_a_write_that_waited_for_the_row_lock_behind_a_take_over_is_refused(pg_dsn: str) -> None:
+    """A put queued behind a takeover's transaction is refused once the takeover commits.
+
+    Deterministic: the test holds the thread's row lock, the old holder's put
+    queues behind it, and the test's transaction takes the thread over and
+    commits. The fence is the put's first statement, an `UPDATE ... WHERE
+    token = ...` that PostgreSQL re-checks against the row the takeover
+    left; a `SELECT` as the fence check would have passed before the
+    takeover and let the stale write land after it.
+    """
+    with FencedPostgresSaver.from_conn_string(pg_dsn) as saver:
+        saver.setup()
+        old = saver.claim("t", "old", 30)
+        _put(saver, "t", old.token, 0)
+        outcome: list[Any] = []
+
+        def stale_put() -> None:
+            try:
+                outcome.append(_put(saver, "t", old.token, 1))
+            except StaleClaim as exc:
+                outcome.append(exc)
+
+        with psycopg.connect(pg_dsn) as lock_conn, psycopg.connect(pg_dsn) as watch:
+            cur = lock_conn.cursor()
+            cur.execute("SELECT 1 FROM lgfs_threads WHERE thread_id = 't' FOR UPDATE")
+            worker = threading.Thread(target=stale_put)
+            worker.start()
+            deadline = time.monotonic() + 30
+            while not watch.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()"
+            ).fetchone()[0]:  # type: ignore[index]
+                assert time.monotonic() < deadline, "the put never waited for the lock"
+                time.sleep(0.005)
+            new = txns.grant(cur, "t", "new", 30, now=None, force=True)
+            lock_conn.commit()
+            worker.join(timeout=30)
+        [refused] = outcome
+        assert isinstance(refused, StaleClaim)
+        seen = (refused.token, refused.current_token, refused.holder)
+        assert seen == (old.token, new.token, "new")
+        assert [r[1] for r in _rows(pg_dsn, "t")] == [old.token]

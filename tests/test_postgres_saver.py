@@ -1,0 +1,350 @@
+"""`FencedPostgresSaver` beyond conformance: claims, expiry by the store's clock, bad input,
+lifecycle and error translation, on a real server (the session's `pg_server`)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool
+
+from langgraph_fenced_sqlite import (
+    InvalidArgument,
+    ManualClock,
+    StaleClaim,
+    StoreBusy,
+    StoreClosed,
+    StoreError,
+    ThreadBusy,
+    UnsupportedFormat,
+    WrongThread,
+)
+from langgraph_fenced_sqlite.postgres import FencedPostgresSaver, sql
+
+
+def _config(thread_id: str, token: int | None = None, **extra: Any) -> Any:
+    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": "", **extra}
+    if token is not None:
+        conf["__fence_token__"] = token
+    return {"configurable": conf}
+
+
+def _put(saver: Any, thread_id: str, token: int | None = None, parent: str | None = None) -> str:
+    cp = empty_checkpoint()
+    extra = {} if parent is None else {"checkpoint_id": parent}
+    saver.put(_config(thread_id, token, **extra), cp, {"source": "update", "step": 1}, {})
+    return str(cp["id"])
+
+
+def _count(dsn: str, table: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        return int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])  # type: ignore[index]
+
+
+def test_claim_is_exclusive_until_expiry_by_the_injected_clock(
+    open_pg: Any, clock: ManualClock
+) -> None:
+    """A live claim refuses a second claim and unfenced writes; once expired, both are allowed."""
+    saver = open_pg()
+    first = saver.claim("t", "alice", 10)
+    with pytest.raises(ThreadBusy) as busy:
+        saver.claim("t", "bob", 10)
+    assert busy.value.holder == "alice"
+    with pytest.raises(ThreadBusy):
+        _put(saver, "t")
+    clock.advance(10)  # now == expires_at: expired (`now < expires_at` is live)
+    second = saver.claim("t", "bob", 10)
+    assert second.token > first.token and second.expires_at == clock.now() + 10
+    with pytest.raises(StaleClaim) as stale:
+        _put(saver, "t", first.token)
+    assert (stale.value.current_token, stale.value.holder) == (second.token, "bob")
+
+
+def test_expiry_follows_the_database_clock_not_the_hosts(open_pg: Any, pg_dsn: str) -> None:
+    """With no clock given, expiry is the server's time plus ttl; the server decides liveness."""
+    saver = open_pg(clock=None)
+    with psycopg.connect(pg_dsn) as conn:
+        before = conn.execute(sql.GET_NOW, {"now": None}).fetchone()[0]  # type: ignore[index]
+    granted = saver.claim("t", "alice", 0.3)
+    assert before + 0.3 <= granted.expires_at <= saver.clock.now() + 0.3
+    with pytest.raises(ThreadBusy):
+        saver.claim("t", "bob", 5)
+    # Rewind the claim's expiry in the database: the server's clock now says expired.
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE lgfs_threads SET expires_at = expires_at - 3600")
+    assert saver.claim("t", "bob", 5).token > granted.token
+
+
+def test_renew_release_and_current_claim(open_pg: Any, clock: ManualClock) -> None:
+    """Renew extends from now; another token renews nothing; release frees; then it is stale."""
+    saver = open_pg()
+    granted = saver.claim("t", "alice", 10)
+    clock.advance(5)
+    renewed = saver.renew("t", granted.token, 10)
+    assert renewed.expires_at == clock.now() + 10
+    assert saver.current_claim("t") == renewed
+    with pytest.raises(StaleClaim):
+        saver.renew("t", granted.token + 1000, 10)
+    assert saver.release("t", granted.token + 1000) is False
+    assert saver.release("t", granted.token) is True
+    assert saver.current_claim("t") is None
+    with pytest.raises(StaleClaim) as stale:
+        _put(saver, "t", granted.token)
+    # The thread has no claim now; the error still names the latest holder.
+    assert (stale.value.current_token, stale.value.holder) == (None, "alice")
+    _put(saver, "t")  # unfenced: no live claim
+
+
+def test_a_fenced_input_put_whose_parent_is_not_the_latest_is_a_conflict(open_pg: Any) -> None:
+    """Fenced input/loop puts are version-checked (docs/semantics.md §3), after the fence."""
+    from langgraph_fenced_sqlite import CheckpointConflict
+
+    saver = open_pg()
+    granted = saver.claim("t", "alice", 10)
+    first = _put(saver, "t", granted.token)
+    _put(saver, "t", granted.token, parent=first)
+    cp = empty_checkpoint()
+    with pytest.raises(CheckpointConflict):
+        saver.put(
+            _config("t", granted.token, checkpoint_id=first),
+            cp,
+            {"source": "loop", "step": 2},
+            {},
+        )
+    assert saver.get_tuple(_config("t", checkpoint_id=cp["id"])) is None
+
+
+def test_require_claim_refuses_every_unfenced_write(open_pg: Any, pg_dsn: str) -> None:
+    """`require_claim=True`: an unfenced put is ThreadBusy and stores nothing."""
+    saver = open_pg(require_claim=True)
+    with pytest.raises(ThreadBusy, match="requires a claim"):
+        _put(saver, "t")
+    assert _count(pg_dsn, "lgfs_checkpoints") == 0
+    _put(saver, "t", saver.claim("t", "alice", 10).token)
+
+
+def test_delete_thread_fences_off_its_holder(open_pg: Any) -> None:
+    """After delete_thread the old holder's token is stale and the thread is empty."""
+    saver = open_pg()
+    granted = saver.claim("t", "alice", 10)
+    _put(saver, "t", granted.token)
+    saver.delete_thread("t")
+    assert saver.get_tuple(_config("t")) is None
+    with pytest.raises(StaleClaim):
+        _put(saver, "t", granted.token)
+    assert saver.claim("t", "bob", 10).token > granted.token
+
+
+def test_a_lease_claims_renews_and_releases(open_pg: Any) -> None:
+    """The package's `Lease` drives the PostgreSQL saver unchanged."""
+    saver = open_pg(clock=None)
+    with saver.lease("t", "alice", ttl=5) as lease:
+        assert saver.current_claim("t") == lease.claim
+        _put(saver, "t", lease.claim.token)
+    assert saver.current_claim("t") is None
+
+
+async def test_async_twins_and_async_from_conn_string(pg_dsn: str) -> None:
+    """`async with from_conn_string`: claims, puts and reads through the async API."""
+    async with FencedPostgresSaver.from_conn_string(pg_dsn) as saver:
+        await saver.asetup()
+        granted = await saver.aclaim("t", "alice", 10)
+        cp = empty_checkpoint()
+        await saver.aput(_config("t", granted.token), cp, {"source": "update", "step": 1}, {})
+        got = await saver.aget_tuple(_config("t"))
+        assert got is not None and got.checkpoint["id"] == cp["id"]
+        assert [t.checkpoint["id"] async for t in saver.alist(_config("t"))] == [cp["id"]]
+        assert await saver.arelease("t", granted.token) is True
+    assert saver.closed
+
+
+def test_a_pool_serves_concurrent_callers(pg_dsn: str) -> None:
+    """With a pool, threads write distinct threads at once; all their checkpoints are stored."""
+    with ConnectionPool(pg_dsn, min_size=1, max_size=4, open=True) as pool:
+        saver = FencedPostgresSaver(pool)
+        saver.setup()
+        errors: list[BaseException] = []
+
+        def work(i: int) -> None:
+            try:
+                token = saver.claim(f"t{i}", f"w{i}", 30).token
+                parent = None
+                for _ in range(10):
+                    parent = _put(saver, f"t{i}", token, parent=parent)
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        workers = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        assert errors == []
+        assert _count(pg_dsn, "lgfs_checkpoints") == 40
+
+
+def test_bad_arguments_are_invalid_argument_naming_them(open_pg: Any) -> None:
+    """Wrong types and shapes are InvalidArgument naming the argument, before any SQL."""
+    saver = open_pg()
+    with pytest.raises(InvalidArgument, match="conn"):
+        FencedPostgresSaver("host=nowhere")
+    with pytest.raises(InvalidArgument, match="busy_timeout"):
+        FencedPostgresSaver.from_conn_string("host=nowhere", busy_timeout=1)
+    with pytest.raises(InvalidArgument, match="ttl"):
+        saver.claim("t", "alice", -1)
+    with pytest.raises(InvalidArgument, match="thread_id"):
+        saver.claim("", "alice", 1)
+    with pytest.raises(InvalidArgument, match="token"):
+        saver.renew("t", "1", 1)
+    with pytest.raises(InvalidArgument, match="strategy"):
+        saver.prune(["t"], strategy="everything")
+    with pytest.raises(InvalidArgument, match="__fence_token__"):
+        _put(saver, "t", "7")  # type: ignore[arg-type]
+
+
+def test_setup_is_versioned_and_refuses_a_newer_schema(open_pg: Any, pg_dsn: str) -> None:
+    """setup() twice is a no-op; a database from a newer version is UnsupportedFormat."""
+    saver = open_pg()
+    saver.setup()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        versions = [r[0] for r in conn.execute("SELECT v FROM lgfs_migrations ORDER BY v")]
+        assert versions == list(range(2, sql.SCHEMA_VERSION + 1))
+        conn.execute("INSERT INTO lgfs_migrations VALUES (%s)", (sql.SCHEMA_VERSION + 1,))
+    with pytest.raises(UnsupportedFormat, match="newer"):
+        saver.setup()
+
+
+def test_concurrent_setup_from_many_connections(pg_dsn: str) -> None:
+    """Hosts that all call setup() at once take turns: one schema, no error."""
+    errors: list[BaseException] = []
+
+    def setup() -> None:
+        try:
+            with FencedPostgresSaver.from_conn_string(pg_dsn) as saver:
+                saver.setup()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=setup) for _ in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert errors == []
+
+
+def test_database_errors_are_store_errors_and_nothing_changes(pg_dsn: str) -> None:
+    """Before setup() the tables are missing: StoreError naming the operation, psycopg as cause."""
+    with FencedPostgresSaver.from_conn_string(pg_dsn) as saver:
+        with pytest.raises(StoreError, match="claim failed on postgresql://") as caught:
+            saver.claim("t", "alice", 1)
+        assert isinstance(caught.value.__cause__, psycopg.Error)
+        saver.setup()
+        saver.claim("t", "alice", 1)  # the connection is usable after the failure
+
+
+def test_a_lock_timeout_is_store_busy(pg_dsn: str, open_pg: Any) -> None:
+    """A write blocked past the connection's lock_timeout is StoreBusy; nothing changes."""
+    saver = open_pg()
+    saver.claim("t", "alice", 10)
+    with psycopg.connect(pg_dsn) as locker:
+        locker.execute("SELECT 1 FROM lgfs_threads WHERE thread_id = 't' FOR UPDATE")
+        options = conninfo_to_dict(pg_dsn)["options"]
+        conn = psycopg.connect(pg_dsn, autocommit=True, options=f"{options} -c lock_timeout=100")
+        try:
+            other = FencedPostgresSaver(conn)
+            with pytest.raises(StoreBusy) as busy:
+                other.take_over("t", "bob", 10)
+            assert busy.value.waited_s >= 0.1
+        finally:
+            conn.close()
+    assert saver.current_claim("t").holder == "alice"
+
+
+def test_closed_store_raises_store_closed_and_a_nested_call_wrong_thread(open_pg: Any) -> None:
+    """Calls after close() raise StoreClosed; a call from inside a call raises WrongThread."""
+    saver = open_pg()
+    with pytest.raises(WrongThread):
+        saver._engine.run("outer", lambda cur: saver.current_claim("t"))
+    saver.close()
+    saver.close()
+    for call in (
+        lambda: saver.claim("t", "a", 1),
+        lambda: saver.get_tuple(_config("t")),
+        lambda: list(saver.list(None)),
+        lambda: asyncio.run(saver.aget_tuple(_config("t"))),
+    ):
+        with pytest.raises(StoreClosed):
+            call()
+
+
+def test_coexists_with_langgraphs_postgres_saver(pg_dsn: str) -> None:
+    """Our tables are prefixed: LangGraph's PostgresSaver sets up in the same schema unharmed."""
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    with FencedPostgresSaver.from_conn_string(pg_dsn) as ours:
+        ours.setup()
+        mine = _put(ours, "t")
+        with PostgresSaver.from_conn_string(pg_dsn) as theirs:
+            theirs.setup()
+            cp = empty_checkpoint()
+            theirs.put(_config("t"), cp, {"source": "update", "step": 1}, {})
+            assert theirs.get_tuple(_config("t")).checkpoint["id"] == cp["id"]  # type: ignore[union-attr]
+        assert ours.get_tuple(_config("t")).checkpoint["id"] == mine  # type: ignore[union-attr]
+
+
+def test_fenced_put_writes_refuses_a_stale_token_and_special_channels_go_to_the_holder(
+    open_pg: Any, pg_dsn: str
+) -> None:
+    """A superseded holder's writes are StaleClaim and store nothing; the new holder's
+    special-channel write replaces the old one (last writer wins within the fence)."""
+    saver = open_pg()
+    old = saver.claim("t", "old", 10)
+    cid = _put(saver, "t", old.token)
+    saver.put_writes(_config("t", old.token, checkpoint_id=cid), [("__error__", "old")], "task")
+    new = saver.take_over("t", "new", 10)
+    with pytest.raises(StaleClaim):
+        saver.put_writes(_config("t", old.token, checkpoint_id=cid), [("x", 1)], "task-2")
+    saver.put_writes(_config("t", new.token, checkpoint_id=cid), [("__error__", "new")], "task")
+    got = saver.get_tuple(_config("t", checkpoint_id=cid))
+    assert got is not None and got.pending_writes == [("task", "__error__", "new")]
+    with psycopg.connect(pg_dsn) as conn:
+        tokens = conn.execute("SELECT token FROM lgfs_writes").fetchall()
+    assert tokens == [(new.token,)]
+
+
+def test_an_expired_unreplaced_holder_still_writes_and_so_does_an_unfenced_writer(
+    open_pg: Any, clock: ManualClock
+) -> None:
+    """Expiry alone fences nobody (docs/semantics.md §2): the fence compares tokens only;
+    once the claim has expired, an unfenced write is accepted too."""
+    saver = open_pg()
+    granted = saver.claim("t", "alice", 10)
+    clock.advance(60)
+    first = _put(saver, "t", granted.token)
+    second = _put(saver, "t", parent=first)
+    got = saver.get_tuple(_config("t"))
+    assert got is not None and got.checkpoint["id"] == second
+
+
+def test_wait_events_on_a_pool_listens_on_a_connection_of_its_own(pg_dsn: str) -> None:
+    """A pooled saver's waiter holds no pool connection while it waits (max_size=1 here),
+    and wakes for a commit made through that same pool."""
+    with ConnectionPool(pg_dsn, min_size=1, max_size=1, open=True) as pool:
+        saver = FencedPostgresSaver(pool, poll_interval=30)
+        saver.setup()
+        got: list[Any] = []
+        waiter = threading.Thread(target=lambda: got.extend(saver.wait_events("t", timeout=30)))
+        waiter.start()
+        time.sleep(0.3)
+        started = time.monotonic()
+        _put(saver, "t")  # would block for the pool's only connection if the waiter held it
+        waiter.join(timeout=30)
+        assert [e.kind for e in got] == ["checkpoint"]
+        assert time.monotonic() - started < 10  # woken by NOTIFY, not the 30 s poll
