@@ -9,12 +9,17 @@ workers) may each start their own at once: nothing is shared between them.
 PostgreSQL refuses to run as root; as root, the server runs as the `postgres`
 user (or `nobody`) through `subprocess`'s `user=`/`group=`, with its directory
 owned by that user.
+
+The binaries are the system's when it has them, else those of the `pgserver`
+wheel (the dev extra installs it), so that a machine with only Python and
+pip runs the PostgreSQL tests too.
 """
 
 from __future__ import annotations
 
 import atexit
 import glob
+import importlib.util
 import os
 import shutil
 import socket
@@ -44,7 +49,9 @@ def find_pg_bin() -> str:
     """Return the directory holding `initdb`, `pg_ctl` and `postgres`.
 
     Looks on PATH first, then under `/usr/lib/postgresql/*/bin` (Debian's
-    `postgresql` package puts them there, not on PATH), newest version first.
+    `postgresql` package puts them there, not on PATH), newest version first,
+    then in the `pgserver` wheel's install (found without importing it: its
+    import has side effects, and only its files are needed).
 
     Raises:
         FileNotFoundError: no PostgreSQL server binaries were found.
@@ -60,10 +67,52 @@ def find_pg_bin() -> str:
     for bindir in sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=version, reverse=True):
         if os.path.exists(os.path.join(bindir, "initdb")):
             return bindir
+    spec = importlib.util.find_spec("pgserver")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        bindir = os.path.join(root, "pginstall", "bin")
+        if os.path.exists(os.path.join(bindir, "initdb")):
+            return bindir
     raise FileNotFoundError(
-        "PostgreSQL server binaries (initdb, pg_ctl) not found on PATH or under "
-        "/usr/lib/postgresql/*/bin; install them (Debian: apt-get install postgresql)"
+        "PostgreSQL server binaries (initdb, pg_ctl) not found on PATH, under "
+        "/usr/lib/postgresql/*/bin or in the pgserver wheel; install them "
+        "(Debian: apt-get install postgresql; or pip install pgserver)"
     )
+
+
+def _reachable_by_all(path: str) -> bool:
+    """Whether every directory on the way to `path` lets any user through."""
+    path = os.path.realpath(path)
+    while True:
+        if not os.stat(path).st_mode & 0o001:
+            return False
+        parent = os.path.dirname(path)
+        if parent == path:
+            return True
+        path = parent
+
+
+def _copy_install(bindir: str, dest: str) -> str:
+    """Copy the install around `bindir` into `dest`; return the copy's bin directory.
+
+    For binaries the server's user cannot reach (a wheel inside a virtualenv
+    under /root, say). Copied: the install's bin, lib and share (what initdb
+    and postgres look up beside their own directory) and, for a wheel, the
+    shared libraries auditwheel put beside its package (`<package>.libs`,
+    which the binaries' rpath names relative to themselves), in the same
+    layout.
+    """
+    install = os.path.dirname(os.path.realpath(bindir))  # .../pgserver/pginstall
+    package = os.path.dirname(install)  # .../pgserver
+    site = os.path.dirname(package)
+    copy_install = os.path.join(dest, os.path.basename(package), os.path.basename(install))
+    for part in ("bin", "lib", "share"):
+        if os.path.isdir(os.path.join(install, part)):
+            shutil.copytree(os.path.join(install, part), os.path.join(copy_install, part))
+    libs = os.path.join(site, os.path.basename(package) + ".libs")
+    if os.path.isdir(libs):
+        shutil.copytree(libs, os.path.join(dest, os.path.basename(libs)))
+    os.chmod(dest, 0o755)
+    return os.path.join(copy_install, "bin")
 
 
 def _free_port() -> int:
@@ -209,6 +258,8 @@ def start_server(bindir: str | None = None, *, attempts: int = 3) -> PostgresSer
     datadir = tempfile.mkdtemp(prefix="lgfs-pg-")
     if run_as is not None:
         os.chown(datadir, *run_as)
+        if not _reachable_by_all(bindir):
+            bindir = _copy_install(bindir, os.path.join(datadir, "install"))
     server = PostgresServer(bindir, datadir, 0, run_as)
     try:
         server._cmd(
