@@ -28,7 +28,7 @@ from langgraph.checkpoint.base import CheckpointTuple
 
 from . import checkpoints as cps
 from .clock import read_now
-from .errors import ThreadBusy, bad_argument
+from .errors import SerializationError, ThreadBusy, UndecodableRow, bad_argument
 from .importer import _already_stored, _batches, _parents_first
 from .saver import FencedSqliteSaver
 from .validation import check_bool, check_iterable, check_name
@@ -52,7 +52,8 @@ class CopyReport:
         writes: Pending writes put by this call.
         unchanged: Of `threads`, those the target already held whole.
         refused: Threads not touched, each `{"thread_id", "reason"}`: the
-            target holds a different history, or a live claim.
+            target holds a different history or a live claim, or a source
+            row does not decode (or would not store in the target).
     """
 
     source: str
@@ -99,8 +100,8 @@ def copy_threads(
         The counts, and the threads refused with the reason.
 
     Raises:
-        InvalidArgument: an argument is wrong (the message names it);
-            nothing is written.
+        InvalidArgument: an argument is wrong (the message names it), or the
+            target requires a claim for every write; nothing is written.
         ThreadBusy: a thread has a live claim on the source, and
             `ignore_claims` is False; nothing is written.
     """
@@ -112,6 +113,10 @@ def copy_threads(
             )
         if saver.closed:
             raise bad_argument(name, "the store is closed")
+    if target.require_claim:
+        raise bad_argument(
+            "target", "requires a claim for every write; open it with require_claim=False to copy"
+        )
     if source is target or source.path == target.path:
         raise bad_argument("target", f"is the source store ({source.path}); copy between two")
     check_bool(ignore_claims, "ignore_claims")
@@ -213,14 +218,23 @@ class _Copier:
         self.refused.append({"thread_id": thread_id, "reason": reason})
 
     def thread(self, thread_id: str) -> None:
-        src = _history(self.source, thread_id)
+        try:
+            # Read and prove the whole thread before its first put: a row that
+            # fails halfway must not leave half a thread behind.
+            src = _history(self.source, thread_id)
+            src_writes = {k: _writes(self.source, thread_id, *k) for k in src}
+            for key, tup in src.items():
+                self.target.serde.dumps_typed(tup.checkpoint["channel_values"])
+                for write in src_writes[key]:
+                    self.target.serde.dumps_typed(write[4])
+        except (UndecodableRow, SerializationError) as exc:
+            return self.refuse(thread_id, f"the source thread does not copy: {exc}")
         if not src:
             return self.refuse(thread_id, "the source has no such thread")
         dst = _history(self.target, thread_id)
         claim = self.target.current_claim(thread_id)
         if claim is not None and claim.live(read_now(self.target.clock)):
             return self.refuse(thread_id, f"the target has a live claim by {claim.holder!r}")
-        src_writes = {k: _writes(self.source, thread_id, *k) for k in src}
         dst_writes = {k: _writes(self.target, thread_id, *k) for k in dst}
         for key, tup in dst.items():
             if key not in src or not _same(src[key], tup):

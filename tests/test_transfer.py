@@ -276,3 +276,63 @@ def test_the_latest_by_commit_stays_latest_when_it_is_not_the_highest_id(
         copy_threads(src, pg)
         assert latest(pg, "skew", "") == "1f0-a"
         assert history(pg, "skew") == history(src, "skew")
+
+
+def test_a_source_thread_with_a_damaged_row_is_refused_whole(source: Any, open_pg: Any) -> None:
+    import sqlite3
+
+    path = source.path
+    source.close()
+    conn = sqlite3.connect(path)
+    with conn:  # one checkpoint's values damaged behind the library's back
+        conn.execute(
+            "UPDATE checkpoints SET values_blob = CAST(values_blob || x'00c0' AS BLOB) "
+            "WHERE thread_id = 'chat-1' AND checkpoint_ns = '' AND checkpoint_id = "
+            "(SELECT min(checkpoint_id) FROM checkpoints WHERE thread_id = 'chat-1')"
+        )
+    conn.close()
+    pg = open_pg(clock=None)
+    with FencedSqliteSaver(path) as damaged:
+        report = copy_threads(damaged, pg, ["chat-1", "chat-6"])
+        [refused] = report.refused
+        assert refused["thread_id"] == "chat-1" and "does not copy" in refused["reason"]
+        assert "checksum mismatch" in refused["reason"]
+        assert list(pg.list(config("chat-1"))) == []  # nothing of it, not half of it
+        assert_same_threads(damaged, pg, ["chat-6"])
+
+
+def test_a_target_that_requires_claims_is_refused_up_front(source: Any, open_pg: Any) -> None:
+    pg = open_pg(clock=None, require_claim=True)
+    with pytest.raises(InvalidArgument, match="^target: requires a claim"):
+        copy_threads(source, pg)
+
+
+class Opaque:
+    """A plain class: pickle stores it, the data-only serializer has no encoding for it."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Opaque) and other.n == self.n
+
+
+def test_a_value_the_target_cannot_store_refuses_the_thread_before_any_put(
+    tmp_path: Any, open_pg: Any
+) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    pg = open_pg(clock=None)
+    with FencedSqliteSaver(
+        str(tmp_path / "pickled.db"), serde=JsonPlusSerializer(pickle_fallback=True)
+    ) as src:
+        root = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        md = {"source": "loop", "step": 0, "parents": {}}
+        first = src.put(root, {**empty_checkpoint(), "id": "1f0-a"}, md, {})
+        later = {**empty_checkpoint(), "id": "1f0-b", "channel_values": {"x": Opaque(1)}}
+        src.put(first, later, {**md, "step": 1}, {})
+        report = copy_threads(src, pg)
+    [refused] = report.refused
+    assert refused["thread_id"] == "t" and "does not copy" in refused["reason"]
+    assert list(pg.list(None)) == []  # not even the first, storable checkpoint
