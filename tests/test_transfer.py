@@ -202,6 +202,7 @@ def lgfs(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60, env=env)
 
 
+@pytest.mark.subprocess
 def test_cli_copy_to_copies_and_reruns(source: Any, pg_dsn: str, open_pg: Any) -> None:
     path = source.path
     done = lgfs(
@@ -216,6 +217,7 @@ def test_cli_copy_to_copies_and_reruns(source: Any, pg_dsn: str, open_pg: Any) -
     assert again.stdout.startswith("copied 1 thread from ") and "0 checkpoints" in again.stdout
 
 
+@pytest.mark.subprocess
 def test_cli_copy_to_a_busy_thread_exits_5_in_one_line(source: Any, pg_dsn: str) -> None:
     busy = lgfs("--db", source.path, "copy-to", pg_dsn)
     assert busy.returncode == 5, busy.stderr
