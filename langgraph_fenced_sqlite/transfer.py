@@ -164,7 +164,8 @@ def _is_store(saver: Any) -> bool:
 def _thread_ids(saver: Any) -> list[str]:
     """Every thread with a checkpoint, in id order."""
     if isinstance(saver, FencedSqliteSaver):
-        return sorted(t["thread_id"] for t in saver.threads())
+        # A thread that was only ever claimed has nothing to copy.
+        return sorted(t["thread_id"] for t in saver.threads() if t["checkpoints"])
     return sorted({t.config["configurable"]["thread_id"] for t in saver.list(None)})
 
 

@@ -338,3 +338,19 @@ def test_a_value_the_target_cannot_store_refuses_the_thread_before_any_put(
     [refused] = report.refused
     assert refused["thread_id"] == "t" and "does not copy" in refused["reason"]
     assert list(pg.list(None)) == []  # not even the first, storable checkpoint
+
+
+def test_every_thread_means_every_thread_with_a_checkpoint(tmp_path: Any, open_pg: Any) -> None:
+    # `threads()` also lists a thread that was only ever claimed; copying
+    # "every thread" must not refuse it as missing (nor stop on its claim).
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    pg = open_pg(clock=None)
+    with FencedSqliteSaver(str(tmp_path / "claimed.db")) as src:
+        src.claim("only-claimed", "w", 3600)
+        root = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        src.put(root, empty_checkpoint(), {"source": "input", "step": -1, "parents": {}}, {})
+        report = copy_threads(src, pg)
+        assert (report.threads, report.refused) == (1, ())
+        back = copy_threads(pg, src)  # and back: PostgreSQL's threads are those with checkpoints
+        assert (back.threads, back.unchanged, back.refused) == (1, 1, ())
