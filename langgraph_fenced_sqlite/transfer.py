@@ -20,6 +20,7 @@ checkpoints by their metadata's `run_id`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -117,7 +118,7 @@ def copy_threads(
         raise bad_argument(
             "target", "requires a claim for every write; open it with require_claim=False to copy"
         )
-    if source is target or source.path == target.path:
+    if source is target or _same_file(source, target):
         raise bad_argument("target", f"is the source store ({source.path}); copy between two")
     check_bool(ignore_claims, "ignore_claims")
     if thread_ids is None:
@@ -159,6 +160,14 @@ def _is_store(saver: Any) -> bool:
     except ImportError:  # no [postgres] extra: it cannot be one
         return False
     return isinstance(saver, FencedPostgresSaver)
+
+
+def _same_file(a: Any, b: Any) -> bool:
+    # Two PostgreSQL stores may share a server and database (in different
+    # schemas), so only SQLite files are compared, by their real path.
+    if not (isinstance(a, FencedSqliteSaver) and isinstance(b, FencedSqliteSaver)):
+        return False
+    return os.path.realpath(a.path) == os.path.realpath(b.path)
 
 
 def _thread_ids(saver: Any) -> list[str]:

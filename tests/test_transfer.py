@@ -167,20 +167,28 @@ def test_an_unknown_thread_is_refused_by_name(source: Any, open_pg: Any) -> None
         ({"source": "file.db"}, "source"),
         ({"target": None}, "target"),
         ({"target": "SAME"}, "target"),
+        ({"target": "SAME FILE"}, "target"),
         ({"thread_ids": "chat-1"}, "thread_ids"),
         ({"thread_ids": ["chat-1", ""]}, "thread_ids[]"),
         ({"ignore_claims": "yes"}, "ignore_claims"),
     ],
 )
 def test_bad_arguments_are_named_before_anything_is_written(
-    source: Any, open_pg: Any, kwargs: dict[str, Any], argument: str
+    source: Any, open_pg: Any, monkeypatch: Any, kwargs: dict[str, Any], argument: str
 ) -> None:
     pg = open_pg(clock=None)
     args = {"source": source, "target": pg, **kwargs}
     if args["target"] == "SAME":
         args["target"] = source
-    with pytest.raises(InvalidArgument) as info:
-        copy_threads(**args)
+    elif args["target"] == "SAME FILE":  # another saver on the file, by a relative path
+        monkeypatch.chdir(os.path.dirname(source.path))
+        args["target"] = FencedSqliteSaver(os.path.basename(source.path))
+    try:
+        with pytest.raises(InvalidArgument) as info:
+            copy_threads(**args)
+    finally:
+        if args["target"] not in (pg, source, None):
+            args["target"].close()
     assert info.value.argument == argument
     assert str(info.value).startswith(argument)
     assert list(pg.list(None)) == []
@@ -354,3 +362,15 @@ def test_every_thread_means_every_thread_with_a_checkpoint(tmp_path: Any, open_p
         assert (report.threads, report.refused) == (1, ())
         back = copy_threads(pg, src)  # and back: PostgreSQL's threads are those with checkpoints
         assert (back.threads, back.unchanged, back.refused) == (1, 1, ())
+
+
+def test_two_schemas_of_one_database_are_two_stores(
+    source: Any, open_pg: Any, pg_server: Any
+) -> None:
+    # Both report the same `path` (server and database), yet they are two stores.
+    first, second = open_pg(clock=None), open_pg(pg_server.fresh_dsn(), clock=None)
+    assert first.path == second.path
+    copy_threads(source, first, ["chat-3"])
+    report = copy_threads(first, second)
+    assert (report.threads, report.refused) == (1, ())
+    assert_same_threads(source, second, ["chat-3"])
