@@ -20,6 +20,7 @@ from typing import Any
 from . import __version__, importer
 from . import status as st
 from .cli_allow import add_allow_options, allow_from_args, cli_serde
+from .cli_copy import add_copy_command
 from .cli_doctor import cmd_doctor
 from .cli_io import (
     EXIT_CODES,
@@ -445,6 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("src", metavar="SRC", help="the SqliteSaver file (read-only)")
     p.add_argument("dest", metavar="DEST", help="the fenced file (created if missing)")
     p.add_argument("--progress", action="store_true", help="draw the progress bar even off a TTY")
+    add_copy_command(command)
     return parser
 
 
