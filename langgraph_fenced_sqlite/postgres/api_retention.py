@@ -1,7 +1,7 @@
 """The deletion half of `FencedPostgresSaver`: runs, copies and prunes, fenced like writes.
 
 Invariant: every method validates its arguments with the SQLite saver's
-validators, then runs one transaction from `txns.py` that fences every
+validators, then runs one transaction from `removals.py` that fences every
 thread it changes before changing any; the first refusal changes nothing.
 A dry run is the real prune, rolled back. Mixed into `FencedPostgresSaver`.
 """
@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import bad_argument
 from ..retention import PruneResult
 from ..validation import check_bool, check_int, check_iterable, check_name
-from . import txns
+from . import removals
 from .connection import PgConnection
 
 __all__ = ["PgRetentionAPI"]
@@ -52,7 +52,7 @@ class PgRetentionAPI:
         now = self._now()
         self._engine.run(
             "delete_for_runs",
-            lambda cur: txns.delete_for_runs(
+            lambda cur: removals.delete_for_runs(
                 cur, ids, token, now=now, require_claim=self.require_claim, notify=self._notify
             ),
         )
@@ -81,7 +81,7 @@ class PgRetentionAPI:
         now = self._now()
         self._engine.run(
             "copy_thread",
-            lambda cur: txns.copy_thread(
+            lambda cur: removals.copy_thread(
                 cur, src, dst, token, now=now, require_claim=self.require_claim, notify=self._notify
             ),
         )
@@ -127,7 +127,7 @@ class PgRetentionAPI:
 
         def job(cur: Any) -> _list[PruneResult]:
             out = [
-                txns.prune(
+                removals.prune(
                     cur,
                     t,
                     strategy,

@@ -20,7 +20,7 @@ from ..claims import Claim, claim_live
 from ..errors import TenantMismatch, ThreadBusy
 from ..events import NewEvent
 from ..runs import OPERATOR_RELEASED, OPERATOR_TOOK_OVER, RUN_STRATEGIES
-from . import sql, txns
+from . import removals, sql, txns
 from .events import append
 
 __all__ = [
@@ -240,7 +240,7 @@ def delete_unclaimed(
     if claim_live(old_token, expires_at, at):
         raise ThreadBusy(thread_id, old_holder, txns.latest_id(cur, thread_id))
     txns.set_claim(cur, thread_id, holder, ttl, at=at, run_id=None)
-    txns.delete_thread(cur, thread_id)
+    removals.delete_thread(cur, thread_id)
     if created:
         # The lock created the row; a thread that never existed has no reader
         # to warn, so it leaves no row behind.

@@ -39,7 +39,7 @@ from ..validation import (
     check_writes,
     config_target,
 )
-from . import sql, txns
+from . import removals, sql, txns
 from .api_claims import PgClaimsAPI
 from .api_events import PgEventsAPI
 from .api_retention import PgRetentionAPI
@@ -407,7 +407,7 @@ class FencedPostgresSaver(  # type: ignore[misc]
         fenced write raises `StaleClaim`). An unknown thread: nothing happens.
         """
         check_name(thread_id, "thread_id")
-        self._engine.run("delete_thread", lambda cur: txns.delete_thread(cur, thread_id))
+        self._engine.run("delete_thread", lambda cur: removals.delete_thread(cur, thread_id))
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Async twin of `delete_thread`."""

@@ -1,0 +1,172 @@
+"""The PostgreSQL store's removals and copies: delete_thread, delete_for_runs, copy_thread, prune.
+
+Invariant: as in `txns` (the store's other transactions), a removal or copy
+that writes a thread fences it first (`txns.fence`: the thread's row lock,
+the token check and the position of its event in one statement), and each
+function runs inside the transaction `PgConnection.run` opened, so raising
+rolls everything back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import CheckpointConflict
+from ..events import NewEvent
+from ..retention import PruneResult
+from . import sql
+from .events import append
+from .txns import fence
+
+Cursor = Any  # a psycopg cursor returning tuples
+
+
+def delete_thread(cur: Cursor, thread_id: str) -> None:
+    """Remove a thread's checkpoints, writes and events, end its claim, start a new incarnation.
+
+    The claim's holder is fenced off; a reader at a position of the old
+    incarnation gets `ReplayUnavailable`. An unknown thread: nothing happens.
+    """
+    params = {"thread_id": thread_id}
+    cur.execute(sql.NEW_INCARNATION, params)
+    cur.execute(sql.DELETE_THREAD_WRITES, params)
+    cur.execute(sql.DELETE_THREAD_CHECKPOINTS, params)
+    cur.execute(sql.DELETE_THREAD_EVENTS, params)
+
+
+def delete_for_runs(
+    cur: Cursor,
+    run_ids: list[str],
+    token: int | None,
+    *,
+    now: float | None,
+    require_claim: bool,
+    notify: bool = True,
+) -> None:
+    """Remove the runs' checkpoints and writes, fenced like a write on every thread they touch.
+
+    Threads are fenced (locked) in id order, so two such calls cannot
+    deadlock, and all before anything is removed; each gets one
+    `runs_deleted` event.
+    """
+    cur.execute(sql.THREADS_OF_RUNS, {"runs": run_ids})
+    threads = [r[0] for r in cur.fetchall()]
+    positions = {t: fence(cur, t, token, now=now, require_claim=require_claim) for t in threads}
+    for thread_id, position in positions.items():
+        params: dict[str, Any] = {"thread_id": thread_id, "runs": run_ids}
+        cur.execute(sql.DELETE_CHECKPOINTS_OF_RUNS, params)
+        removed = [(r[0], r[1]) for r in cur.fetchall()]
+        params.update(namespaces=[r[0] for r in removed], ids=[r[1] for r in removed])
+        cur.execute(sql.DELETE_WRITES_OF_RUNS, params)
+        data = {
+            "run_ids": run_ids,
+            "checkpoints": [list(k) for k in removed],
+            "writes": cur.rowcount,
+        }
+        new = [NewEvent("runs_deleted", data)]
+        append(cur, thread_id, position, new, token=token, now=now, notify=notify)
+
+
+def copy_thread(
+    cur: Cursor,
+    source: str,
+    target: str,
+    token: int | None,
+    *,
+    now: float | None,
+    require_claim: bool,
+    notify: bool = True,
+) -> None:
+    """Copy every checkpoint and write of `source` into `target`, fenced on the target.
+
+    Each copied checkpoint gets a `checkpoint` event at its position, then
+    one `copied` event names them; copying again changes nothing and logs
+    nothing.
+
+    Raises:
+        CheckpointConflict: the target holds a different checkpoint under one
+            of the source's ids; nothing is copied.
+    """
+    position = fence(cur, target, token, now=now, require_claim=require_claim)
+    cur.execute(sql.COPY_CONFLICTS, {"source": source, "target": target})
+    conflicts = cur.fetchall()
+    if conflicts:
+        ns, cid = conflicts[0]
+        names = ", ".join(repr(c[1]) for c in conflicts)
+        raise CheckpointConflict(
+            target,
+            ns,
+            cid,
+            cid,
+            message=(
+                f"copy_thread {source!r} -> {target!r}: the target holds different "
+                f"checkpoints under {names}; nothing was copied"
+            ),
+        )
+    cur.execute(sql.COPY_CHECKPOINTS, {"source": source, "target": target, "position": position})
+    copied = sorted(cur.fetchall(), key=lambda r: r[2])
+    # Writes land at the `copied` commit's position, after every copied checkpoint.
+    params = {"source": source, "target": target, "position": position + len(copied)}
+    cur.execute(sql.COPY_WRITES, params)
+    writes = cur.rowcount
+    new = [
+        NewEvent(
+            "checkpoint",
+            {"step": step, "source": src, "parent_checkpoint_id": parent, "copied_from": source},
+            ns,
+            cid,
+        )
+        for ns, cid, _, step, src, parent in copied
+    ]
+    if copied or writes:
+        summary = {
+            "source_thread_id": source,
+            "checkpoints": len(copied),
+            "copied": [[r[0], r[1]] for r in copied],
+            "writes": writes,
+        }
+        new.append(NewEvent("copied", summary))
+    append(cur, target, position, new, token=token, now=now, notify=notify)
+
+
+def prune(
+    cur: Cursor,
+    thread_id: str,
+    strategy: str,
+    token: int | None,
+    *,
+    now: float | None,
+    require_claim: bool,
+    notify: bool = True,
+) -> PruneResult:
+    """Remove a thread's history (`keep_latest`: all but each namespace's latest; `delete`: all).
+
+    Fenced like a write on the thread.
+    """
+    position = fence(cur, thread_id, token, now=now, require_claim=require_claim)
+    query = sql.PRUNE_KEEP_LATEST if strategy == "keep_latest" else sql.DELETE_ALL_RETURNING
+    cur.execute(query, {"thread_id": thread_id})
+    removed = sorted(cur.fetchall(), key=lambda r: r[2])
+    writes = 0
+    if strategy == "delete":
+        cur.execute(sql.DELETE_THREAD_WRITES, {"thread_id": thread_id})
+        writes = cur.rowcount
+    elif removed:
+        cur.execute(
+            sql.DELETE_WRITES_OF_PRUNED,
+            {
+                "thread_id": thread_id,
+                "namespaces": [r[0] for r in removed],
+                "ids": [r[1] for r in removed],
+            },
+        )
+    new = []
+    if removed or writes:
+        data = {
+            "strategy": strategy,
+            "checkpoints": [[r[0], r[1]] for r in removed],
+            "writes": writes,
+        }
+        new.append(NewEvent("pruned", data))
+    append(cur, thread_id, position, new, token=token, now=now, notify=notify)
+    return PruneResult(thread_id, [(r[0], r[1]) for r in removed])
