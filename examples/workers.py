@@ -53,9 +53,15 @@ D_REQUESTS = [  # once C has started on carol: wait for it ("enqueue")
 
 
 def say(text: str) -> None:
-    """Print a whole line at once (several threads print)."""
+    """Print a whole line in one write (several threads and processes print).
+
+    Not `print`: with PYTHONUNBUFFERED=1 (common in CI) it writes the text
+    and its newline in two calls, and another process's line can land
+    between them, on the same line.
+    """
     with _print_lock:
-        print(text, flush=True)
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
 
 
 class State(TypedDict, total=False):

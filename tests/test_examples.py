@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,3 +78,39 @@ def test_workers_reject_enqueue_sigkill_and_watch(tmp_path: Path) -> None:
         assert numbers == list(range(1, len(numbers) + 1))
     carol = next(line for line in out.splitlines() if line.startswith("  carol:"))
     assert "got 'hey'" in carol and "got 'anyone?'" in carol  # D went on from C's checkpoint
+
+
+def test_workers_print_each_line_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line reaches stdout in one write, so lines of several processes never mix.
+
+    With PYTHONUNBUFFERED=1 (as in CI) `print` writes the text and its newline
+    in two calls; a watcher line once landed between a worker's two and lost
+    its place at the start of a line (the event-order check above then saw a
+    gap that the file did not have).
+    """
+    import importlib.util
+    import io
+
+    spec = importlib.util.spec_from_file_location(
+        "workers_example", ROOT / "examples" / "workers.py"
+    )
+    assert spec is not None and spec.loader is not None
+    workers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(workers)
+
+    class Recorder(io.RawIOBase):
+        def __init__(self) -> None:
+            self.calls: list[bytes] = []
+
+        def writable(self) -> bool:
+            return True
+
+        def write(self, b: Any) -> int:
+            self.calls.append(bytes(b))
+            return len(b)
+
+    raw = Recorder()
+    # What the interpreter builds for stdout under PYTHONUNBUFFERED=1.
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, write_through=True))
+    workers.say("    alice #20  writes")
+    assert raw.calls == [b"    alice #20  writes\n"]
