@@ -17,7 +17,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from . import checkpoints, claims, events, schema, subgraph_runs
 from .clock import to_seconds
@@ -510,28 +510,72 @@ def retract_txn(
 ) -> Retraction:
     """Remove one turn (docs/semantics.md §6) under the claim carrying `token`."""
     row = claims.check_fence(conn, thread_id, token, now=now, require_claim=True)
-    nodes = _skeleton(conn, thread_id)
+    turn = plan_retraction(_skeleton(conn, thread_id), run_id)
+    if turn is None:
+        return Retraction(thread_id, None, [], 0, None)
+    run_id, targets, start = turn
+    writes = _remove(conn, thread_id, targets)
+    if run_id is not None:
+        writes += conn.execute(schema.DELETE_WRITES_OF_RUN, (thread_id, run_id)).rowcount
+    else:
+        writes += conn.execute(schema.DELETE_WRITES_FROM_POSITION, (thread_id, start)).rowcount
+    if not targets and not writes:
+        return Retraction(thread_id, run_id, [], 0, None)
+    (seq,) = events.append(
+        conn, thread_id, row, [retracted_event(run_id, targets, writes)], token=token, now=now
+    )
+    return Retraction(thread_id, run_id, targets, writes, seq)
+
+
+class TurnNode(Protocol):
+    """What `plan_retraction` reads of a checkpoint (either store's row)."""
+
+    @property
+    def ns(self) -> str: ...
+    @property
+    def cid(self) -> str: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def source(self) -> str | None: ...
+    @property
+    def run_id(self) -> str | None: ...
+
+
+def plan_retraction(
+    nodes: Sequence[TurnNode], run_id: str | None
+) -> tuple[str | None, list[tuple[str, str]], int] | None:
+    """Which checkpoints `retract_turn` removes (docs/semantics.md §6), for both stores.
+
+    Args:
+        nodes: Every checkpoint of the thread, all namespaces, by commit position.
+        run_id: The run asked for; None: the run of the latest root
+            checkpoint, or, where that carries none, everything from the
+            newest root `input` checkpoint on.
+
+    Returns:
+        None when there is no turn to remove (no run id and no root input
+        checkpoint); else `(run_id, keys, start)`: the run removed (None when
+        found by the input checkpoint), the `(ns, id)` keys to remove oldest
+        first, and the commit position from which writes go too (used when
+        `run_id` is None; a run's writes go by their run id instead).
+    """
     if run_id is None:
         roots = [n for n in nodes if n.ns == ""]
         if roots and roots[-1].run_id is not None:
             run_id = roots[-1].run_id
     if run_id is not None:
-        targets = [n for n in nodes if n.run_id == run_id]
-        writes = _remove(conn, thread_id, [(n.ns, n.cid) for n in targets])
-        writes += conn.execute(schema.DELETE_WRITES_OF_RUN, (thread_id, run_id)).rowcount
-    else:
-        inputs = [n for n in nodes if n.ns == "" and n.source == "input"]
-        if not inputs:
-            return Retraction(thread_id, None, [], 0, None)
-        start = inputs[-1].position
-        targets = [n for n in nodes if n.position >= start]
-        writes = _remove(conn, thread_id, [(n.ns, n.cid) for n in targets])
-        writes += conn.execute(schema.DELETE_WRITES_FROM_POSITION, (thread_id, start)).rowcount
-    if not targets and not writes:
-        return Retraction(thread_id, run_id, [], 0, None)
-    removed = [(n.ns, n.cid) for n in targets]
+        return run_id, [(n.ns, n.cid) for n in nodes if n.run_id == run_id], 0
+    inputs = [n for n in nodes if n.ns == "" and n.source == "input"]
+    if not inputs:
+        return None
+    start = inputs[-1].position
+    return None, [(n.ns, n.cid) for n in nodes if n.position >= start], start
+
+
+def retracted_event(
+    run_id: str | None, removed: Sequence[tuple[str, str]], writes: int
+) -> events.NewEvent:
+    """The `retracted` event of a retraction that removed `removed` and `writes` writes."""
     data = {"run_id": run_id, "checkpoints": [list(k) for k in removed], "writes": writes}
-    (seq,) = events.append(
-        conn, thread_id, row, [events.NewEvent("retracted", data)], token=token, now=now
-    )
-    return Retraction(thread_id, run_id, removed, writes, seq)
+    return events.NewEvent("retracted", data)

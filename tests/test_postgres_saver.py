@@ -35,10 +35,16 @@ def _config(thread_id: str, token: int | None = None, **extra: Any) -> Any:
     return {"configurable": conf}
 
 
-def _put(saver: Any, thread_id: str, token: int | None = None, parent: str | None = None) -> str:
+def _put(
+    saver: Any,
+    thread_id: str,
+    token: int | None = None,
+    parent: str | None = None,
+    source: str = "update",
+) -> str:
     cp = empty_checkpoint()
     extra = {} if parent is None else {"checkpoint_id": parent}
-    saver.put(_config(thread_id, token, **extra), cp, {"source": "update", "step": 1}, {})
+    saver.put(_config(thread_id, token, **extra), cp, {"source": source, "step": 1}, {})
     return str(cp["id"])
 
 
@@ -206,6 +212,39 @@ def test_bad_arguments_are_invalid_argument_naming_them(open_pg: Any) -> None:
         saver.prune(["t"], strategy="everything")
     with pytest.raises(InvalidArgument, match="__fence_token__"):
         _put(saver, "t", "7")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="thread_id"):
+        saver.retract_turn("", 1)
+    with pytest.raises(InvalidArgument, match="token"):
+        saver.retract_turn("t", "1")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="run_id"):
+        saver.retract_turn("t", 1, run_id="")
+
+
+def test_retract_turn_removes_the_same_turn_on_both_stores(open_pg: Any, tmp_path: Any) -> None:
+    """One rule (`retention.plan_retraction`): both stores remove the same checkpoints."""
+    from langgraph_fenced_sqlite import FencedSqliteSaver
+
+    def turns(saver: Any) -> list[Any]:
+        claim = saver.claim("t", "w", 60)
+        first = _put(saver, "t", claim.token, source="input")
+        second = _put(saver, "t", claim.token, parent=first, source="loop")
+        third = _put(saver, "t", claim.token, parent=second, source="input")
+        _put(saver, "t", claim.token, parent=third, source="loop")
+        done = saver.retract_turn("t", claim.token)
+        left = [c.config["configurable"]["checkpoint_id"] for c in saver.list(None)]
+        again = saver.retract_turn("t", claim.token)
+        none_left = saver.retract_turn("t", claim.token)
+        kinds = [e.kind for e in saver.events_after("t", 0, 100)]
+        return [
+            (len(done.checkpoints), done.run_id, left == [second, first]),
+            (len(again.checkpoints), none_left.checkpoints, none_left.seq),
+            (kinds[-2:], done.seq is not None and again.seq == done.seq + 1),
+        ]
+
+    with FencedSqliteSaver(str(tmp_path / "t.db")) as lite:
+        expected = turns(lite)
+    assert expected == [(2, None, True), (2, [], None), (["retracted", "retracted"], True)]
+    assert turns(open_pg()) == expected
 
 
 def test_setup_is_versioned_and_refuses_a_newer_schema(open_pg: Any, pg_dsn: str) -> None:

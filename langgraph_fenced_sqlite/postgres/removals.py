@@ -1,4 +1,5 @@
-"""The PostgreSQL store's removals and copies: delete_thread, delete_for_runs, copy_thread, prune.
+"""The PostgreSQL store's removals and copies: delete_thread, delete_for_runs, copy_thread,
+prune, retract_turn.
 
 Invariant: as in `txns` (the store's other transactions), a removal or copy
 that writes a thread fences it first (`txns.fence`: the thread's row lock,
@@ -9,11 +10,11 @@ rolls everything back.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import CheckpointConflict
 from ..events import NewEvent
-from ..retention import PruneResult
+from ..retention import PruneResult, Retraction, plan_retraction, retracted_event
 from . import sql
 from .events import append
 from .txns import fence
@@ -170,3 +171,59 @@ def prune(
         new.append(NewEvent("pruned", data))
     append(cur, thread_id, position, new, token=token, now=now, notify=notify)
     return PruneResult(thread_id, [(r[0], r[1]) for r in removed])
+
+
+class _TurnRow(NamedTuple):
+    """One `sql.TURN_SKELETON` row (a `retention.TurnNode`)."""
+
+    ns: str
+    cid: str
+    position: int
+    source: str | None
+    run_id: str | None
+
+
+def remove_turn(
+    cur: Cursor, thread_id: str, run_id: str | None
+) -> tuple[str | None, list[tuple[str, str]], int]:
+    """Remove one turn, chosen by `retention.plan_retraction` (the SQLite store's rule).
+
+    Returns:
+        The run removed (None when found by its input checkpoint, or when
+        there was no turn), the `(ns, id)` keys removed oldest first, and
+        how many writes went.
+    """
+    cur.execute(sql.TURN_SKELETON, {"thread_id": thread_id})
+    turn = plan_retraction([_TurnRow(*r) for r in cur.fetchall()], run_id)
+    if turn is None:
+        return None, [], 0
+    run_id, keys, start = turn
+    params: dict[str, Any] = {
+        "thread_id": thread_id,
+        "run_id": run_id,
+        "start": start,
+        "namespaces": [k[0] for k in keys],
+        "ids": [k[1] for k in keys],
+    }
+    cur.execute(sql.DELETE_CHECKPOINTS_BY_KEY, params)
+    cur.execute(sql.DELETE_WRITES_OF_TURN, params)
+    return run_id, keys, cur.rowcount
+
+
+def retract(
+    cur: Cursor,
+    thread_id: str,
+    token: int,
+    run_id: str | None,
+    *,
+    now: float | None,
+    notify: bool = True,
+) -> Retraction:
+    """Remove one turn under the claim carrying `token`, logged as `retracted`."""
+    position = fence(cur, thread_id, token, now=now, require_claim=True)
+    run_id, keys, writes = remove_turn(cur, thread_id, run_id)
+    new = [retracted_event(run_id, keys, writes)] if keys or writes else []
+    seqs = append(cur, thread_id, position, new, token=token, now=now, notify=notify)
+    if not seqs:
+        return Retraction(thread_id, run_id, [], 0, None)
+    return Retraction(thread_id, run_id, keys, writes, seqs[0])

@@ -216,13 +216,23 @@ LATEST_INTERRUPTS = (
     "AND w.channel = '__interrupt__') FROM lgfs_checkpoints c "
     "WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = '' ORDER BY c.position DESC LIMIT 1"
 )
-# A superseded run's rows: its checkpoints (with every write of them) and its writes.
-DELETE_CHECKPOINTS_OF_RUN = (
-    "DELETE FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s AND run_id = %(run_id)s "
-    "RETURNING checkpoint_ns, checkpoint_id, position"
+# A turn (`retract_turn`, a "rollback" run): what `retention.plan_retraction`
+# reads of every checkpoint, by commit position; then its checkpoints by key,
+# and the writes of those, with the run's writes (or, for a turn found by its
+# input checkpoint, every write from its position on).
+TURN_SKELETON = (
+    "SELECT checkpoint_ns, checkpoint_id, position, source, run_id FROM lgfs_checkpoints "
+    "WHERE thread_id = %(thread_id)s ORDER BY position"
 )
-DELETE_WRITES_OF_RUN = (
-    "DELETE FROM lgfs_writes w WHERE w.thread_id = %(thread_id)s AND (w.run_id = %(run_id)s "
+DELETE_CHECKPOINTS_BY_KEY = (
+    "DELETE FROM lgfs_checkpoints c USING unnest(%(namespaces)s::text[], %(ids)s::text[]) "
+    "AS k(ns, id) WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = k.ns "
+    "AND c.checkpoint_id = k.id"
+)
+DELETE_WRITES_OF_TURN = (
+    "DELETE FROM lgfs_writes w WHERE w.thread_id = %(thread_id)s AND ("
+    "(%(run_id)s::text IS NOT NULL AND w.run_id = %(run_id)s) "
+    "OR (%(run_id)s::text IS NULL AND w.position >= %(start)s) "
     "OR (w.checkpoint_ns, w.checkpoint_id) IN (SELECT k.ns, k.id FROM "
     "unnest(%(namespaces)s::text[], %(ids)s::text[]) AS k(ns, id)))"
 )
