@@ -124,12 +124,29 @@ class _Node:
 def _skeleton(conn: sqlite3.Connection, thread_id: str) -> list[_Node]:
     # Only the two JSON fields retention needs are extracted, in SQL: decoding
     # every checkpoint's whole metadata dominated pruning long threads.
-    return [
-        _Node(ns, cid, parent, pos, source, run_id, created, step, _replays(counters, versions))
-        for ns, cid, parent, pos, source, run_id, created, step, counters, versions in (
-            checkpoints.read_skeleton(conn, thread_id)
-        )
-    ]
+    return [skeleton_node(*row) for row in checkpoints.read_skeleton(conn, thread_id)]
+
+
+def skeleton_node(
+    ns: str,
+    cid: str,
+    parent: str | None,
+    position: int,
+    source: str | None,
+    run_id: str | None,
+    created_at: float,
+    step: int | None,
+    counters: dict[str, Any] | None,
+    versions: dict[str, Any] | None,
+) -> _Node:
+    """What `plan_prune` reasons about for one checkpoint, from either store's row.
+
+    Args:
+        counters: The metadata's `counters_since_delta_snapshot` (or None).
+        versions: The checkpoint's `channel_versions` (or None).
+    """
+    replays = _replays(counters, versions)
+    return _Node(ns, cid, parent, position, source, run_id, created_at, step, replays)
 
 
 def _replays(counters: dict[str, Any] | None, versions: dict[str, Any] | None) -> bool:
@@ -210,27 +227,11 @@ def prune_txn(
 ) -> PruneResult:
     """Apply `policy` to one thread (no claim needed, nothing logged)."""
     nodes = _skeleton(conn, thread_id)
-    candidates, past = nodes, set()
+    past: set[str] = set()
     if policy.max_subgraph_runs is not None and not keep_latest_only:
         # Past runs' namespaces go whole: none of them counts as kept below.
         past = subgraph_runs.past_namespaces(conn, thread_id, nodes, policy.max_subgraph_runs)
-        candidates = [n for n in nodes if n.ns not in past]
-    latest: dict[str, _Node] = {}
-    for node in candidates:
-        latest[node.ns] = node
-    keep = {(n.ns, n.cid) for n in latest.values()}
-    newest_first = sorted(candidates, key=lambda n: n.position, reverse=True)
-    max_age = policy.max_age_seconds
-    for rank, node in enumerate(newest_first):
-        if keep_latest_only:
-            break
-        if policy.max_checkpoints is not None and rank >= policy.max_checkpoints:
-            continue
-        if max_age is not None and node.created_at < now - max_age:
-            continue
-        keep.add((node.ns, node.cid))
-    _close_over_ancestors(nodes, keep)
-    removed = [(n.ns, n.cid) for n in nodes if (n.ns, n.cid) not in keep]
+    removed = plan_prune(nodes, policy, now, keep_latest_only=keep_latest_only, past=past)
     floor_row = conn.execute(schema.GET_FLOOR, (thread_id,)).fetchone()
     floor, next_seq = floor_row if floor_row else (1, 1)
     if dry_run:
@@ -271,6 +272,45 @@ def prune_txn(
         target = max(target, next_seq - policy.max_events)
     new_floor = events.raise_floor(conn, thread_id, target) if target > floor else floor
     return PruneResult(thread_id, removed, new_floor, max(0, new_floor - floor), orphans)
+
+
+def plan_prune(
+    nodes: Sequence[_Node],
+    policy: RetentionPolicy,
+    now: float,
+    *,
+    keep_latest_only: bool = False,
+    past: Iterable[str] = (),
+) -> list[tuple[str, str]]:
+    """The `(ns, id)` keys a prune removes, oldest first (the rule of both stores).
+
+    Keeps the latest checkpoint of each namespace not in `past` (past
+    subgraph runs' namespaces go whole), the newest and young ones `policy`
+    keeps (none beyond the latest with `keep_latest_only`), and every
+    ancestor a kept checkpoint still needs (its delta chain).
+
+    Args:
+        nodes: Every checkpoint of the thread (`skeleton_node`), by position.
+        now: The store's clock, for `max_age`.
+    """
+    gone = set(past)
+    candidates = [n for n in nodes if n.ns not in gone] if gone else list(nodes)
+    latest: dict[str, _Node] = {}
+    for node in candidates:
+        latest[node.ns] = node
+    keep = {(n.ns, n.cid) for n in latest.values()}
+    newest_first = sorted(candidates, key=lambda n: n.position, reverse=True)
+    max_age = policy.max_age_seconds
+    for rank, node in enumerate(newest_first):
+        if keep_latest_only:
+            break
+        if policy.max_checkpoints is not None and rank >= policy.max_checkpoints:
+            continue
+        if max_age is not None and node.created_at < now - max_age:
+            continue
+        keep.add((node.ns, node.cid))
+    _close_over_ancestors(nodes, keep)
+    return [(n.ns, n.cid) for n in nodes if (n.ns, n.cid) not in keep]
 
 
 def _first_event_of(

@@ -387,3 +387,34 @@ def test_wait_events_on_a_pool_listens_on_a_connection_of_its_own(pg_dsn: str) -
         waiter.join(timeout=30)
         assert [e.kind for e in got] == ["checkpoint"]
         assert time.monotonic() - started < 10  # woken by NOTIFY, not the 30 s poll
+
+
+def test_keep_latest_keeps_the_delta_chain_as_sqlite_does(open_pg: Any, tmp_path: Any) -> None:
+    """prune(keep_latest) keeps what the latest DeltaChannel state needs; every state rebuilds.
+
+    One rule for both stores (`retention.plan_prune`). PostgreSQL's first
+    version removed all but the latest, and the latest then rebuilt wrong.
+    """
+    from test_retention import delta_graph, run, states
+
+    from langgraph_fenced_sqlite import FencedSqliteSaver
+
+    def prune_after_three_turns(saver: Any) -> tuple[int, int]:
+        graph = delta_graph(saver, snapshot_every=5)
+        for i in range(3):
+            run(graph, "t", f"u{i}")
+        cfg = {"configurable": {"thread_id": "t"}}
+        latest = saver.get_tuple(cfg)
+        assert "log" not in latest.checkpoint["channel_values"], "latest must need its chain"
+        before, values = states(graph, "t"), graph.get_state(cfg).values
+        (result,) = saver.prune(["t"], strategy="keep_latest")
+        assert result.checkpoints, "nothing was pruned: the test proves nothing"
+        assert graph.get_state(cfg).values == values
+        after = states(graph, "t")
+        assert all(state == before[cid] for cid, state in after.items())
+        return len(result.checkpoints), len(after)
+
+    with FencedSqliteSaver(str(tmp_path / "t.db")) as lite:
+        expected = prune_after_three_turns(lite)
+    assert expected[1] > 1, "SQLite kept no chain: the test proves nothing"
+    assert prune_after_three_turns(open_pg()) == expected

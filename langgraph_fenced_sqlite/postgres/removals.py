@@ -14,7 +14,15 @@ from typing import Any, NamedTuple
 
 from ..errors import CheckpointConflict
 from ..events import NewEvent
-from ..retention import PruneResult, Retraction, plan_retraction, retracted_event
+from ..retention import (
+    PruneResult,
+    RetentionPolicy,
+    Retraction,
+    plan_prune,
+    plan_retraction,
+    retracted_event,
+    skeleton_node,
+)
 from . import sql
 from .events import append
 from .txns import fence
@@ -145,32 +153,33 @@ def prune(
     Fenced like a write on the thread.
     """
     position = fence(cur, thread_id, token, now=now, require_claim=require_claim)
-    query = sql.PRUNE_KEEP_LATEST if strategy == "keep_latest" else sql.DELETE_ALL_RETURNING
-    cur.execute(query, {"thread_id": thread_id})
-    removed = sorted(cur.fetchall(), key=lambda r: r[2])
     writes = 0
     if strategy == "delete":
+        cur.execute(sql.DELETE_ALL_RETURNING, {"thread_id": thread_id})
+        removed = [(r[0], r[1]) for r in sorted(cur.fetchall(), key=lambda r: r[2])]
         cur.execute(sql.DELETE_THREAD_WRITES, {"thread_id": thread_id})
         writes = cur.rowcount
-    elif removed:
-        cur.execute(
-            sql.DELETE_WRITES_OF_PRUNED,
-            {
+    else:
+        # The SQLite store's rule: each namespace's latest and the delta
+        # chain it still needs stay (a naive "all but the latest" would
+        # silently corrupt a DeltaChannel's state).
+        cur.execute(sql.PRUNE_SKELETON, {"thread_id": thread_id})
+        nodes = [skeleton_node(*r) for r in cur.fetchall()]
+        removed = plan_prune(nodes, RetentionPolicy(), 0.0, keep_latest_only=True)
+        if removed:
+            params = {
                 "thread_id": thread_id,
-                "namespaces": [r[0] for r in removed],
-                "ids": [r[1] for r in removed],
-            },
-        )
+                "namespaces": [k[0] for k in removed],
+                "ids": [k[1] for k in removed],
+            }
+            cur.execute(sql.DELETE_CHECKPOINTS_BY_KEY, params)
+            cur.execute(sql.DELETE_WRITES_OF_PRUNED, params)
     new = []
     if removed or writes:
-        data = {
-            "strategy": strategy,
-            "checkpoints": [[r[0], r[1]] for r in removed],
-            "writes": writes,
-        }
+        data = {"strategy": strategy, "checkpoints": [list(k) for k in removed], "writes": writes}
         new.append(NewEvent("pruned", data))
     append(cur, thread_id, position, new, token=token, now=now, notify=notify)
-    return PruneResult(thread_id, [(r[0], r[1]) for r in removed])
+    return PruneResult(thread_id, removed)
 
 
 class _TurnRow(NamedTuple):

@@ -450,10 +450,14 @@ COPY_WRITES = (
     "ON CONFLICT DO NOTHING"
 )
 # keep_latest: every checkpoint but the latest of its namespace, with its writes.
-PRUNE_KEEP_LATEST = (
-    "DELETE FROM lgfs_checkpoints c WHERE c.thread_id = %(thread_id)s AND c.position < "
-    "(SELECT max(l.position) FROM lgfs_checkpoints l WHERE l.thread_id = c.thread_id "
-    "AND l.checkpoint_ns = c.checkpoint_ns) RETURNING c.checkpoint_ns, c.checkpoint_id, c.position"
+# What `retention.plan_prune` reasons about for each checkpoint, by position.
+# `json`, not `jsonb`: only two fields are read, and `json` takes any text
+# the store wrote (jsonb refuses a \u0000 escape).
+PRUNE_SKELETON = (
+    "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, position, source, run_id, "
+    "created_at, step, metadata::json -> 'counters_since_delta_snapshot', "
+    "envelope::json -> 'channel_versions' FROM lgfs_checkpoints "
+    "WHERE thread_id = %(thread_id)s ORDER BY position"
 )
 DELETE_WRITES_OF_PRUNED = (
     "DELETE FROM lgfs_writes w USING unnest(%(namespaces)s::text[], %(ids)s::text[]) "
