@@ -23,6 +23,7 @@ from langgraph_fenced_sqlite import (
     StaleClaim,
     ThreadBusy,
 )
+from langgraph_fenced_sqlite.postgres import sql
 
 CHILD = str(Path(__file__).with_name("_pg_child.py"))
 
@@ -199,3 +200,63 @@ async def test_await_events_wakes_on_notify_and_cancels_at_once(open_pg: Any) ->
     with pytest.raises(asyncio.CancelledError):
         await idle
     assert time.monotonic() - started < 1
+
+
+def test_compact_events_raises_the_floor_as_on_sqlite(open_pg: Any, tmp_path: Path) -> None:
+    """compact_events removes events below the floor; reading from below it is ReplayUnavailable.
+
+    The same calls give the same answers on both stores.
+    """
+    from langgraph_fenced_sqlite import FencedSqliteSaver
+
+    def scenario(saver: Any) -> list[Any]:
+        claim = saver.claim("t", "w", 60)
+        saver.append_events("t", claim.token, [("k", {"i": i}) for i in range(5)])
+        out: list[Any] = [saver.compact_events("t", 4), saver.compact_events("t", 2)]
+        out += [saver.compact_events("t", 10**6), saver.compact_events("nobody", 3)]
+        with pytest.raises(ReplayUnavailable) as below:
+            saver.events_after("t", 2)
+        out += [below.value.floor, saver.events_after("t", 5)]
+        with pytest.raises(InvalidArgument, match="before_seq"):
+            saver.compact_events("t", 0)
+        with pytest.raises(InvalidArgument, match="incarnation"):
+            saver.compact_events("t", 1, incarnation=0)
+        # Another incarnation's position changes nothing in the new one.
+        saver.delete_thread("t")
+        again = saver.claim("t", "w", 60)
+        saver.append_events("t", again.token, [("k", {})])
+        out += [saver.compact_events("t", 3, incarnation=1)]
+        out += [[e.kind for e in saver.events_after("t", 0)]]
+        return out
+
+    with FencedSqliteSaver(str(tmp_path / "t.db")) as lite:
+        expected = scenario(lite)
+    # 5 events are seqs 1-5: the floor stops at the next seq, 6.
+    assert expected == [4, 4, 6, 1, 6, [], 1, ["k"]]
+    assert scenario(open_pg()) == expected
+
+
+def test_a_database_of_the_previous_version_migrates_to_the_floor(
+    open_pg: Any, pg_dsn: str
+) -> None:
+    """setup() on a database of the previous version adds the floor; nothing is lost."""
+    previous = sql.SCHEMA_VERSION - 1
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.MIGRATIONS[0])
+        for v in range(1, previous):
+            conn.execute(sql.MIGRATIONS[v])
+            conn.execute(sql.SET_VERSION, (v + 1,))
+        conn.execute(
+            "INSERT INTO lgfs_threads (thread_id, next_seq) VALUES ('t', 2);"
+            "INSERT INTO lgfs_events (thread_id, seq, kind, data, ts, checksum) "
+            "VALUES ('t', 1, 'k', '{}', 0, 0)"
+        )
+    saver = open_pg()  # runs setup()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        versions = [r[0] for r in conn.execute("SELECT v FROM lgfs_migrations ORDER BY v")]
+        assert versions == list(range(2, sql.SCHEMA_VERSION + 1))
+        assert conn.execute("SELECT floor FROM lgfs_threads").fetchall() == [(1,)]
+        assert conn.execute("SELECT count(*) FROM lgfs_events").fetchone() == (1,)
+    assert saver.compact_events("t", 2) == 2
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM lgfs_events").fetchone() == (0,)

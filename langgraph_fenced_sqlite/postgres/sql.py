@@ -105,6 +105,11 @@ MIGRATIONS: list[str] = [
     ALTER TABLE lgfs_threads ADD COLUMN cancel_by text;
     ALTER TABLE lgfs_threads ADD COLUMN tenant text;
     """,
+    # 4: the replay floor (`compact_events`): events below it are gone, and a
+    # reader asking from below it gets `ReplayUnavailable`, never a gap.
+    """
+    ALTER TABLE lgfs_threads ADD COLUMN floor bigint NOT NULL DEFAULT 1;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -176,7 +181,7 @@ NEW_INCARNATION = (
     "UPDATE lgfs_threads SET holder = NULL, token = NULL, expires_at = NULL, claimed_at = NULL, "
     "run_id = NULL, cancel_by = NULL, incarnation = incarnation "
     "+ CASE WHEN next_seq > 1 OR token IS NOT NULL THEN 1 ELSE 0 END, "
-    "next_seq = 1 WHERE thread_id = %(thread_id)s"
+    "next_seq = 1, floor = 1 WHERE thread_id = %(thread_id)s"
 )
 # A commit that appends n events took one position at the fence: give back
 # or take the difference (the row is locked, so seqs stay gap-free).
@@ -265,7 +270,18 @@ EVENTS_AFTER = (
     "SELECT seq, kind, checkpoint_ns, checkpoint_id, data, token, ts, checksum FROM lgfs_events "
     "WHERE thread_id = %(thread_id)s AND seq > %(after)s ORDER BY seq LIMIT %(limit)s"
 )
-GET_INCARNATION = "SELECT incarnation FROM lgfs_threads WHERE thread_id = %(thread_id)s"
+# What a reader's position is checked against: floor and incarnation.
+GET_REPLAY_BOUNDS = "SELECT floor, incarnation FROM lgfs_threads WHERE thread_id = %(thread_id)s"
+# `compact_events`: the floor goes up to min(before, next seq), never down,
+# and only in the incarnation asked for (NULL: the current one); no row comes
+# back for an unknown thread or another incarnation.
+RAISE_FLOOR = (
+    "UPDATE lgfs_threads SET floor = GREATEST(floor, LEAST(%(before)s, next_seq)) "
+    "WHERE thread_id = %(thread_id)s "
+    "AND (%(incarnation)s::bigint IS NULL OR incarnation = %(incarnation)s) RETURNING floor"
+)
+GET_FLOOR = "SELECT floor FROM lgfs_threads WHERE thread_id = %(thread_id)s"
+DELETE_EVENTS_BELOW = "DELETE FROM lgfs_events WHERE thread_id = %(thread_id)s AND seq < %(floor)s"
 DELETE_THREAD_EVENTS = "DELETE FROM lgfs_events WHERE thread_id = %(thread_id)s"
 
 # --- checkpoints ----------------------------------------------------------------------
