@@ -418,3 +418,39 @@ def test_keep_latest_keeps_the_delta_chain_as_sqlite_does(open_pg: Any, tmp_path
         expected = prune_after_three_turns(lite)
     assert expected[1] > 1, "SQLite kept no chain: the test proves nothing"
     assert prune_after_three_turns(open_pg()) == expected
+
+
+def test_prune_results_floor_and_log_are_the_same_on_both_stores(
+    open_pg: Any, tmp_path: Any
+) -> None:
+    """keep_latest and delete: the same counts, floor, orphan writes and `pruned` events."""
+    from test_retention import delta_graph, run
+
+    from langgraph_fenced_sqlite import FencedSqliteSaver
+
+    def scenario(saver: Any) -> list[Any]:
+        graph = delta_graph(saver, snapshot_every=5)
+        for i in range(3):
+            run(graph, "t", f"u{i}")
+        out: list[Any] = []
+        for strategy in ("keep_latest", "keep_latest", "delete"):
+            (result,) = saver.prune(["t"], strategy=strategy)
+            log = saver.events_after("t", result.floor - 1, 1000)
+            out.append(
+                (
+                    len(result.checkpoints),
+                    result.floor,
+                    result.events_removed,
+                    result.writes_removed,
+                    [(e.kind, e.data.get("writes")) for e in log if e.kind == "pruned"],
+                    len(log),
+                )
+            )
+            run(graph, "t", "more")
+        return out
+
+    with FencedSqliteSaver(str(tmp_path / "t.db")) as lite:
+        expected = scenario(lite)
+    assert expected[0][0] and expected[0][1] > 1, "keep_latest moved nothing: proves nothing"
+    assert expected[2][1] > expected[1][1], "delete did not raise the floor"
+    assert scenario(open_pg()) == expected

@@ -480,6 +480,29 @@ DELETE_WRITES_OF_PRUNED = (
     "AS k(ns, id) WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = k.ns "
     "AND w.checkpoint_id = k.id"
 )
+# The first event about a checkpoint still stored (where keep_latest's floor
+# goes), and one past the last event about a removed one (where it goes when
+# no stored checkpoint has an event left), at or above the floor.
+FIRST_EVENT_OF_STORED = (
+    "SELECT min(e.seq) FROM lgfs_events e WHERE e.thread_id = %(thread_id)s "
+    "AND e.checkpoint_id IS NOT NULL AND EXISTS (SELECT 1 FROM lgfs_checkpoints c "
+    "WHERE c.thread_id = e.thread_id AND c.checkpoint_ns = e.checkpoint_ns "
+    "AND c.checkpoint_id = e.checkpoint_id)"
+)
+PAST_LAST_EVENT_OF = (
+    "SELECT max(e.seq) + 1 FROM lgfs_events e JOIN unnest(%(namespaces)s::text[], "
+    "%(ids)s::text[]) AS k(ns, id) ON e.checkpoint_ns = k.ns AND e.checkpoint_id = k.id "
+    "WHERE e.thread_id = %(thread_id)s AND e.seq >= %(floor)s"
+)
+# Orphan writes (as the SQLite store's): their checkpoint is not stored, and
+# they were committed before the latest checkpoint of their namespace.
+DELETE_ORPHAN_WRITES = (
+    "DELETE FROM lgfs_writes w WHERE w.thread_id = %(thread_id)s AND NOT EXISTS (SELECT 1 "
+    "FROM lgfs_checkpoints c WHERE c.thread_id = w.thread_id AND c.checkpoint_ns = "
+    "w.checkpoint_ns AND c.checkpoint_id = w.checkpoint_id) AND w.position < (SELECT "
+    "max(l.position) FROM lgfs_checkpoints l WHERE l.thread_id = w.thread_id "
+    "AND l.checkpoint_ns = w.checkpoint_ns)"
+)
 DELETE_ALL_RETURNING = (
     "DELETE FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s "
     "RETURNING checkpoint_ns, checkpoint_id, position"
