@@ -260,3 +260,79 @@ def test_a_database_of_the_previous_version_migrates_to_the_floor(
     assert saver.compact_events("t", 2) == 2
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM lgfs_events").fetchone() == (0,)
+
+
+def test_a_watch_sees_another_processs_commits_once_in_order_and_close_ends_it(
+    open_pg: Any, pg_dsn: str, tmp_path: Any
+) -> None:
+    """watch() on PostgreSQL: every event of another process's commits, once, in order;
+    close() from another thread ends the blocked iteration."""
+    saver = open_pg(clock=None)
+    watch = saver.watch("t")
+    seen: list[int] = []
+    consumer = threading.Thread(target=lambda: seen.extend(e.seq for e in watch))
+    consumer.start()
+    flag = str(tmp_path / "go")
+    args = {"dsn": pg_dsn, "thread": "t", "flag": flag, "n": 40}
+    [(code, out, err)] = run_together(
+        [[sys.executable, CHILD, "append_events", json.dumps(args)]], flag
+    )
+    assert code == 0, err
+    written = json.loads(out)
+    assert written == list(range(1, 41))
+    deadline = time.monotonic() + 30
+    while watch.last_seq < 40 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert consumer.is_alive(), "the watch ended on its own"
+    watch.close()
+    consumer.join(timeout=10)
+    assert not consumer.is_alive(), "close() did not end the blocked iteration"
+    assert seen == written
+
+
+def test_closing_the_store_ends_its_watches_and_a_recreated_thread_is_replay_unavailable(
+    open_pg: Any,
+) -> None:
+    """Closing the store ends a blocked watch; a watch across delete_thread raises."""
+    saver = open_pg(clock=None)
+    claim = saver.claim("t", "w", 60)
+    saver.append_events("t", claim.token, [("e", {})])
+    watch = saver.watch("t")
+    assert next(watch).seq == 1
+    saver.delete_thread("t")
+    again = saver.claim("t", "w", 60)
+    saver.append_events("t", again.token, [("e", {}), ("e", {})])
+    with pytest.raises(ReplayUnavailable):
+        next(watch)
+    blocked = saver.watch("t", 2, incarnation=2)
+    ended = threading.Event()
+    consumer = threading.Thread(target=lambda: (list(blocked), ended.set()))
+    consumer.start()
+    time.sleep(0.3)
+    assert not ended.is_set(), "the watch returned with nothing to return"
+    saver.close()
+    consumer.join(timeout=10)
+    assert ended.is_set(), "closing the store did not end its watch"
+
+
+async def test_awatch_sees_commits_and_aclose_ends_it(open_pg: Any) -> None:
+    """awatch() delivers each event once, in order; aclose() from another task ends it."""
+    saver = open_pg(clock=None)
+    claim = saver.claim("t", "w", 60)
+    watch = saver.awatch("t")
+    seen: list[int] = []
+
+    async def consume() -> None:
+        async for event in watch:
+            seen.append(event.seq)
+
+    task = asyncio.ensure_future(consume())
+    for i in range(5):
+        await saver.aappend_events("t", claim.token, [("e", {"i": i})])
+    deadline = time.monotonic() + 30
+    while len(seen) < 5 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert not task.done()
+    await watch.aclose()
+    await asyncio.wait_for(task, 10)
+    assert seen == [1, 2, 3, 4, 5]

@@ -45,6 +45,7 @@ from .api_events import PgEventsAPI
 from .api_retention import PgRetentionAPI
 from .api_runs import PgRunsAPI
 from .connection import PgConnection
+from .watch import PgWatchAPI
 
 __all__ = ["DatabaseClock", "FencedPostgresSaver"]
 
@@ -82,7 +83,7 @@ class DatabaseClock:
 
 
 class FencedPostgresSaver(  # type: ignore[misc]
-    PgClaimsAPI, PgRunsAPI, PgEventsAPI, PgRetentionAPI, BaseCheckpointSaver[str]
+    PgClaimsAPI, PgRunsAPI, PgEventsAPI, PgWatchAPI, PgRetentionAPI, BaseCheckpointSaver[str]
 ):
     """A LangGraph checkpointer on PostgreSQL with per-thread claims and fencing tokens.
 

@@ -52,6 +52,8 @@ PG_CASES: tuple[str, ...] = (
     "22-compact_events_raises_floor_only",
     "23-wait_events_returns_at_once_or_empty_after_timeout",
     "23-wait_events_wakes_for_sibling_commit",
+    "24-cancelled_wait_and_closed_watch_end_promptly",
+    "25-resubscribe_after_restart_sees_exactly_the_rest",
     "26-retract_turn_by_run_id_removes_that_run_only",
     "26-retract_turn_removes_a_runs_writes_on_older_checkpoints",
     "26-retract_turn_with_run_ids_restores_state",
