@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from . import schema
 
-__all__ = ["past_namespaces"]
+__all__ = ["parents_of", "past_namespaces", "past_namespaces_by"]
 
 # LangGraph's separator of nested namespaces (`langgraph.constants.NS_SEP`).
 NS_SEP = "|"
@@ -45,12 +45,17 @@ def _parent_ns(ns: str) -> str:
 
 def _parents(conn: sqlite3.Connection, thread_id: str, ns: str, cid: str) -> dict[str, Any]:
     row = conn.execute(schema.CHECKPOINT_PARENTS, (thread_id, ns, cid)).fetchone()
-    if row is None or not isinstance(row[0], str):
-        return {}
-    try:
-        parents = json.loads(row[0])
-    except ValueError:
-        return {}
+    return parents_of(None if row is None else row[0])
+
+
+def parents_of(metadata_parents: Any) -> dict[str, Any]:
+    """A checkpoint's metadata `parents` (JSON text, or already decoded); {} if unreadable."""
+    parents = metadata_parents
+    if isinstance(parents, str):
+        try:
+            parents = json.loads(parents)
+        except ValueError:
+            return {}
     return parents if isinstance(parents, dict) else {}
 
 
@@ -66,6 +71,14 @@ def past_namespaces(
         nodes: The thread's checkpoints (namespace, id, position), any order.
         keep_runs: How many past runs to keep (0: remove every past run).
     """
+    return past_namespaces_by(lambda ns, cid: _parents(conn, thread_id, ns, cid), nodes, keep_runs)
+
+
+def past_namespaces_by(
+    parents: Callable[[str, str], dict[str, Any]], nodes: Iterable[_Node], keep_runs: int
+) -> set[str]:
+    """`past_namespaces` for either store: `parents(ns, cid)` reads a checkpoint's
+    metadata `parents` (`parents_of` of the stored value)."""
     latest: dict[str, _Node] = {}
     positions: dict[tuple[str, str], int] = {}
     for node in nodes:
@@ -77,7 +90,7 @@ def past_namespaces(
         if ns == "":
             continue
         outer = _parent_ns(ns)
-        parent_id = _parents(conn, thread_id, ns, node.cid).get(outer)
+        parent_id = parents(ns, node.cid).get(outer)
         if not isinstance(parent_id, str) or outer not in latest:
             continue
         parent_at = positions.get((outer, parent_id))

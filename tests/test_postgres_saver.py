@@ -17,6 +17,7 @@ from psycopg_pool import ConnectionPool
 from langgraph_fenced_sqlite import (
     InvalidArgument,
     ManualClock,
+    RetentionPolicy,
     StaleClaim,
     StoreBusy,
     StoreClosed,
@@ -453,4 +454,48 @@ def test_prune_results_floor_and_log_are_the_same_on_both_stores(
         expected = scenario(lite)
     assert expected[0][0] and expected[0][1] > 1, "keep_latest moved nothing: proves nothing"
     assert expected[2][1] > expected[1][1], "delete did not raise the floor"
+    assert scenario(open_pg()) == expected
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        RetentionPolicy(max_checkpoints=2),
+        RetentionPolicy(max_events=3),
+        RetentionPolicy(max_subgraph_runs=0),
+        RetentionPolicy(max_subgraph_runs=1, max_checkpoints=1),
+    ],
+    ids=["count", "events", "no-past-subgraph-runs", "one-run-one-checkpoint"],
+)
+def test_a_retention_policy_prunes_as_on_sqlite(
+    open_pg: Any, tmp_path: Any, policy: RetentionPolicy
+) -> None:
+    """prune(strategy=RetentionPolicy(...)): the same removals, floor and orphans on both
+    stores, with subgraph runs; no event logged; every kept state rebuilds; dry runs change
+    nothing."""
+    from langgraph_fenced_sqlite import FencedSqliteSaver
+    from langgraph_fenced_sqlite.testing.cases_history import _graph
+
+    def scenario(saver: Any) -> list[Any]:
+        graph = _graph(saver)
+        cfg = {"configurable": {"thread_id": "t"}}
+        for i in range(3):
+            graph.invoke({"log": [f"u{i}"]}, cfg)
+        values = graph.get_state(cfg).values
+        seqs = [e.seq for e in saver.events_after("t", 0, 1000)]
+        (dry,) = saver.prune(["t"], strategy=policy, dry_run=True)
+        assert [e.seq for e in saver.events_after("t", 0, 1000)] == seqs, "a dry run changed"
+        (done,) = saver.prune(["t"], strategy=policy)
+        assert done == dry, "the dry run reported something else"
+        kept = list(saver.list({"configurable": {"thread_id": "t"}}))
+        assert graph.get_state(cfg).values == values
+        left = saver.events_after("t", done.floor - 1, 1000)
+        assert all(e.kind != "pruned" for e in left), "a policy's prune logged an event"
+        namespaces = sorted({t.config["configurable"]["checkpoint_ns"].split(":")[0] for t in kept})
+        return [len(done.checkpoints), done.floor, done.events_removed, done.writes_removed,
+                len(kept), namespaces]  # fmt: skip
+
+    with FencedSqliteSaver(str(tmp_path / "t.db")) as lite:
+        expected = scenario(lite)
+    assert expected[0] or expected[1] > 1, "nothing was pruned: the test proves nothing"
     assert scenario(open_pg()) == expected

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import bad_argument
-from ..retention import PruneResult, Retraction
+from ..retention import PruneResult, RetentionPolicy, Retraction
 from ..validation import check_bool, check_int, check_iterable, check_name
 from . import removals
 from .connection import PgConnection
@@ -98,16 +98,22 @@ class PgRetentionAPI:
         self,
         thread_ids: Sequence[str],
         *,
-        strategy: str = "keep_latest",
+        strategy: str | RetentionPolicy = "keep_latest",
         dry_run: bool = False,
         token: int | None = None,
     ) -> _list[PruneResult]:
-        """Remove old history from each listed thread, fenced like a write, in one transaction.
+        """Remove old history from each listed thread, as the SQLite saver's `prune`.
+
+        LangGraph's strategies are fenced like a write, all threads in one
+        transaction; a `RetentionPolicy` needs no claim (a given token is
+        checked all the same), logs no event, and runs one transaction per
+        thread.
 
         Args:
             thread_ids: The threads to prune.
-            strategy: `"keep_latest"` (each namespace's latest checkpoint and
-                its writes stay) or `"delete"` (everything goes).
+            strategy: `"keep_latest"` (each namespace's latest checkpoint, what
+                it needs, and its writes stay), `"delete"` (everything goes),
+                or a `RetentionPolicy`.
             dry_run: Only report what would be removed (the real prune, rolled back).
             token: The caller's claim on the (one) thread, if any.
 
@@ -119,11 +125,17 @@ class PgRetentionAPI:
         check_bool(dry_run, "dry_run")
         if token is not None:
             check_int(token, "token")
-        if strategy not in ("keep_latest", "delete"):
-            raise bad_argument("strategy", f"expected 'keep_latest' or 'delete', got {strategy!r}")
+        if not isinstance(strategy, RetentionPolicy) and strategy not in ("keep_latest", "delete"):
+            raise bad_argument(
+                "strategy",
+                f"expected 'keep_latest', 'delete' or a RetentionPolicy, got {strategy!r}",
+            )
         if not ids:
             return []
         now = self._now()
+        if isinstance(strategy, RetentionPolicy):
+            # No claim needed, so one transaction per thread, as on SQLite.
+            return [self._prune_by_policy(t, strategy, dry_run, token, now) for t in ids]
 
         def job(cur: Any) -> _list[PruneResult]:
             out = [
@@ -147,11 +159,30 @@ class PgRetentionAPI:
         except _DryRun as done:
             return done.results
 
+    def _prune_by_policy(
+        self,
+        thread_id: str,
+        policy: RetentionPolicy,
+        dry_run: bool,
+        token: int | None,
+        now: float | None,
+    ) -> PruneResult:
+        def job(cur: Any) -> PruneResult:
+            done = removals.prune_policy(cur, thread_id, policy, token, now=now)
+            if dry_run:
+                raise _DryRun([done])
+            return done
+
+        try:
+            return self._engine.run("prune", job)
+        except _DryRun as rolled_back:
+            return rolled_back.results[0]
+
     async def aprune(
         self,
         thread_ids: Sequence[str],
         *,
-        strategy: str = "keep_latest",
+        strategy: str | RetentionPolicy = "keep_latest",
         dry_run: bool = False,
         token: int | None = None,
     ) -> _list[PruneResult]:

@@ -23,6 +23,7 @@ from ..retention import (
     retracted_event,
     skeleton_node,
 )
+from ..subgraph_runs import parents_of, past_namespaces_by
 from . import sql
 from .events import append, raise_floor
 from .txns import fence
@@ -198,6 +199,68 @@ def prune(
         data = {"strategy": strategy, "checkpoints": [list(k) for k in removed], "writes": done}
         new.append(NewEvent("pruned", data))
     append(cur, thread_id, position, new, token=token, now=now, notify=notify)
+    return PruneResult(thread_id, removed, floor, floor - before, orphans)
+
+
+def prune_policy(
+    cur: Cursor,
+    thread_id: str,
+    policy: RetentionPolicy,
+    token: int | None,
+    *,
+    now: float | None,
+    notify: bool = True,
+) -> PruneResult:
+    """A `RetentionPolicy`'s prune of one thread, as the SQLite store's `retention.prune_txn`.
+
+    Needs no claim and logs no event (the latest of each namespace stays, so
+    no owner's next write depends on what goes); a given `token` is checked
+    all the same. `max_age` is judged by the store's clock (the database's
+    unless one was injected). Removes the planned checkpoints with their
+    writes, orphan writes (counted) and past subgraph runs' writes, then
+    raises the floor: to the first event of a kept checkpoint, and to keep at
+    most `max_events`.
+    """
+    params: dict[str, Any] = {"thread_id": thread_id, "now": now}
+    if token is not None:
+        position = fence(cur, thread_id, token, now=now, require_claim=False)
+        append(cur, thread_id, position, [], token=token, now=now, notify=notify)  # no seq spent
+    cur.execute(sql.LOCK_FOR_PRUNE, params)
+    row = cur.fetchone()
+    if row is None:
+        return PruneResult(thread_id)
+    before, next_seq, clock = int(row[0]), int(row[1]), float(row[2])
+    cur.execute(sql.PRUNE_SKELETON, params)
+    nodes = [skeleton_node(*r) for r in cur.fetchall()]
+    past: set[str] = set()
+    if policy.max_subgraph_runs is not None:
+
+        def parents(ns: str, cid: str) -> dict[str, Any]:
+            cur.execute(sql.CHECKPOINT_PARENTS, {"thread_id": thread_id, "ns": ns, "cid": cid})
+            found = cur.fetchone()
+            return parents_of(None if found is None else found[0])
+
+        past = past_namespaces_by(parents, nodes, policy.max_subgraph_runs)
+    removed = plan_prune(nodes, policy, clock, past=past)
+    params.update(namespaces=[k[0] for k in removed], ids=[k[1] for k in removed])
+    target = before
+    if removed:
+        cur.execute(sql.DELETE_CHECKPOINTS_BY_KEY, params)
+        cur.execute(sql.DELETE_WRITES_OF_PRUNED, params)
+        cur.execute(sql.FIRST_EVENT_OF_STORED, params)
+        first_kept = cur.fetchone()[0]
+        if first_kept is None:
+            cur.execute(sql.PAST_LAST_EVENT_OF, {**params, "floor": before})
+            first_kept = cur.fetchone()[0]
+        target = max(before, int(first_kept or before))
+    cur.execute(sql.DELETE_ORPHAN_WRITES, params)
+    orphans = cur.rowcount
+    for ns in sorted(past):
+        cur.execute(sql.DELETE_NS_ORPHAN_WRITES, {"thread_id": thread_id, "ns": ns})
+        orphans += cur.rowcount
+    if policy.max_events is not None:
+        target = max(target, next_seq - policy.max_events)
+    floor = raise_floor(cur, thread_id, target, None) if target > before else before
     return PruneResult(thread_id, removed, floor, floor - before, orphans)
 
 

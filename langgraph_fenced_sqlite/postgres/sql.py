@@ -503,6 +503,21 @@ DELETE_ORPHAN_WRITES = (
     "max(l.position) FROM lgfs_checkpoints l WHERE l.thread_id = w.thread_id "
     "AND l.checkpoint_ns = w.checkpoint_ns)"
 )
+# A retention policy's prune (no claim needed): the thread row locked, so it
+# waits for the thread's writers (and they for it) as on SQLite's write lock.
+LOCK_FOR_PRUNE = (
+    f"SELECT floor, next_seq, {NOW} FROM lgfs_threads WHERE thread_id = %(thread_id)s FOR UPDATE"
+)
+CHECKPOINT_PARENTS = (
+    "SELECT metadata::json -> 'parents' FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s "
+    "AND checkpoint_ns = %(ns)s AND checkpoint_id = %(cid)s"
+)
+# Every write of a past subgraph run's namespace whose checkpoint is gone.
+DELETE_NS_ORPHAN_WRITES = (
+    "DELETE FROM lgfs_writes w WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(ns)s "
+    "AND NOT EXISTS (SELECT 1 FROM lgfs_checkpoints c WHERE c.thread_id = w.thread_id "
+    "AND c.checkpoint_ns = w.checkpoint_ns AND c.checkpoint_id = w.checkpoint_id)"
+)
 DELETE_ALL_RETURNING = (
     "DELETE FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s "
     "RETURNING checkpoint_ns, checkpoint_id, position"
