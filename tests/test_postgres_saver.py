@@ -499,3 +499,46 @@ def test_a_retention_policy_prunes_as_on_sqlite(
         expected = scenario(lite)
     assert expected[0] or expected[1] > 1, "nothing was pruned: the test proves nothing"
     assert scenario(open_pg()) == expected
+
+
+def test_sweep_prunes_idle_unclaimed_threads_as_on_sqlite(
+    open_pg: Any, clock: ManualClock, tmp_path: Any
+) -> None:
+    """sweep(): idle threads pruned by the policy, claimed ones left alone (busy), recent
+    ones and tombstones skipped; a dry run reports the same and changes nothing."""
+    from langgraph_fenced_sqlite import FencedSqliteSaver
+    from langgraph_fenced_sqlite.testing.cases_history import _graph
+
+    def scenario(saver: Any, clock: ManualClock) -> list[Any]:
+        graph = _graph(saver)
+        for thread_id in ("idle", "claimed", "gone"):
+            for i in range(2):
+                graph.invoke({"log": [f"u{i}"]}, {"configurable": {"thread_id": thread_id}})
+        saver.delete_thread("gone")
+        clock.advance(100)
+        graph.invoke({"log": ["new"]}, {"configurable": {"thread_id": "recent"}})
+        saver.claim("claimed", "w", 600)
+        policy = RetentionPolicy(max_checkpoints=1)
+        before = len(list(saver.list(None)))
+        dry = saver.sweep(policy, inactive_for=50, dry_run=True)
+        assert len(list(saver.list(None))) == before, "a dry run removed something"
+        seen: list[Any] = []
+        done = saver.sweep(policy, inactive_for=50, on_thread=seen.append)
+        assert dry == done and seen == done.pruned
+        everything = saver.sweep(policy)  # no activity filter: "recent" too
+        with pytest.raises(InvalidArgument, match="policy"):
+            saver.sweep("keep_latest")
+        return [
+            [(r.thread_id, len(r.checkpoints), r.floor) for r in done.pruned],
+            done.busy,
+            done.errors,
+            [r.thread_id for r in everything.pruned],
+            everything.busy,
+        ]
+
+    sqlite_clock = ManualClock(clock.now())
+    with FencedSqliteSaver(str(tmp_path / "t.db"), clock=sqlite_clock) as lite:
+        expected = scenario(lite, sqlite_clock)
+    assert expected[0] and expected[0][0][0] == "idle" and expected[0][0][1] > 0
+    assert expected[1] == ["claimed"] and expected[3] == ["idle", "recent"]
+    assert scenario(open_pg(), clock) == expected

@@ -9,13 +9,16 @@ A dry run is the real prune, rolled back. Mixed into `FencedPostgresSaver`.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import Any
 
-from ..errors import bad_argument
+from ..api_threads import inactive_for_seconds
+from ..errors import UndecodableRow, bad_argument
+from ..maintenance import SweepResult
 from ..retention import PruneResult, RetentionPolicy, Retraction
 from ..validation import check_bool, check_int, check_iterable, check_name
-from . import removals
+from . import removals, sql
 from .connection import PgConnection
 
 __all__ = ["PgRetentionAPI"]
@@ -177,6 +180,80 @@ class PgRetentionAPI:
             return self._engine.run("prune", job)
         except _DryRun as rolled_back:
             return rolled_back.results[0]
+
+    def sweep(
+        self,
+        policy: RetentionPolicy,
+        *,
+        inactive_for: float | timedelta | None = None,
+        dry_run: bool = False,
+        on_thread: Callable[[PruneResult], None] | None = None,
+    ) -> SweepResult:
+        """Prune every thread of the database by `policy`, one transaction per thread.
+
+        As the SQLite saver's `sweep`: each thread's transaction (its row
+        locked) decides for itself whether it still qualifies, so a thread
+        claimed or written meanwhile is left alone; it needs no claim and
+        logs no event.
+
+        Args:
+            policy: What to keep (see `RetentionPolicy`).
+            inactive_for: Only threads not written (no checkpoint, no event)
+                for at least this long, by the store's clock; None: every thread.
+            dry_run: Only report what would be removed (each thread's real
+                prune, rolled back).
+            on_thread: Called with each thread's result after its
+                transaction ended.
+
+        Returns:
+            The threads swept, those left alone under a live claim, and those
+            whose rows do not decode.
+        """
+        if not isinstance(policy, RetentionPolicy):
+            raise bad_argument("policy", f"expected a RetentionPolicy, got {policy!r}")
+        idle_for = inactive_for_seconds(inactive_for)
+        check_bool(dry_run, "dry_run")
+        if on_thread is not None and not callable(on_thread):
+            raise bad_argument("on_thread", "expected a callable or None")
+        result = SweepResult()
+        listed = self._engine.run("sweep", lambda cur: cur.execute(sql.SWEEP_THREAD_IDS).fetchall())
+        for (thread_id,) in listed:
+
+            def job(
+                cur: Any, thread_id: str = thread_id, now: float | None = self._now()
+            ) -> PruneResult | str | None:
+                done = removals.sweep_thread(cur, thread_id, policy, now=now, idle_for=idle_for)
+                if dry_run and isinstance(done, PruneResult):
+                    raise _DryRun([done])
+                return done
+
+            try:
+                done = self._engine.run("sweep", job)
+            except _DryRun as rolled_back:
+                done = rolled_back.results[0]
+            except UndecodableRow as exc:
+                result.errors.append(exc.to_dict())
+                continue
+            if done == "busy":
+                result.busy.append(thread_id)
+            elif isinstance(done, PruneResult):
+                result.pruned.append(done)
+                if on_thread is not None:
+                    on_thread(done)
+        return result
+
+    async def asweep(
+        self,
+        policy: RetentionPolicy,
+        *,
+        inactive_for: float | timedelta | None = None,
+        dry_run: bool = False,
+        on_thread: Callable[[PruneResult], None] | None = None,
+    ) -> SweepResult:
+        """Async twin of `sweep` (`on_thread` is called from a worker thread)."""
+        return await self._engine.arun(
+            self.sweep, policy, inactive_for=inactive_for, dry_run=dry_run, on_thread=on_thread
+        )
 
     async def aprune(
         self,

@@ -1,5 +1,5 @@
 """The PostgreSQL store's removals and copies: delete_thread, delete_for_runs, copy_thread,
-prune, retract_turn.
+prune (LangGraph's strategies and retention policies), sweep, retract_turn.
 
 Invariant: as in `txns` (the store's other transactions), a removal or copy
 that writes a thread fences it first (`txns.fence`: the thread's row lock,
@@ -12,8 +12,11 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from ..api_threads import last_activity
+from ..claims import claim_live
 from ..errors import CheckpointConflict
 from ..events import NewEvent
+from ..maintenance import is_inactive
 from ..retention import (
     PruneResult,
     RetentionPolicy,
@@ -262,6 +265,33 @@ def prune_policy(
         target = max(target, next_seq - policy.max_events)
     floor = raise_floor(cur, thread_id, target, None) if target > before else before
     return PruneResult(thread_id, removed, floor, floor - before, orphans)
+
+
+def sweep_thread(
+    cur: Cursor,
+    thread_id: str,
+    policy: RetentionPolicy,
+    *,
+    now: float | None,
+    idle_for: float | None,
+) -> PruneResult | str | None:
+    """Prune one thread by `policy` if it still qualifies (the SQLite store's
+    `maintenance.sweep_thread_txn`), inside its own transaction.
+
+    Returns:
+        The prune's result; `"busy"` for a thread under a live claim; None
+        for a thread written within `idle_for` (or gone since the listing).
+    """
+    cur.execute(sql.SWEEP_THREAD, {"thread_id": thread_id, "now": now})
+    row = cur.fetchone()
+    if row is None:
+        return None
+    token, expires_at, clock, last_cp, last_ev = row
+    if idle_for is not None and not is_inactive(last_activity(last_cp, last_ev), clock, idle_for):
+        return None
+    if claim_live(token, expires_at, clock):
+        return "busy"  # idle, yet claimed: someone may be about to write
+    return prune_policy(cur, thread_id, policy, None, now=now)
 
 
 class _TurnRow(NamedTuple):

@@ -508,6 +508,21 @@ DELETE_ORPHAN_WRITES = (
 LOCK_FOR_PRUNE = (
     f"SELECT floor, next_seq, {NOW} FROM lgfs_threads WHERE thread_id = %(thread_id)s FOR UPDATE"
 )
+# A sweep: every thread but a bare tombstone (the SQLite store's `THREAD_IDS`),
+# then, per thread in its own transaction, its row locked with its claim and
+# last activity (newest checkpoint or event).
+SWEEP_THREAD_IDS = (
+    "SELECT t.thread_id FROM lgfs_threads t WHERE (t.incarnation = 1 OR t.token IS NOT NULL "
+    "OR t.floor > 1 OR EXISTS (SELECT 1 FROM lgfs_events e WHERE e.thread_id = t.thread_id) "
+    "OR EXISTS (SELECT 1 FROM lgfs_checkpoints c WHERE c.thread_id = t.thread_id)) "
+    "ORDER BY t.thread_id"
+)
+SWEEP_THREAD = (
+    f"SELECT t.token, t.expires_at, {NOW}, (SELECT max(c.created_at) FROM lgfs_checkpoints c "
+    "WHERE c.thread_id = t.thread_id), (SELECT max(e.ts) FROM lgfs_events e "
+    "WHERE e.thread_id = t.thread_id) FROM lgfs_threads t WHERE t.thread_id = %(thread_id)s "
+    "FOR UPDATE"
+)
 CHECKPOINT_PARENTS = (
     "SELECT metadata::json -> 'parents' FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s "
     "AND checkpoint_ns = %(ns)s AND checkpoint_id = %(cid)s"
