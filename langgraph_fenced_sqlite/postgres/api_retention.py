@@ -1,128 +1,67 @@
-"""The deletion half of `FencedPostgresSaver`: runs, copies and prunes, fenced like writes.
+"""The deletion half of `FencedPostgresSaver`: its primitives behind `RemovalsBase`.
 
-Invariant: every method validates its arguments with the SQLite saver's
-validators, then runs one transaction from `removals.py` that fences every
-thread it changes before changing any; the first refusal changes nothing.
-A dry run is the real prune, rolled back. Mixed into `FencedPostgresSaver`.
+Invariant: each primitive gets arguments `RemovalsBase` has checked and runs
+one transaction from `removals.py` that fences every thread it changes
+before changing any; the first refusal changes nothing. A dry run is the
+real prune, rolled back. Mixed into `FencedPostgresSaver`, which provides
+`_engine`, `_now`, `_notify` and `require_claim`.
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
 from typing import Any
 
+from ..base_retention import RemovalsBase
 from ..errors import bad_argument
 from ..retention import PruneResult
-from ..validation import check_bool, check_int, check_iterable, check_name
 from . import removals
-from .connection import PgConnection
+from .half import PgHalf
 
 __all__ = ["PgRetentionAPI"]
 
 _list = builtins.list
 
 
-class PgRetentionAPI:
-    """LangGraph's deletion capabilities, fenced (see docs/semantics.md §6)."""
+class PgRetentionAPI(RemovalsBase, PgHalf):
+    """LangGraph's deletion capabilities, fenced (see `RemovalsBase`), on PostgreSQL."""
 
-    _engine: PgConnection
-    _notify: bool
-    require_claim: bool
+    def _delete_thread(self, thread_id: str) -> None:
+        self._engine.run("delete_thread", lambda cur: removals.delete_thread(cur, thread_id))
 
-    def _now(self) -> float | None:
-        raise NotImplementedError  # the saver's
-
-    def delete_for_runs(self, run_ids: Sequence[str], *, token: int | None = None) -> None:
-        """Remove every checkpoint and write made by the given runs, in one transaction.
-
-        Fenced like a write on every thread holding a row of those runs; the
-        first refusal changes nothing anywhere.
-
-        Raises:
-            ThreadBusy: unfenced, and a touched thread has a live claim (or
-                the store requires claims).
-            StaleClaim: `token` is not the current claim of a touched thread.
-        """
-        ids = [check_name(r, "run_ids[]") for r in check_iterable(run_ids, "run_ids")]
-        if token is not None:
-            check_int(token, "token")
-        if not ids:
-            return
+    def _delete_for_runs(self, run_ids: _list[str], token: int | None) -> None:
         now = self._now()
         self._engine.run(
             "delete_for_runs",
             lambda cur: removals.delete_for_runs(
-                cur, ids, token, now=now, require_claim=self.require_claim, notify=self._notify
+                cur, run_ids, token, now=now, require_claim=self.require_claim, notify=self._notify
             ),
         )
 
-    async def adelete_for_runs(self, run_ids: Sequence[str], *, token: int | None = None) -> None:
-        """Async twin of `delete_for_runs`."""
-        return await self._engine.arun(self.delete_for_runs, run_ids, token=token)
-
-    def copy_thread(
-        self, source_thread_id: str, target_thread_id: str, *, token: int | None = None
-    ) -> None:
-        """Copy every checkpoint and write of one thread into another, fenced on the target.
-
-        Copying again adds nothing.
-
-        Raises:
-            ThreadBusy: unfenced, and the target has a live claim.
-            StaleClaim: `token` is not the target's current claim.
-            CheckpointConflict: the target holds a different checkpoint under
-                one of the source's ids; nothing is copied.
-        """
-        src = check_name(source_thread_id, "source_thread_id")
-        dst = check_name(target_thread_id, "target_thread_id")
-        if token is not None:
-            check_int(token, "token")
+    def _copy_thread(self, source: str, target: str, token: int | None) -> None:
         now = self._now()
         self._engine.run(
             "copy_thread",
             lambda cur: removals.copy_thread(
-                cur, src, dst, token, now=now, require_claim=self.require_claim, notify=self._notify
+                cur,
+                source,
+                target,
+                token,
+                now=now,
+                require_claim=self.require_claim,
+                notify=self._notify,
             ),
         )
 
-    async def acopy_thread(
-        self, source_thread_id: str, target_thread_id: str, *, token: int | None = None
-    ) -> None:
-        """Async twin of `copy_thread`."""
-        return await self._engine.arun(
-            self.copy_thread, source_thread_id, target_thread_id, token=token
-        )
-
-    def prune(
-        self,
-        thread_ids: Sequence[str],
-        *,
-        strategy: str = "keep_latest",
-        dry_run: bool = False,
-        token: int | None = None,
-    ) -> _list[PruneResult]:
-        """Remove old history from each listed thread, fenced like a write, in one transaction.
-
-        Args:
-            thread_ids: The threads to prune.
-            strategy: `"keep_latest"` (each namespace's latest checkpoint and
-                its writes stay) or `"delete"` (everything goes).
-            dry_run: Only report what would be removed (the real prune, rolled back).
-            token: The caller's claim on the (one) thread, if any.
-
-        Raises:
-            ThreadBusy: without `token`, a listed thread has a live claim.
-            StaleClaim: `token` is not the current claim of a listed thread.
-        """
-        ids = [check_name(t, "thread_ids[]") for t in check_iterable(thread_ids, "thread_ids")]
-        check_bool(dry_run, "dry_run")
-        if token is not None:
-            check_int(token, "token")
+    def _prune_plan(self, strategy: Any, dry_run: bool) -> str:
+        # No `RetentionPolicy` here (yet): only LangGraph's two strategies.
         if strategy not in ("keep_latest", "delete"):
             raise bad_argument("strategy", f"expected 'keep_latest' or 'delete', got {strategy!r}")
-        if not ids:
-            return []
+        return str(strategy)
+
+    def _prune(
+        self, thread_ids: _list[str], plan: str, dry_run: bool, token: int | None
+    ) -> _list[PruneResult]:
         now = self._now()
 
         def job(cur: Any) -> _list[PruneResult]:
@@ -130,13 +69,13 @@ class PgRetentionAPI:
                 removals.prune(
                     cur,
                     t,
-                    strategy,
+                    plan,
                     token,
                     now=now,
                     require_claim=self.require_claim,
                     notify=self._notify,
                 )
-                for t in ids
+                for t in thread_ids
             ]
             if dry_run:
                 raise _DryRun(out)
@@ -146,19 +85,6 @@ class PgRetentionAPI:
             return self._engine.run("prune", job)
         except _DryRun as done:
             return done.results
-
-    async def aprune(
-        self,
-        thread_ids: Sequence[str],
-        *,
-        strategy: str = "keep_latest",
-        dry_run: bool = False,
-        token: int | None = None,
-    ) -> _list[PruneResult]:
-        """Async twin of `prune`."""
-        return await self._engine.arun(
-            self.prune, thread_ids, strategy=strategy, dry_run=dry_run, token=token
-        )
 
 
 class _DryRun(Exception):
