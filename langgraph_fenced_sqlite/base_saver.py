@@ -51,7 +51,7 @@ _PAGE = 100
 
 # `list` is a method of the saver, so annotations in its body name the builtin this way.
 _list = builtins.list
-# A page cursor: the last row's (checkpoint_id, thread_id, checkpoint_ns).
+# A page cursor (the last row's checkpoint_id, thread_id, checkpoint_ns), or a checkpoint's key.
 _Cursor = tuple[str, str, str]
 
 
@@ -274,7 +274,7 @@ class FencedSaverBase(BaseCheckpointSaver[str]):
         token = token_from_config(config)
         encoded = cps.encode_writes(self.serde, check_writes(writes), task_id, task_path)
         if encoded:
-            self._put_writes(thread_id, ns, cid, encoded, token, cps.run_id_of(config))
+            self._put_writes((thread_id, ns, cid), encoded, token, cps.run_id_of(config))
 
     aput_writes = async_twin(put_writes)
 
@@ -309,14 +309,9 @@ class FencedSaverBase(BaseCheckpointSaver[str]):
         raise NotImplementedError
 
     def _put_writes(
-        self,
-        thread_id: str,
-        checkpoint_ns: str,
-        checkpoint_id: str,
-        encoded: _list[cps.EncodedWrite],
-        token: int | None,
-        run_id: str | None,
+        self, key: _Cursor, encoded: _list[cps.EncodedWrite], token: int | None, run_id: str | None
     ) -> None:
+        """Store `encoded` for the checkpoint `key`: (thread_id, checkpoint_ns, checkpoint_id)."""
         raise NotImplementedError
 
 

@@ -19,7 +19,7 @@ from . import claims, events, retention, schema
 from .claims import Claim
 from .errors import TenantMismatch
 
-__all__ = ["RUN_STRATEGIES"]
+__all__ = ["RUN_STRATEGIES", "end_event"]
 
 # What a run does when its thread is busy: refuse, or take the thread over.
 RUN_STRATEGIES = ("reject", "enqueue", "interrupt", "rollback")
@@ -27,6 +27,34 @@ _TAKE_OVER = frozenset({"interrupt", "rollback"})
 _SCAN_PAGE = 64  # events read per step when looking for a superseded run
 # LangGraph's channel for interrupt writes (its constant is private since 1.0).
 _INTERRUPT = "__interrupt__"
+
+
+def end_event(
+    kind: str,
+    data: dict[str, Any],
+    *,
+    latest: tuple[str, int] | None,
+    static_interrupt: bool,
+) -> events.NewEvent:
+    """Return the event a run's end logs (both stores): an interrupted completion is named so.
+
+    A `run_completed` records the latest root checkpoint's id; if that
+    checkpoint has pending interrupts, or the graph stopped at a static
+    interrupt, it is logged as `run_interrupted` with their number.
+
+    Args:
+        kind: The end the runner reports (`run_completed`, `run_failed`, ...).
+        data: The event's data (copied, not changed).
+        latest: For `run_completed`: the latest root checkpoint's id and its
+            number of pending interrupt writes; None when there is none.
+        static_interrupt: The graph stopped at an `interrupt_before/after`.
+    """
+    data = dict(data)
+    if kind == "run_completed":
+        data["checkpoint_id"] = None if latest is None else latest[0]
+        if latest is not None and (latest[1] or static_interrupt):
+            kind, data["interrupts"] = "run_interrupted", latest[1]
+    return events.NewEvent(kind, data)
 
 
 def superseded_run_id(
@@ -175,18 +203,16 @@ def end_run_txn(
         if raise_stale:
             raise claims.stale(conn, thread_id, token)
         return False
-    data = dict(data)
+    latest = None
     if kind == "run_completed":
-        latest = conn.execute(schema.GET_LATEST_ID, (thread_id, "")).fetchone()
-        data["checkpoint_id"] = latest[0] if latest else None
-        if latest is not None:
+        found = conn.execute(schema.GET_LATEST_ID, (thread_id, "")).fetchone()
+        if found is not None:
             channels = [
-                w[1] for w in conn.execute(schema.WRITES_OF_CHECKPOINT, (thread_id, "", latest[0]))
+                w[1] for w in conn.execute(schema.WRITES_OF_CHECKPOINT, (thread_id, "", found[0]))
             ]
-            pending = channels.count(_INTERRUPT)
-            if pending or static_interrupt:
-                kind, data["interrupts"] = "run_interrupted", pending
-    events.append(conn, thread_id, row, [events.NewEvent(kind, data)], token=token, now=now)
+            latest = (found[0], channels.count(_INTERRUPT))
+    event = end_event(kind, data, latest=latest, static_interrupt=static_interrupt)
+    events.append(conn, thread_id, row, [event], token=token, now=now)
     claims.release(conn, thread_id, token)
     return True
 

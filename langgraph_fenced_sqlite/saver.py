@@ -40,6 +40,7 @@ __all__ = ["FencedSqliteSaver"]
 
 # `list` is a method of the saver, so annotations in its body name the builtin this way.
 _list = builtins.list
+_Key = tuple[str, str, str]  # (thread_id, checkpoint_ns, checkpoint_id)
 
 
 # `prune`/`aprune` (RetentionAPI) return a report where LangGraph's return None.
@@ -239,31 +240,17 @@ class FencedSqliteSaver(  # type: ignore[misc]
         )
 
     def _put_writes(
-        self,
-        thread_id: str,
-        checkpoint_ns: str,
-        checkpoint_id: str,
-        encoded: _list[cps.EncodedWrite],
-        token: int | None,
-        run_id: str | None,
+        self, key: _Key, encoded: _list[cps.EncodedWrite], token: int | None, run_id: str | None
     ) -> None:
         now = read_now(self.clock)
         self._engine.write(
             "put_writes",
             lambda conn: cps.put_writes_txn(
-                conn,
-                thread_id,
-                checkpoint_ns,
-                checkpoint_id,
-                encoded,
-                token,
-                run_id=run_id,
-                now=now,
-                require_claim=self.require_claim,
+                conn, *key, encoded, token, run_id=run_id, now=now, require_claim=self.require_claim
             ),
             # LangGraph's loop sends a step's writes, then the step's put
             # (whose parent is this checkpoint): wait for it, one commit.
-            awaits=(thread_id, checkpoint_ns, checkpoint_id),
+            awaits=key,
         )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from ..claims import Claim, claim_live
 from ..errors import TenantMismatch, ThreadBusy
 from ..events import NewEvent
-from ..runs import OPERATOR_RELEASED, OPERATOR_TOOK_OVER, RUN_STRATEGIES
+from ..runs import OPERATOR_RELEASED, OPERATOR_TOOK_OVER, RUN_STRATEGIES, end_event
 from . import removals, sql, txns
 from .events import append
 
@@ -166,14 +166,11 @@ def end_run(
         if raise_stale:
             raise txns.stale(cur, thread_id, token)
         return False
-    data = dict(data)
+    latest = None
     if kind == "run_completed":
-        latest = txns._one(cur, sql.LATEST_INTERRUPTS, {"thread_id": thread_id})
-        data["checkpoint_id"] = latest[0] if latest else None
-        pending = int(latest[1]) if latest else 0
-        if latest is not None and (pending or static_interrupt):
-            kind, data["interrupts"] = "run_interrupted", pending
-    event = NewEvent(kind, data)
+        row = txns._one(cur, sql.LATEST_INTERRUPTS, {"thread_id": thread_id})
+        latest = (row[0], int(row[1])) if row else None
+    event = end_event(kind, data, latest=latest, static_interrupt=static_interrupt)
     append(cur, thread_id, int(found[0]), [event], token=token, now=now, notify=notify)
     txns.release(cur, thread_id, token)
     return True

@@ -43,6 +43,7 @@ _OPTIONS = (
     "poll_interval",
 )
 _list = builtins.list
+_Key = tuple[str, str, str]  # (thread_id, checkpoint_ns, checkpoint_id)
 
 
 class DatabaseClock:
@@ -241,22 +242,14 @@ class FencedPostgresSaver(  # type: ignore[misc]
         )
 
     def _put_writes(
-        self,
-        thread_id: str,
-        checkpoint_ns: str,
-        checkpoint_id: str,
-        encoded: _list[cps.EncodedWrite],
-        token: int | None,
-        run_id: str | None,
+        self, key: _Key, encoded: _list[cps.EncodedWrite], token: int | None, run_id: str | None
     ) -> None:
         now = self._now()
         self._engine.run(
             "put_writes",
             lambda cur: txns.put_writes(
                 cur,
-                thread_id,
-                checkpoint_ns,
-                checkpoint_id,
+                *key,
                 encoded,
                 token,
                 run_id=run_id,
