@@ -27,6 +27,7 @@ from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple
 
+from .base_saver import FencedSaverBase
 from .clock import read_now
 from .errors import SerializationError, ThreadBusy, UndecodableRow, bad_argument
 from .importer import _already_stored, _batches, _parents_first
@@ -152,13 +153,8 @@ def copy_threads(
 
 
 def _is_store(saver: Any) -> bool:
-    if isinstance(saver, FencedSqliteSaver):
-        return True
-    try:
-        from .postgres import FencedPostgresSaver
-    except ImportError:  # no [postgres] extra: it cannot be one
-        return False
-    return isinstance(saver, FencedPostgresSaver)
+    # Either fenced store: both are built on the one shared API.
+    return isinstance(saver, FencedSaverBase)
 
 
 def _same_file(a: Any, b: Any) -> bool:
