@@ -29,6 +29,7 @@ from .clock import to_seconds
 from .errors import FencedSqliteError, RunCancelled, RunTimedOut, StaleClaim
 
 if TYPE_CHECKING:
+    from .base_claims import ClaimsBase
     from .postgres import FencedPostgresSaver
     from .saver import FencedSqliteSaver
 
@@ -42,7 +43,7 @@ logger = logging.getLogger("langgraph_fenced_sqlite.lease")
 class _LeaseBase:
     def __init__(
         self,
-        saver: FencedSqliteSaver,
+        saver: ClaimsBase,
         thread_id: str,
         holder: str,
         ttl: float | timedelta,

@@ -19,7 +19,7 @@ from . import claims, events, retention, schema
 from .claims import Claim
 from .errors import TenantMismatch
 
-__all__ = ["RUN_STRATEGIES"]
+__all__ = ["RUN_STRATEGIES", "end_event", "started_event", "superseded_data"]
 
 # What a run does when its thread is busy: refuse, or take the thread over.
 RUN_STRATEGIES = ("reject", "enqueue", "interrupt", "rollback")
@@ -27,6 +27,82 @@ _TAKE_OVER = frozenset({"interrupt", "rollback"})
 _SCAN_PAGE = 64  # events read per step when looking for a superseded run
 # LangGraph's channel for interrupt writes (its constant is private since 1.0).
 _INTERRUPT = "__interrupt__"
+
+
+def superseded_data(
+    run_id: str | None,
+    token: int,
+    holder: str | None,
+    was_live: bool,
+    by_run_id: str,
+    by_principal: str | None,
+    tenant: str | None,
+    strategy: str,
+) -> dict[str, Any]:
+    """Return the data of a `run_superseded` event (both stores): whose run, superseded by which.
+
+    Args:
+        run_id: The superseded run's id (None if no record of it is left).
+        token: The superseded claim's token.
+        holder: Its holder.
+        was_live: Whether it was live (else it had expired, its holder crashed).
+        by_run_id: The run taking the thread over.
+        by_principal: Who that run acts for.
+        tenant: That run's tenant.
+        strategy: That run's strategy (any, when the superseded claim had expired).
+    """
+    return {
+        "run_id": run_id,
+        "token": token,
+        "holder": holder,
+        "was_live": was_live,
+        "by_run_id": by_run_id,
+        "by_principal": by_principal,
+        "tenant": tenant,
+        "strategy": strategy,
+    }
+
+
+def started_event(
+    run_id: str, holder: str, strategy: str, tenant: str | None, principal: str | None
+) -> events.NewEvent:
+    """Return a run's `run_started` event (both stores), committed with its claim."""
+    data = {
+        "run_id": run_id,
+        "holder": holder,
+        "strategy": strategy,
+        "tenant": tenant,
+        "principal": principal,
+    }
+    return events.NewEvent("run_started", data)
+
+
+def end_event(
+    kind: str,
+    data: dict[str, Any],
+    *,
+    latest: tuple[str, int] | None,
+    static_interrupt: bool,
+) -> events.NewEvent:
+    """Return the event a run's end logs (both stores): an interrupted completion is named so.
+
+    A `run_completed` records the latest root checkpoint's id; if that
+    checkpoint has pending interrupts, or the graph stopped at a static
+    interrupt, it is logged as `run_interrupted` with their number.
+
+    Args:
+        kind: The end the runner reports (`run_completed`, `run_failed`, ...).
+        data: The event's data (copied, not changed).
+        latest: For `run_completed`: the latest root checkpoint's id and its
+            number of pending interrupt writes; None when there is none.
+        static_interrupt: The graph stopped at an `interrupt_before/after`.
+    """
+    data = dict(data)
+    if kind == "run_completed":
+        data["checkpoint_id"] = None if latest is None else latest[0]
+        if latest is not None and (latest[1] or static_interrupt):
+            kind, data["interrupts"] = "run_interrupted", latest[1]
+    return events.NewEvent(kind, data)
 
 
 def superseded_run_id(
@@ -116,16 +192,16 @@ def begin_run_txn(
             # A claim granted before the claim row recorded its run (schema
             # 1 files): its `run_started` event, if compaction left it.
             old_run = superseded_run_id(conn, thread_id, before.token, before.incarnation)
-        info: dict[str, Any] = {
-            "run_id": old_run,
-            "token": before.token,
-            "holder": before.holder,
-            "was_live": before.live(now),
-            "by_run_id": run_id,
-            "by_principal": principal,
-            "tenant": tenant,
-            "strategy": strategy,
-        }
+        info = superseded_data(
+            old_run,
+            before.token,
+            before.holder,
+            before.live(now),
+            run_id,
+            principal,
+            tenant,
+            strategy,
+        )
         if strategy == "rollback" and old_run is not None:
             # Only the superseded run's own rows: nothing from an earlier turn,
             # even when it had not written anything yet.
@@ -133,14 +209,7 @@ def begin_run_txn(
             info["retracted_checkpoints"] = len(done.checkpoints)
             info["retracted_writes"] = done.writes
         new.append(events.NewEvent("run_superseded", info))
-    started = {
-        "run_id": run_id,
-        "holder": holder,
-        "strategy": strategy,
-        "tenant": tenant,
-        "principal": principal,
-    }
-    new.append(events.NewEvent("run_started", started))
+    new.append(started_event(run_id, holder, strategy, tenant, principal))
     row = claims.read_thread(conn, thread_id)  # re-read: a retraction appended an event
     assert row is not None
     events.append(conn, thread_id, row, new, token=claim.token, now=now)
@@ -175,18 +244,16 @@ def end_run_txn(
         if raise_stale:
             raise claims.stale(conn, thread_id, token)
         return False
-    data = dict(data)
+    latest = None
     if kind == "run_completed":
-        latest = conn.execute(schema.GET_LATEST_ID, (thread_id, "")).fetchone()
-        data["checkpoint_id"] = latest[0] if latest else None
-        if latest is not None:
+        found = conn.execute(schema.GET_LATEST_ID, (thread_id, "")).fetchone()
+        if found is not None:
             channels = [
-                w[1] for w in conn.execute(schema.WRITES_OF_CHECKPOINT, (thread_id, "", latest[0]))
+                w[1] for w in conn.execute(schema.WRITES_OF_CHECKPOINT, (thread_id, "", found[0]))
             ]
-            pending = channels.count(_INTERRUPT)
-            if pending or static_interrupt:
-                kind, data["interrupts"] = "run_interrupted", pending
-    events.append(conn, thread_id, row, [events.NewEvent(kind, data)], token=token, now=now)
+            latest = (found[0], channels.count(_INTERRUPT))
+    event = end_event(kind, data, latest=latest, static_interrupt=static_interrupt)
+    events.append(conn, thread_id, row, [event], token=token, now=now)
     claims.release(conn, thread_id, token)
     return True
 

@@ -1,33 +1,24 @@
 """`FencedSqliteSaver`: LangGraph's checkpointer over one fenced SQLite file.
 
-Invariant: each sync method validates its arguments, encodes outside the
+Invariant: each public method validates its arguments, encodes outside the
 store's lock, then runs one engine job; each async twin is one line that runs
-the sync method through one thread hop. `list`/`alist` fetch a page per job
-and yield outside it, so a caller may use the saver inside the loop.
-
-This module holds the LangGraph methods; claims, the event log,
-history/inspection, thread summaries/statuses and deletion/retention/retraction
-live in `api_claims.py`, `api_events.py`, `api_inspect.py`, `api_threads.py`
-and `api_retention.py`, mixed into the one class.
+the sync method through one thread hop. What both stores share (LangGraph's
+methods, claims and runs, the event log, deletion) is written once in
+`base_saver.py`, `base_claims.py`, `base_events.py` and `base_retention.py`;
+this module holds the opening and closing and the primitives those call
+(each one engine job). The SQLite halves (`api_claims.py`, `api_events.py`,
+`api_inspect.py`, `api_threads.py`, `api_retention.py`) are mixed into the
+one class.
 """
 
 from __future__ import annotations
 
 import builtins
-import random
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import Iterable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import timedelta
 from typing import Any
 
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    BaseCheckpointSaver,
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
-)
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from . import checkpoints as cps
@@ -37,34 +28,24 @@ from .api_events import EventsAPI
 from .api_inspect import InspectionAPI
 from .api_retention import RetentionAPI
 from .api_threads import ThreadsAPI
-from .claims import token_from_config
+from .base_saver import FencedSaverBase, store_options
 from .clock import Clock, read_now, to_seconds
 from .engine import Engine
 from .errors import bad_argument
-from .serde import DataOnlySerializer, TypeKey, schema_classes, schema_types
-from .validation import (
-    check_before,
-    check_checkpoint,
-    check_config,
-    check_filter,
-    check_limit,
-    check_name,
-    check_writes,
-    checked_arguments,
-    config_target,
-)
+from .serde import TypeKey
+from .validation import check_name, checked_arguments
 
 __all__ = ["FencedSqliteSaver"]
 
-_PAGE = 100
 
 # `list` is a method of the saver, so annotations in its body name the builtin this way.
 _list = builtins.list
+_Key = tuple[str, str, str]  # (thread_id, checkpoint_ns, checkpoint_id)
 
 
 # `prune`/`aprune` (RetentionAPI) return a report where LangGraph's return None.
 class FencedSqliteSaver(  # type: ignore[misc]
-    ClaimsAPI, EventsAPI, InspectionAPI, ThreadsAPI, RetentionAPI, BaseCheckpointSaver[str]
+    ClaimsAPI, EventsAPI, InspectionAPI, ThreadsAPI, RetentionAPI, FencedSaverBase
 ):
     """A LangGraph checkpointer on one SQLite file with claims and fencing.
 
@@ -121,40 +102,12 @@ class FencedSqliteSaver(  # type: ignore[misc]
         path = check_name(str(path) if hasattr(path, "__fspath__") else path, "path")
         busy = to_seconds(busy_timeout, "busy_timeout")
         self._poll_interval = to_seconds(poll_interval, "poll_interval")
-        if not isinstance(require_claim, bool):
-            raise bad_argument("require_claim", "expected a bool")
         if not isinstance(readonly, bool):
             raise bad_argument("readonly", "expected a bool")
-        if clock is not None and not isinstance(clock, Clock):
-            raise bad_argument("clock", "expected a Clock (with now() and monotonic())")
-        if serde is None:
-            serde = DataOnlySerializer(allowed_types, allowed_modules=allowed_modules)
-        elif allowed_types or allowed_modules:
-            which = "allowed_types" if allowed_types else "allowed_modules"
-            raise bad_argument(which, "give it only with the default serializer")
+        serde = store_options(serde, allowed_types, allowed_modules, clock, require_claim)
         super().__init__(serde=serde)
         self.require_claim = require_claim
         self._engine = Engine(path, busy_timeout=busy, clock=clock, readonly=readonly)
-
-    def for_graph(self, graph: Any) -> FencedSqliteSaver:
-        """Return this saver allowing the types `graph`'s schemas declare.
-
-        LangGraph hands a graph's schema types to its checkpointer only under
-        `LANGGRAPH_STRICT_MSGPACK=true`; this does the same derivation in any
-        mode: `builder.compile(checkpointer=saver.for_graph(builder))`. The
-        schema classes are registered as objects, so they are rebuilt with no
-        import (classes defined inside a function too). The result shares
-        this saver's connection (closing either closes both) and its
-        serializer's registry.
-
-        Args:
-            graph: A `StateGraph` builder or its compiled graph.
-
-        Raises:
-            InvalidArgument: `graph` is neither.
-        """
-        extra: list[Any] = [*schema_types(graph), *schema_classes(graph).values()]
-        return self.with_allowlist(extra)  # type: ignore[return-value]
 
     # --- opening and closing -------------------------------------------------------
 
@@ -215,11 +168,6 @@ class FencedSqliteSaver(  # type: ignore[misc]
         return self._engine.path
 
     @property
-    def closed(self) -> bool:
-        """Whether `close()` was called."""
-        return self._engine.closed
-
-    @property
     def readonly(self) -> bool:
         """Whether the saver was opened with `readonly=True` (its writes raise)."""
         return self._engine.readonly
@@ -263,251 +211,47 @@ class FencedSqliteSaver(  # type: ignore[misc]
         if not self._engine.closed:
             await self._engine.arun(self.close)
 
-    def __enter__(self) -> FencedSqliteSaver:
-        return self
+    # --- the primitives of `FencedSaverBase` ------------------------------------------
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def _fetch_tuple(
+        self, op: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
+    ) -> tuple[Any, _list[Any]] | None:
+        return self._engine.read(op, cps.fetch_tuple, thread_id, checkpoint_ns, checkpoint_id)
 
-    async def __aenter__(self) -> FencedSqliteSaver:
-        return self
+    def _fetch_page(
+        self, query: dict[str, Any], after_key: tuple[str, str, str] | None, size: int
+    ) -> tuple[_list[Any], dict[Any, _list[Any]]]:
+        sql, params = schema.list_checkpoints(**query, after_key=after_key, limit=size)
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    # --- BaseCheckpointSaver ------------------------------------------------------------
-
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """Fetch a checkpoint (the latest, by commit order, if no id is given).
-
-        Returns:
-            The tuple with pending writes in `writes_sort_key` order, or None.
-        """
-        thread_id, ns, cid = config_target(config)
-        found = self._engine.read("get_tuple", cps.fetch_tuple, thread_id, ns, cid)
-        return None if found is None else cps.decode_tuple(self.serde, *found)
-
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """Async twin of `get_tuple`."""
-        return await self._engine.arun(self.get_tuple, config)
-
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        """List checkpoints newest id first, as LangGraph's savers do.
-
-        Args:
-            config: Narrows to a thread (and namespace, and id) when given.
-            filter: Metadata keys and values that must all match.
-            before: Only checkpoints whose id is less than this one's.
-            limit: At most this many.
-
-        Yields:
-            Checkpoint tuples; no lock is held between them.
-        """
-        query = self._list_query(config, filter, before, limit)
-        cursor: tuple[str, str, str] | None = None
-        remaining = query["limit"]
-        while remaining is None or remaining > 0:
-            page, cursor = self._list_page(query, cursor, remaining)
-            yield from page
-            if cursor is None:
-                return
-            if remaining is not None:
-                remaining -= len(page)
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        """Async twin of `list`."""
-        query = self._list_query(config, filter, before, limit)
-        cursor: tuple[str, str, str] | None = None
-        remaining = query["limit"]
-        while remaining is None or remaining > 0:
-            page, cursor = await self._engine.arun(self._list_page, query, cursor, remaining)
-            for item in page:
-                yield item
-            if cursor is None:
-                return
-            if remaining is not None:
-                remaining -= len(page)
-
-    def _list_query(
-        self,
-        config: RunnableConfig | None,
-        filter: dict[str, Any] | None,
-        before: RunnableConfig | None,
-        limit: int | None,
-    ) -> dict[str, Any]:
-        return list_query(config, filter, before, limit)
-
-    def _list_page(
-        self, query: dict[str, Any], cursor: tuple[str, str, str] | None, remaining: int | None
-    ) -> tuple[_list[CheckpointTuple], tuple[str, str, str] | None]:
-        size = _PAGE if remaining is None else min(_PAGE, remaining)
-        args = {k: v for k, v in query.items() if k != "limit"}
-        sql, params = schema.list_checkpoints(**args, after_key=cursor, limit=size)
-
-        def job(conn: Any) -> tuple[list[Any], dict[Any, Any]]:
+        def job(conn: Any) -> tuple[_list[Any], dict[Any, _list[Any]]]:
             rows = [tuple(r) for r in conn.execute(sql, params).fetchall()]
             return rows, cps.fetch_writes_for(conn, rows)
 
-        rows, writes = self._engine.read("list", job)
-        page = [cps.decode_tuple(self.serde, r, writes[(r[0], r[1], r[2])]) for r in rows]
-        next_cursor = (rows[-1][2], rows[-1][0], rows[-1][1]) if len(rows) == size else None
-        return page, next_cursor
+        return self._engine.read("list", job)
 
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """Store a checkpoint, fenced by the config's token if it has one.
-
-        Returns:
-            The config of the stored checkpoint.
-
-        Raises:
-            StaleClaim: the config's token is not the thread's claim.
-            ThreadBusy: no token, and the thread has a live claim (or the
-                store requires claims).
-            CheckpointConflict: see docs/semantics.md §3 (version and identity).
-        """
-        thread_id, ns, _ = config_target(config)
-        token = token_from_config(config)
-        check_checkpoint(checkpoint, metadata)
-        enc = cps.encode_checkpoint(self.serde, config, checkpoint, metadata, thread_id, ns)
+    def _put(self, enc: cps.EncodedCheckpoint, token: int | None) -> None:
         now = read_now(self.clock)
         self._engine.write(
             "put",
             lambda conn: cps.put_txn(conn, enc, token, now=now, require_claim=self.require_claim),
-            closes=None if enc.parent_id is None else (thread_id, ns, enc.parent_id),
+            closes=None
+            if enc.parent_id is None
+            else (enc.thread_id, enc.checkpoint_ns, enc.parent_id),
         )
-        return {
-            "configurable": {
-                "thread_id": thread_id,
-                "checkpoint_ns": ns,
-                "checkpoint_id": checkpoint["id"],
-            }
-        }
 
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """Async twin of `put`."""
-        return await self._engine.arun(self.put, config, checkpoint, metadata, new_versions)
-
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
+    def _put_writes(
+        self, key: _Key, encoded: _list[cps.EncodedWrite], token: int | None, run_id: str | None
     ) -> None:
-        """Store a task's pending writes for the config's checkpoint.
-
-        The checkpoint need not be stored yet (LangGraph sends writes first).
-        Regular writes are first-writer-wins per `(task_id, idx)`; the special
-        channels of `WRITES_IDX_MAP` are last-writer-wins within the fence.
-        """
-        thread_id, ns, cid = config_target(config, need_id=True)
-        assert cid is not None
-        check_name(task_id, "task_id")
-        check_name(task_path, "task_path", allow_empty=True)
-        token = token_from_config(config)
-        writes = check_writes(writes)
-        encoded = cps.encode_writes(self.serde, writes, task_id, task_path)
-        if not encoded:
-            return
-        run_id = cps.run_id_of(config)
         now = read_now(self.clock)
         self._engine.write(
             "put_writes",
             lambda conn: cps.put_writes_txn(
-                conn,
-                thread_id,
-                ns,
-                cid,
-                encoded,
-                token,
-                run_id=run_id,
-                now=now,
-                require_claim=self.require_claim,
+                conn, *key, encoded, token, run_id=run_id, now=now, require_claim=self.require_claim
             ),
             # LangGraph's loop sends a step's writes, then the step's put
             # (whose parent is this checkpoint): wait for it, one commit.
-            awaits=(thread_id, ns, cid),
+            awaits=key,
         )
-
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """Async twin of `put_writes`."""
-        return await self._engine.arun(self.put_writes, config, writes, task_id, task_path)
-
-    def get_next_version(self, current: str | None, channel: None = None) -> str:
-        """Return the next channel version: a zero-padded counter plus a random suffix."""
-        if current is None:
-            current_v = 0
-        elif isinstance(current, int) and not isinstance(current, bool):
-            current_v = current
-        else:
-            head = current.split(".")[0] if isinstance(current, str) else ""
-            if not head.isdigit():
-                raise bad_argument("current", f"expected a channel version, got {current!r}")
-            current_v = int(head)
-        return f"{current_v + 1:032}.{random.random():016}"
-
-
-def list_query(
-    config: RunnableConfig | None,
-    filter: dict[str, Any] | None,
-    before: RunnableConfig | None,
-    limit: int | None,
-) -> dict[str, Any]:
-    """Check `list`'s arguments; return them as the query builders' keywords (and `limit`).
-
-    Both stores' `list` call this, so they accept and refuse the same arguments.
-    """
-    thread_id = ns = cid = None
-    if config is not None:
-        conf = check_config(config)
-        if conf.get("thread_id") is not None:
-            thread_id, _, cid = config_target(config)
-        if conf.get("checkpoint_ns") is not None:
-            ns = check_name(
-                conf["checkpoint_ns"],
-                'config["configurable"]["checkpoint_ns"]',
-                allow_empty=True,
-            )
-    return {
-        "thread_id": thread_id,
-        "checkpoint_ns": ns,
-        "checkpoint_id": cid,
-        "metadata_filter": check_filter(filter),
-        "before_id": check_before(before),
-        "limit": check_limit(limit),
-    }
 
 
 class _Opener(

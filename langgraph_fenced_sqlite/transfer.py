@@ -27,7 +27,7 @@ from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple
 
-from . import checkpoints as cps
+from .base_saver import FencedSaverBase
 from .clock import read_now
 from .errors import SerializationError, ThreadBusy, UndecodableRow, bad_argument
 from .importer import _already_stored, _batches, _parents_first
@@ -153,13 +153,8 @@ def copy_threads(
 
 
 def _is_store(saver: Any) -> bool:
-    if isinstance(saver, FencedSqliteSaver):
-        return True
-    try:
-        from .postgres import FencedPostgresSaver
-    except ImportError:  # no [postgres] extra: it cannot be one
-        return False
-    return isinstance(saver, FencedPostgresSaver)
+    # Either fenced store: both are built on the one shared API.
+    return isinstance(saver, FencedSaverBase)
 
 
 def _same_file(a: Any, b: Any) -> bool:
@@ -181,25 +176,11 @@ def _thread_ids(saver: Any) -> list[str]:
 def _writes(saver: Any, thread_id: str, ns: str, cid: str) -> list[_Write]:
     """One checkpoint's pending writes with the task path and idx `list` leaves out.
 
-    Read through the store's own fetch (the one `get_tuple` uses), decoded
-    and checksum-checked by the shared `checkpoints.decode_write`.
+    Read through the stores' public `pending_writes` (the fetch `get_tuple`
+    uses), decoded and checksum-checked by the shared `checkpoints.decode_write`.
     """
-    if isinstance(saver, FencedSqliteSaver):
-        found = saver._engine.read(
-            "copy_threads", lambda conn: cps.fetch_tuple(conn, thread_id, ns, cid)
-        )
-    else:
-        from .postgres import txns
-
-        found = saver._engine.run(
-            "copy_threads", lambda cur: txns.fetch_tuple(cur, thread_id, ns, cid)
-        )
-    if found is None:
-        return []
-    return [
-        (w[0], w[4] or "", w[5], w[1], cps.decode_write(saver.serde, thread_id, cid, w))
-        for w in found[1]
-    ]
+    config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
+    return [tuple(w) for w in saver.pending_writes(config)]
 
 
 def _history(saver: Any, thread_id: str) -> dict[_Key, CheckpointTuple]:

@@ -102,16 +102,6 @@ def _summary(report: CapabilityReport) -> tuple[int, int, list[str]]:
     )
 
 
-def _summary(report: CapabilityReport) -> tuple[int, int, list[str]]:
-    results = report.results.values()
-    failures = [f for r in results for f in r.failures]
-    return (
-        sum(r.tests_passed for r in results),
-        sum(r.tests_failed for r in results),
-        failures,
-    )
-
-
 async def run_conformance(
     name: str,
     api: str,

@@ -197,6 +197,7 @@ def test_list_and_get_tuple(
         ("config", "filter", "before", "limit"),
     )
     _check(db_path, lambda: store.get_tuple(config), ("config",))
+    _check(db_path, lambda: store.pending_writes(config), ("config",))
 
 
 @FUZZ

@@ -167,6 +167,28 @@ def test_concurrent_take_overs_from_several_processes_only_raise_the_token(
             _put(saver, thread_id, final.token, 0)
 
 
+def _grant_while_queued(pg_dsn: str, work: Any, holder: str, what: str) -> Any:
+    """Hold thread "t"'s row lock while `work` runs in a thread; once it waits for the
+    lock, take the thread over (as `holder`) in the lock's transaction, commit, and
+    return the claim granted (after `work` has ended)."""
+    with psycopg.connect(pg_dsn) as lock_conn, psycopg.connect(pg_dsn) as watch:
+        cur = lock_conn.cursor()
+        cur.execute("SELECT 1 FROM lgfs_threads WHERE thread_id = 't' FOR UPDATE")
+        worker = threading.Thread(target=work)
+        worker.start()
+        deadline = time.monotonic() + 30
+        while not watch.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND datname = current_database()"
+        ).fetchone()[0]:  # type: ignore[index]
+            assert time.monotonic() < deadline, f"the {what} never waited for the lock"
+            time.sleep(0.005)
+        granted = txns.grant(cur, "t", holder, 30, now=None, force=True)
+        lock_conn.commit()
+        worker.join(timeout=30)
+    return granted
+
+
 def test_a_take_over_that_waited_for_the_row_lock_draws_its_token_after_it(pg_dsn: str) -> None:
     """A takeover blocked behind another one ends with the greater token.
 
@@ -181,23 +203,12 @@ def test_a_take_over_that_waited_for_the_row_lock_draws_its_token_after_it(pg_ds
         saver.setup()
         first = saver.claim("t", "first", 30)
         worker_claims: list[Any] = []
-        with psycopg.connect(pg_dsn) as lock_conn, psycopg.connect(pg_dsn) as watch:
-            cur = lock_conn.cursor()
-            cur.execute("SELECT 1 FROM lgfs_threads WHERE thread_id = 't' FOR UPDATE")
-            worker = threading.Thread(
-                target=lambda: worker_claims.append(saver.take_over("t", "worker", 30))
-            )
-            worker.start()
-            deadline = time.monotonic() + 30
-            while not watch.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND datname = current_database()"
-            ).fetchone()[0]:  # type: ignore[index]
-                assert time.monotonic() < deadline, "the worker never waited for the lock"
-                time.sleep(0.005)
-            between = txns.grant(cur, "t", "between", 30, now=None, force=True)
-            lock_conn.commit()
-            worker.join(timeout=30)
+        between = _grant_while_queued(
+            pg_dsn,
+            lambda: worker_claims.append(saver.take_over("t", "worker", 30)),
+            "between",
+            "worker",
+        )
         [mine] = worker_claims
         assert first.token < between.token < mine.token
         assert saver.current_claim("t") == mine
@@ -227,21 +238,7 @@ def test_a_write_that_waited_for_the_row_lock_behind_a_take_over_is_refused(pg_d
             except StaleClaim as exc:
                 outcome.append(exc)
 
-        with psycopg.connect(pg_dsn) as lock_conn, psycopg.connect(pg_dsn) as watch:
-            cur = lock_conn.cursor()
-            cur.execute("SELECT 1 FROM lgfs_threads WHERE thread_id = 't' FOR UPDATE")
-            worker = threading.Thread(target=stale_put)
-            worker.start()
-            deadline = time.monotonic() + 30
-            while not watch.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND datname = current_database()"
-            ).fetchone()[0]:  # type: ignore[index]
-                assert time.monotonic() < deadline, "the put never waited for the lock"
-                time.sleep(0.005)
-            new = txns.grant(cur, "t", "new", 30, now=None, force=True)
-            lock_conn.commit()
-            worker.join(timeout=30)
+        new = _grant_while_queued(pg_dsn, stale_put, "new", "put")
         [refused] = outcome
         assert isinstance(refused, StaleClaim)
         seen = (refused.token, refused.current_token, refused.holder)

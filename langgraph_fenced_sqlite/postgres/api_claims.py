@@ -1,104 +1,43 @@
-"""The claims half of `FencedPostgresSaver`: claim, take over, renew, release, lease.
+"""The claims and runs half of `FencedPostgresSaver`: its primitives behind `ClaimsBase`.
 
-Invariant: every method validates its arguments with the SQLite saver's
-validators, then runs one transaction from `txns.py`; each async twin is one
-line. Expiry is judged by the store's clock: the database server's, unless
-the saver was given one. Mixed into `FencedPostgresSaver`, which provides
-`_engine` and `_now`.
+Invariant: each primitive gets arguments `ClaimsBase` has checked and runs one
+transaction from `txns.py` or `runs.py`, so a lease or a runner gets the same
+claims, events and errors from either store. Expiry is judged by the store's
+clock: the database server's, read in the statement, unless the saver was
+given one (`_now`). A transaction that appends events sends one NOTIFY when
+`_notify`. Mixed into `FencedPostgresSaver`, which provides `_engine`, `_now`
+and `_notify`.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
+from ..base_claims import ClaimsBase
 from ..claims import Claim
-from ..clock import to_seconds
-from ..lease import AsyncLease, Lease
-from ..validation import check_int, check_name
 from . import runs, txns
-from .connection import PgConnection
+from .half import PgHalf
 
 __all__ = ["PgClaimsAPI"]
 
 
-class PgClaimsAPI:
-    """Claims and leases on threads (see docs/semantics.md §2), on PostgreSQL."""
+class PgClaimsAPI(ClaimsBase, PgHalf):
+    """Claims, leases and runs on threads (see `ClaimsBase`), on PostgreSQL."""
 
-    _engine: PgConnection
-    _notify: bool
+    def _grant(self, op: str, thread_id: str, holder: str, ttl: float, *, force: bool) -> Claim:
+        return self._engine.run(
+            op, lambda cur: txns.grant(cur, thread_id, holder, ttl, now=self._now(), force=force)
+        )
 
-    def _now(self) -> float | None:
-        raise NotImplementedError  # the saver's
-
-    def claim(self, thread_id: str, holder: str, ttl: float | timedelta) -> Claim:
-        """Claim a thread with a new fencing token, if no live claim exists.
-
-        Raises:
-            ThreadBusy: a live claim exists (whoever holds it); nothing changes.
-        """
-        return self._grant("claim", thread_id, holder, ttl, force=False)
-
-    async def aclaim(self, thread_id: str, holder: str, ttl: float | timedelta) -> Claim:
-        """Async twin of `claim`."""
-        return await self._engine.arun(self.claim, thread_id, holder, ttl)
-
-    def take_over(
-        self,
-        thread_id: str,
-        holder: str,
-        ttl: float | timedelta,
-        *,
-        operator: str | None = None,
-    ) -> Claim:
-        """Claim a thread even over a live claim, fencing off its holder.
-
-        The previous holder's next fenced write or renewal raises `StaleClaim`;
-        its release changes nothing.
-
-        Args:
-            operator: Who is doing this by hand (e.g. `alice@host`); when
-                given, a `claim_taken_over` event naming the operator, the
-                previous holder and token is logged in the same commit.
-        """
-        if operator is None:
-            return self._grant("take_over", thread_id, holder, ttl, force=True)
-        check_name(thread_id, "thread_id")
-        check_name(holder, "holder")
-        check_name(operator, "operator")
-        seconds = to_seconds(ttl, "ttl")
+    def _operator_take_over(self, thread_id: str, holder: str, operator: str, ttl: float) -> Claim:
         return self._engine.run(
             "take_over",
             lambda cur: runs.operator_take_over(
-                cur, thread_id, holder, operator, seconds, now=self._now(), notify=self._notify
+                cur, thread_id, holder, operator, ttl, now=self._now(), notify=self._notify
             ),
         )
 
-    async def atake_over(
-        self,
-        thread_id: str,
-        holder: str,
-        ttl: float | timedelta,
-        *,
-        operator: str | None = None,
-    ) -> Claim:
-        """Async twin of `take_over`."""
-        return await self._engine.arun(self.take_over, thread_id, holder, ttl, operator=operator)
-
-    def force_release(self, thread_id: str, *, operator: str) -> Claim | None:
-        """End the thread's claim, whoever holds it, live or expired (an operator's release).
-
-        No token is needed. The released holder is fenced off as by a
-        takeover. Logs `claim_released_by_operator` (`operator`,
-        `previous_holder`, `previous_token`, `previous_run_id`, `was_live`)
-        in the same commit.
-
-        Returns:
-            The claim released, or None if the thread had no claim (nothing
-            changes, nothing is logged).
-        """
-        check_name(thread_id, "thread_id")
-        check_name(operator, "operator")
+    def _force_release(self, thread_id: str, operator: str) -> Claim | None:
         return self._engine.run(
             "force_release",
             lambda cur: runs.force_release(
@@ -106,79 +45,52 @@ class PgClaimsAPI:
             ),
         )
 
-    async def aforce_release(self, thread_id: str, *, operator: str) -> Claim | None:
-        """Async twin of `force_release`."""
-        return await self._engine.arun(self.force_release, thread_id, operator=operator)
-
-    def _grant(self, op: str, thread_id: str, holder: str, ttl: Any, *, force: bool) -> Claim:
-        check_name(thread_id, "thread_id")
-        check_name(holder, "holder")
-        seconds = to_seconds(ttl, "ttl")
+    def _renew(self, thread_id: str, token: int, ttl: float) -> Claim:
         return self._engine.run(
-            op,
-            lambda cur: txns.grant(cur, thread_id, holder, seconds, now=self._now(), force=force),
+            "renew", lambda cur: txns.renew(cur, thread_id, token, ttl, now=self._now())
         )
 
-    def renew(self, thread_id: str, token: int, ttl: float | timedelta) -> Claim:
-        """Extend the claim carrying `token` to now + `ttl` (the store's clock).
-
-        Raises:
-            StaleClaim: `token` is not the thread's current claim.
-        """
-        check_name(thread_id, "thread_id")
-        check_int(token, "token")
-        seconds = to_seconds(ttl, "ttl")
-        return self._engine.run(
-            "renew", lambda cur: txns.renew(cur, thread_id, token, seconds, now=self._now())
-        )
-
-    async def arenew(self, thread_id: str, token: int, ttl: float | timedelta) -> Claim:
-        """Async twin of `renew`."""
-        return await self._engine.arun(self.renew, thread_id, token, ttl)
-
-    def release(self, thread_id: str, token: int) -> bool:
-        """End the claim carrying `token`; another token changes nothing.
-
-        Returns:
-            Whether a claim was released.
-        """
-        check_name(thread_id, "thread_id")
-        check_int(token, "token")
+    def _release(self, thread_id: str, token: int) -> bool:
         return self._engine.run("release", lambda cur: txns.release(cur, thread_id, token))
 
-    async def arelease(self, thread_id: str, token: int) -> bool:
-        """Async twin of `release`."""
-        return await self._engine.arun(self.release, thread_id, token)
-
-    def current_claim(self, thread_id: str) -> Claim | None:
-        """Return the thread's claim (live or expired), or None."""
-        check_name(thread_id, "thread_id")
+    def _current_claim(self, thread_id: str) -> Claim | None:
         return self._engine.run("current_claim", lambda cur: txns.current_claim(cur, thread_id))
 
-    async def acurrent_claim(self, thread_id: str) -> Claim | None:
-        """Async twin of `current_claim`."""
-        return await self._engine.arun(self.current_claim, thread_id)
+    def _begin_run(self, thread_id: str, holder: str, ttl: float, **run: Any) -> Claim:
+        return self._engine.run(
+            f"begin_run({run['strategy']})",
+            lambda cur: runs.begin_run(
+                cur, thread_id, holder, ttl, now=self._now(), notify=self._notify, **run
+            ),
+        )
 
-    def lease(
-        self,
-        thread_id: str,
-        holder: str,
-        ttl: float | timedelta = 30.0,
-        renew_every: float | timedelta | None = None,
-        *,
-        take_over: bool = False,
-    ) -> Lease:
-        """Return a context manager that claims, renews in the background, and releases."""
-        return Lease(self, thread_id, holder, ttl, renew_every, take_over=take_over)  # type: ignore[arg-type]
+    def _renew_run(self, thread_id: str, token: int, ttl: float) -> tuple[Claim, str | None]:
+        return self._engine.run(
+            "renew_run", lambda cur: txns.renew_run(cur, thread_id, token, ttl, now=self._now())
+        )
 
-    def alease(
-        self,
-        thread_id: str,
-        holder: str,
-        ttl: float | timedelta = 30.0,
-        renew_every: float | timedelta | None = None,
-        *,
-        take_over: bool = False,
-    ) -> AsyncLease:
-        """Async twin of `lease` (`async with saver.alease(...) as lease:`)."""
-        return AsyncLease(self, thread_id, holder, ttl, renew_every, take_over=take_over)  # type: ignore[arg-type]
+    def _cancel_run(self, thread_id: str, by: str, tenant: str | None) -> Claim | None:
+        return self._engine.run(
+            "cancel_run",
+            lambda cur: runs.cancel_run(
+                cur, thread_id, by, now=self._now(), notify=self._notify, tenant=tenant
+            ),
+        )
+
+    def _end_run(self, thread_id: str, token: int, kind: str, data: Any, **flags: bool) -> bool:
+        return self._engine.run(
+            f"end_run({kind})",
+            lambda cur: runs.end_run(
+                cur, thread_id, token, kind, data, now=self._now(), notify=self._notify, **flags
+            ),
+        )
+
+    def _delete_unclaimed(
+        self, thread_id: str, holder: str, ttl: float, tenant: str | None
+    ) -> None:
+        self._engine.run(
+            "delete_unclaimed_thread",
+            lambda cur: runs.delete_unclaimed(
+                cur, thread_id, holder, ttl, now=self._now(), tenant=tenant
+            ),
+        )

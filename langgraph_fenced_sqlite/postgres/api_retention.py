@@ -1,157 +1,100 @@
-"""The deletion half of `FencedPostgresSaver`: runs, copies, prunes and turns, fenced like writes.
+"""The deletion half of `FencedPostgresSaver`: its primitives behind `RemovalsBase`
+(deletion, copies, prunes by strategy or `RetentionPolicy`, sweeps, retraction).
 
-Invariant: every method validates its arguments with the SQLite saver's
-validators, then runs one transaction from `removals.py` that fences every
-thread it changes before changing any; the first refusal changes nothing.
-A dry run is the real prune, rolled back. Mixed into `FencedPostgresSaver`.
+Invariant: each primitive gets arguments `RemovalsBase` has checked and runs
+one transaction from `removals.py` that fences every thread it changes
+before changing any; the first refusal changes nothing. A dry run is the
+real prune, rolled back. Mixed into `FencedPostgresSaver`, which provides
+`_engine`, `_now`, `_notify` and `require_claim`.
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Sequence
-from datetime import timedelta
+from collections.abc import Callable
 from typing import Any
 
-from ..api_threads import inactive_for_seconds
-from ..errors import UndecodableRow, bad_argument
-from ..maintenance import SweepResult
+from ..base_retention import RemovalsBase
+from ..errors import bad_argument
 from ..retention import PruneResult, RetentionPolicy, Retraction
-from ..validation import check_bool, check_int, check_iterable, check_name
 from . import removals, sql
-from .connection import PgConnection
+from .half import PgHalf
 
 __all__ = ["PgRetentionAPI"]
 
 _list = builtins.list
 
 
-class PgRetentionAPI:
-    """LangGraph's deletion capabilities, fenced (see docs/semantics.md §6)."""
+class PgRetentionAPI(RemovalsBase, PgHalf):
+    """LangGraph's deletion capabilities, fenced (see `RemovalsBase`), on PostgreSQL."""
 
-    _engine: PgConnection
-    _notify: bool
-    require_claim: bool
+    def _delete_thread(self, thread_id: str) -> None:
+        self._engine.run("delete_thread", lambda cur: removals.delete_thread(cur, thread_id))
 
-    def _now(self) -> float | None:
-        raise NotImplementedError  # the saver's
-
-    def delete_for_runs(self, run_ids: Sequence[str], *, token: int | None = None) -> None:
-        """Remove every checkpoint and write made by the given runs, in one transaction.
-
-        Fenced like a write on every thread holding a row of those runs; the
-        first refusal changes nothing anywhere.
-
-        Raises:
-            ThreadBusy: unfenced, and a touched thread has a live claim (or
-                the store requires claims).
-            StaleClaim: `token` is not the current claim of a touched thread.
-        """
-        ids = [check_name(r, "run_ids[]") for r in check_iterable(run_ids, "run_ids")]
-        if token is not None:
-            check_int(token, "token")
-        if not ids:
-            return
+    def _delete_for_runs(self, run_ids: _list[str], token: int | None) -> None:
         now = self._now()
         self._engine.run(
             "delete_for_runs",
             lambda cur: removals.delete_for_runs(
-                cur, ids, token, now=now, require_claim=self.require_claim, notify=self._notify
+                cur, run_ids, token, now=now, require_claim=self.require_claim, notify=self._notify
             ),
         )
 
-    async def adelete_for_runs(self, run_ids: Sequence[str], *, token: int | None = None) -> None:
-        """Async twin of `delete_for_runs`."""
-        return await self._engine.arun(self.delete_for_runs, run_ids, token=token)
-
-    def copy_thread(
-        self, source_thread_id: str, target_thread_id: str, *, token: int | None = None
-    ) -> None:
-        """Copy every checkpoint and write of one thread into another, fenced on the target.
-
-        Copying again adds nothing.
-
-        Raises:
-            ThreadBusy: unfenced, and the target has a live claim.
-            StaleClaim: `token` is not the target's current claim.
-            CheckpointConflict: the target holds a different checkpoint under
-                one of the source's ids; nothing is copied.
-        """
-        src = check_name(source_thread_id, "source_thread_id")
-        dst = check_name(target_thread_id, "target_thread_id")
-        if token is not None:
-            check_int(token, "token")
+    def _copy_thread(self, source: str, target: str, token: int | None) -> None:
         now = self._now()
         self._engine.run(
             "copy_thread",
             lambda cur: removals.copy_thread(
-                cur, src, dst, token, now=now, require_claim=self.require_claim, notify=self._notify
+                cur,
+                source,
+                target,
+                token,
+                now=now,
+                require_claim=self.require_claim,
+                notify=self._notify,
             ),
         )
 
-    async def acopy_thread(
-        self, source_thread_id: str, target_thread_id: str, *, token: int | None = None
-    ) -> None:
-        """Async twin of `copy_thread`."""
-        return await self._engine.arun(
-            self.copy_thread, source_thread_id, target_thread_id, token=token
-        )
-
-    def prune(
-        self,
-        thread_ids: Sequence[str],
-        *,
-        strategy: str | RetentionPolicy = "keep_latest",
-        dry_run: bool = False,
-        token: int | None = None,
-    ) -> _list[PruneResult]:
-        """Remove old history from each listed thread, as the SQLite saver's `prune`.
-
-        LangGraph's strategies are fenced like a write, all threads in one
-        transaction; a `RetentionPolicy` needs no claim (a given token is
-        checked all the same), logs no event, and runs one transaction per
-        thread.
-
-        Args:
-            thread_ids: The threads to prune.
-            strategy: `"keep_latest"` (each namespace's latest checkpoint, what
-                it needs, and its writes stay), `"delete"` (everything goes),
-                or a `RetentionPolicy`.
-            dry_run: Only report what would be removed (the real prune, rolled back).
-            token: The caller's claim on the (one) thread, if any.
-
-        Raises:
-            ThreadBusy: without `token`, a listed thread has a live claim.
-            StaleClaim: `token` is not the current claim of a listed thread.
-        """
-        ids = [check_name(t, "thread_ids[]") for t in check_iterable(thread_ids, "thread_ids")]
-        check_bool(dry_run, "dry_run")
-        if token is not None:
-            check_int(token, "token")
+    def _prune_plan(self, strategy: Any, dry_run: bool) -> str | RetentionPolicy:
         if not isinstance(strategy, RetentionPolicy) and strategy not in ("keep_latest", "delete"):
             raise bad_argument(
                 "strategy",
                 f"expected 'keep_latest', 'delete' or a RetentionPolicy, got {strategy!r}",
             )
-        if not ids:
-            return []
+        return strategy if isinstance(strategy, RetentionPolicy) else str(strategy)
+
+    def _prune(
+        self, thread_ids: _list[str], plan: str | RetentionPolicy, dry_run: bool, token: int | None
+    ) -> _list[PruneResult]:
         now = self._now()
-        if isinstance(strategy, RetentionPolicy):
+        if isinstance(plan, RetentionPolicy):
             # No claim needed, so one transaction per thread, as on SQLite.
-            return [self._prune_by_policy(t, strategy, dry_run, token, now) for t in ids]
+            policy = plan
+
+            def one(thread_id: str) -> PruneResult:
+                done: PruneResult = self._rolled_back_if(
+                    dry_run,
+                    "prune",
+                    lambda cur: removals.prune_policy(
+                        cur, thread_id, policy, token, now=now, notify=self._notify
+                    ),
+                )
+                return done
+
+            return [one(t) for t in thread_ids]
 
         def job(cur: Any) -> _list[PruneResult]:
             out = [
                 removals.prune(
                     cur,
                     t,
-                    strategy,
+                    plan,
                     token,
                     now=now,
                     require_claim=self.require_claim,
                     notify=self._notify,
                 )
-                for t in ids
+                for t in thread_ids
             ]
             if dry_run:
                 raise _DryRun(out)
@@ -162,140 +105,44 @@ class PgRetentionAPI:
         except _DryRun as done:
             return done.results
 
-    def _prune_by_policy(
-        self,
-        thread_id: str,
-        policy: RetentionPolicy,
-        dry_run: bool,
-        token: int | None,
-        now: float | None,
-    ) -> PruneResult:
-        def job(cur: Any) -> PruneResult:
-            done = removals.prune_policy(cur, thread_id, policy, token, now=now)
+    def _rolled_back_if(self, dry_run: bool, op: str, job: Callable[[Any], Any]) -> Any:
+        """Run `job` in one transaction; with `dry_run`, roll it back and return its result."""
+
+        def run(cur: Any) -> Any:
+            done = job(cur)
             if dry_run:
                 raise _DryRun([done])
             return done
 
         try:
-            return self._engine.run("prune", job)
+            return self._engine.run(op, run)
         except _DryRun as rolled_back:
             return rolled_back.results[0]
 
-    def sweep(
-        self,
-        policy: RetentionPolicy,
-        *,
-        inactive_for: float | timedelta | None = None,
-        dry_run: bool = False,
-        on_thread: Callable[[PruneResult], None] | None = None,
-    ) -> SweepResult:
-        """Prune every thread of the database by `policy`, one transaction per thread.
+    def _sweep_thread_ids(self) -> _list[str]:
+        rows = self._engine.run("sweep", lambda cur: cur.execute(sql.SWEEP_THREAD_IDS).fetchall())
+        return [r[0] for r in rows]
 
-        As the SQLite saver's `sweep`: each thread's transaction (its row
-        locked) decides for itself whether it still qualifies, so a thread
-        claimed or written meanwhile is left alone; it needs no claim and
-        logs no event.
-
-        Args:
-            policy: What to keep (see `RetentionPolicy`).
-            inactive_for: Only threads not written (no checkpoint, no event)
-                for at least this long, by the store's clock; None: every thread.
-            dry_run: Only report what would be removed (each thread's real
-                prune, rolled back).
-            on_thread: Called with each thread's result after its
-                transaction ended.
-
-        Returns:
-            The threads swept, those left alone under a live claim, and those
-            whose rows do not decode.
-        """
-        if not isinstance(policy, RetentionPolicy):
-            raise bad_argument("policy", f"expected a RetentionPolicy, got {policy!r}")
-        idle_for = inactive_for_seconds(inactive_for)
-        check_bool(dry_run, "dry_run")
-        if on_thread is not None and not callable(on_thread):
-            raise bad_argument("on_thread", "expected a callable or None")
-        result = SweepResult()
-        listed = self._engine.run("sweep", lambda cur: cur.execute(sql.SWEEP_THREAD_IDS).fetchall())
-        for (thread_id,) in listed:
-
-            def job(
-                cur: Any, thread_id: str = thread_id, now: float | None = self._now()
-            ) -> PruneResult | str | None:
-                done = removals.sweep_thread(cur, thread_id, policy, now=now, idle_for=idle_for)
-                if dry_run and isinstance(done, PruneResult):
-                    raise _DryRun([done])
-                return done
-
-            try:
-                done = self._engine.run("sweep", job)
-            except _DryRun as rolled_back:
-                done = rolled_back.results[0]
-            except UndecodableRow as exc:
-                result.errors.append(exc.to_dict())
-                continue
-            if done == "busy":
-                result.busy.append(thread_id)
-            elif isinstance(done, PruneResult):
-                result.pruned.append(done)
-                if on_thread is not None:
-                    on_thread(done)
-        return result
-
-    async def asweep(
-        self,
-        policy: RetentionPolicy,
-        *,
-        inactive_for: float | timedelta | None = None,
-        dry_run: bool = False,
-        on_thread: Callable[[PruneResult], None] | None = None,
-    ) -> SweepResult:
-        """Async twin of `sweep` (`on_thread` is called from a worker thread)."""
-        return await self._engine.arun(
-            self.sweep, policy, inactive_for=inactive_for, dry_run=dry_run, on_thread=on_thread
-        )
-
-    async def aprune(
-        self,
-        thread_ids: Sequence[str],
-        *,
-        strategy: str | RetentionPolicy = "keep_latest",
-        dry_run: bool = False,
-        token: int | None = None,
-    ) -> _list[PruneResult]:
-        """Async twin of `prune`."""
-        return await self._engine.arun(
-            self.prune, thread_ids, strategy=strategy, dry_run=dry_run, token=token
-        )
-
-    def retract_turn(self, thread_id: str, token: int, *, run_id: str | None = None) -> Retraction:
-        """Remove one turn (a run's checkpoints and writes, all namespaces).
-
-        Without `run_id`, the run that wrote the latest root checkpoint goes;
-        where checkpoints carry no run id, everything from the newest root
-        `input` checkpoint on. Appends a `retracted` event. The same rule as
-        the SQLite store's (`retention.plan_retraction`).
-
-        Raises:
-            StaleClaim: `token` is not the thread's claim (nothing changes).
-        """
-        check_name(thread_id, "thread_id")
-        check_int(token, "token")
-        if run_id is not None:
-            check_name(run_id, "run_id")
+    def _sweep_thread(
+        self, thread_id: str, policy: RetentionPolicy, idle_for: float | None, dry_run: bool
+    ) -> PruneResult | str | None:
         now = self._now()
-        return self._engine.run(
+        done: PruneResult | str | None = self._rolled_back_if(
+            dry_run,
+            "sweep",
+            lambda cur: removals.sweep_thread(cur, thread_id, policy, now=now, idle_for=idle_for),
+        )
+        return done
+
+    def _retract_turn(self, thread_id: str, token: int, run_id: str | None) -> Retraction:
+        now = self._now()
+        result: Retraction = self._engine.run(
             "retract_turn",
             lambda cur: removals.retract(
                 cur, thread_id, token, run_id, now=now, notify=self._notify
             ),
         )
-
-    async def aretract_turn(
-        self, thread_id: str, token: int, *, run_id: str | None = None
-    ) -> Retraction:
-        """Async twin of `retract_turn`."""
-        return await self._engine.arun(self.retract_turn, thread_id, token, run_id=run_id)
+        return result
 
 
 class _DryRun(Exception):

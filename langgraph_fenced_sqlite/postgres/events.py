@@ -14,7 +14,7 @@ else (a listener connection that dropped, a commit with notify off).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any
 
 from ..checksums import checksum
@@ -160,5 +160,19 @@ def drive(
         step = next(plan)
         while True:
             step = plan.send(read() if step == READ else notifies(float(step)))
+    except StopIteration as done:
+        return list(done.value)
+
+
+async def adrive(
+    plan: Generator[str | float, Any, list[Event]],
+    read: Callable[[], Awaitable[list[Event]]],
+    notifies: Callable[[float], Awaitable[set[str] | None]],
+) -> list[Event]:
+    """Run `wait_plan` asynchronously: the async twin of `drive`."""
+    try:
+        step = next(plan)
+        while True:
+            step = plan.send(await read() if step == READ else await notifies(float(step)))
     except StopIteration as done:
         return list(done.value)

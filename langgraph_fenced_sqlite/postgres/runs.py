@@ -20,7 +20,14 @@ from ..claims import Claim, claim_live
 from ..errors import TenantMismatch, ThreadBusy
 from ..events import NewEvent
 from ..retention import retracted_event
-from ..runs import OPERATOR_RELEASED, OPERATOR_TOOK_OVER, RUN_STRATEGIES
+from ..runs import (
+    OPERATOR_RELEASED,
+    OPERATOR_TOOK_OVER,
+    RUN_STRATEGIES,
+    end_event,
+    started_event,
+    superseded_data,
+)
 from . import removals, sql, txns
 from .events import append
 
@@ -92,30 +99,16 @@ def begin_run(
     if old_token is not None:
         # A claim existed (live, or expired and left by a crashed holder): its
         # holder is fenced off from now on; the superseded run cannot log it.
-        info: dict[str, Any] = {
-            "run_id": old_run,
-            "token": int(old_token),
-            "holder": old_holder,
-            "was_live": was_live,
-            "by_run_id": run_id,
-            "by_principal": principal,
-            "tenant": tenant,
-            "strategy": strategy,
-        }
+        info = superseded_data(
+            old_run, int(old_token), old_holder, was_live, run_id, principal, tenant, strategy
+        )
         if strategy == "rollback" and old_run is not None:
             retracted, checkpoints, writes = _retract(cur, thread_id, old_run)
             new.extend(retracted)
             info["retracted_checkpoints"] = checkpoints
             info["retracted_writes"] = writes
         new.append(NewEvent("run_superseded", info))
-    started = {
-        "run_id": run_id,
-        "holder": holder,
-        "strategy": strategy,
-        "tenant": tenant,
-        "principal": principal,
-    }
-    new.append(NewEvent("run_started", started))
+    new.append(started_event(run_id, holder, strategy, tenant, principal))
     append(cur, thread_id, position, new, token=claim.token, now=now, notify=notify)
     return claim
 
@@ -145,30 +138,21 @@ def end_run(
     static_interrupt: bool,
     raise_stale: bool,
 ) -> bool:
-    """Log a run's end and release its claim, if the claim is still its own.
+    """Log a run's end (named by `end_event`) and release its claim, if it is still its own.
 
-    A `run_completed` whose latest root checkpoint has pending interrupts (or
-    that stopped at a static interrupt) is logged as `run_interrupted`.
-
-    Returns:
-        False when the run was superseded (nothing logged or released).
-
-    Raises:
-        StaleClaim: with `raise_stale`, instead of returning False.
+    Returns False when the run was superseded (nothing logged or released),
+    or raises `StaleClaim` instead with `raise_stale`.
     """
     found = txns._one(cur, sql.FENCE, {"thread_id": thread_id, "token": token})
     if found is None:
         if raise_stale:
             raise txns.stale(cur, thread_id, token)
         return False
-    data = dict(data)
+    latest = None
     if kind == "run_completed":
-        latest = txns._one(cur, sql.LATEST_INTERRUPTS, {"thread_id": thread_id})
-        data["checkpoint_id"] = latest[0] if latest else None
-        pending = int(latest[1]) if latest else 0
-        if latest is not None and (pending or static_interrupt):
-            kind, data["interrupts"] = "run_interrupted", pending
-    event = NewEvent(kind, data)
+        row = txns._one(cur, sql.LATEST_INTERRUPTS, {"thread_id": thread_id})
+        latest = (row[0], int(row[1])) if row else None
+    event = end_event(kind, data, latest=latest, static_interrupt=static_interrupt)
     append(cur, thread_id, int(found[0]), [event], token=token, now=now, notify=notify)
     txns.release(cur, thread_id, token)
     return True

@@ -1,55 +1,38 @@
 """`FencedPostgresSaver`: the fenced checkpointer contract on PostgreSQL.
 
-Invariant: each sync method validates its arguments with the SQLite saver's
-validators, encodes outside any transaction with the shared encoders, then
-runs one transaction from `txns.py`; each async twin is one line that runs
-the sync method through one thread hop. Rows are decoded (checksums checked)
-by the shared `checkpoints.decode_tuple`, so both stores store, refuse and
-rebuild the same values. `list`/`alist` fetch a page per transaction and
-yield outside it.
+Invariant: the public methods are the SQLite store's, written once for both
+(`base_saver.py`, `base_claims.py`, `base_events.py`, `base_retention.py`):
+they validate and encode outside any transaction, then call this store's
+primitives, each one transaction from `txns.py`, `runs.py`, `events.py` or
+`removals.py`; each async twin is one line that runs the sync method through
+one thread hop. This module holds the opening, `setup`, `close` and the
+primitives of `FencedSaverBase`; the other halves are mixed into the class.
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import Iterable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import timedelta
 from typing import Any
 
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    BaseCheckpointSaver,
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
-)
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .. import checkpoints as cps
-from ..claims import token_from_config
+from ..base_saver import FencedSaverBase, store_options
 from ..clock import Clock, read_now, to_seconds
 from ..errors import UnsupportedFormat, bad_argument
-from ..saver import FencedSqliteSaver, list_query
-from ..serde import DataOnlySerializer, TypeKey, schema_classes, schema_types
-from ..validation import (
-    check_checkpoint,
-    check_name,
-    check_writes,
-    config_target,
-)
-from . import removals, sql, txns
+from ..serde import TypeKey
+from ..validation import check_name
+from . import sql, txns
 from .api_claims import PgClaimsAPI
 from .api_events import PgEventsAPI
 from .api_retention import PgRetentionAPI
-from .api_runs import PgRunsAPI
 from .connection import PgConnection
-from .watch import PgWatchAPI
 
 __all__ = ["DatabaseClock", "FencedPostgresSaver"]
 
-_PAGE = 100
 _OPTIONS = (
     "serde",
     "allowed_types",
@@ -60,6 +43,7 @@ _OPTIONS = (
     "poll_interval",
 )
 _list = builtins.list
+_Key = tuple[str, str, str]  # (thread_id, checkpoint_ns, checkpoint_id)
 
 
 class DatabaseClock:
@@ -82,8 +66,12 @@ class DatabaseClock:
         return time.monotonic()
 
 
+# `prune`/`aprune` (PgRetentionAPI) return a report where LangGraph's return None.
 class FencedPostgresSaver(  # type: ignore[misc]
-    PgClaimsAPI, PgRunsAPI, PgEventsAPI, PgWatchAPI, PgRetentionAPI, BaseCheckpointSaver[str]
+    PgClaimsAPI,
+    PgEventsAPI,
+    PgRetentionAPI,
+    FencedSaverBase,
 ):
     """A LangGraph checkpointer on PostgreSQL with per-thread claims and fencing tokens.
 
@@ -131,15 +119,7 @@ class FencedPostgresSaver(  # type: ignore[misc]
             InvalidArgument: `conn` is not a connection or pool, or another
                 argument is wrong (the message names it).
         """
-        if not isinstance(require_claim, bool):
-            raise bad_argument("require_claim", "expected a bool")
-        if clock is not None and not isinstance(clock, Clock):
-            raise bad_argument("clock", "expected a Clock (with now() and monotonic())")
-        if serde is None:
-            serde = DataOnlySerializer(allowed_types, allowed_modules=allowed_modules)
-        elif allowed_types or allowed_modules:
-            which = "allowed_types" if allowed_types else "allowed_modules"
-            raise bad_argument(which, "give it only with the default serializer")
+        serde = store_options(serde, allowed_types, allowed_modules, clock, require_claim)
         super().__init__(serde=serde)
         if not isinstance(notify, bool):
             raise bad_argument("notify", "expected a bool")
@@ -171,11 +151,6 @@ class FencedPostgresSaver(  # type: ignore[misc]
     def clock(self) -> Clock:
         """The store's clock: the database server's unless one was given."""
         return self._clock if self._clock is not None else DatabaseClock(self._engine)
-
-    @property
-    def closed(self) -> bool:
-        """Whether `close()` was called."""
-        return self._engine.closed
 
     @property
     def path(self) -> str:
@@ -235,101 +210,28 @@ class FencedPostgresSaver(  # type: ignore[misc]
         """Async twin of `close`."""
         return await self._engine.arun(self.close)
 
-    def __enter__(self) -> FencedPostgresSaver:
-        return self
+    # --- the primitives of `FencedSaverBase` ------------------------------------------
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def _fetch_tuple(
+        self, op: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
+    ) -> tuple[Any, _list[Any]] | None:
+        return self._engine.run(
+            op, lambda cur: txns.fetch_tuple(cur, thread_id, checkpoint_ns, checkpoint_id)
+        )
 
-    # --- BaseCheckpointSaver ----------------------------------------------------------
+    def _fetch_page(
+        self, query: dict[str, Any], after_key: tuple[str, str, str] | None, size: int
+    ) -> tuple[_list[Any], dict[Any, _list[Any]]]:
+        statement, params = sql.list_checkpoints(**query, after_key=after_key, limit=size)
 
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """Fetch a checkpoint (the latest, by commit order, if no id is given)."""
-        thread_id, ns, cid = config_target(config)
-        found = self._engine.run("get_tuple", lambda cur: txns.fetch_tuple(cur, thread_id, ns, cid))
-        return None if found is None else cps.decode_tuple(self.serde, *found)
-
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """Async twin of `get_tuple`."""
-        return await self._engine.arun(self.get_tuple, config)
-
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        """List checkpoints newest id first; no transaction is held between items."""
-        query = list_query(config, filter, before, limit)
-        cursor: tuple[str, str, str] | None = None
-        remaining = query["limit"]
-        while remaining is None or remaining > 0:
-            page, cursor = self._list_page(query, cursor, remaining)
-            yield from page
-            if cursor is None:
-                return
-            if remaining is not None:
-                remaining -= len(page)
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        """Async twin of `list`."""
-        query = list_query(config, filter, before, limit)
-        cursor: tuple[str, str, str] | None = None
-        remaining = query["limit"]
-        while remaining is None or remaining > 0:
-            page, cursor = await self._engine.arun(self._list_page, query, cursor, remaining)
-            for item in page:
-                yield item
-            if cursor is None:
-                return
-            if remaining is not None:
-                remaining -= len(page)
-
-    def _list_page(
-        self, query: dict[str, Any], cursor: tuple[str, str, str] | None, remaining: int | None
-    ) -> tuple[_list[CheckpointTuple], tuple[str, str, str] | None]:
-        size = _PAGE if remaining is None else min(_PAGE, remaining)
-        args = {k: v for k, v in query.items() if k != "limit"}
-        statement, params = sql.list_checkpoints(**args, after_key=cursor, limit=size)
-
-        def job(cur: Any) -> tuple[_list[Any], dict[Any, Any]]:
+        def job(cur: Any) -> tuple[_list[Any], dict[Any, _list[Any]]]:
             cur.execute(statement, params)
             rows = [tuple(r) for r in cur.fetchall()]
             return rows, txns.fetch_writes_for(cur, rows)
 
-        rows, writes = self._engine.run("list", job)
-        page = [cps.decode_tuple(self.serde, r, writes[(r[0], r[1], r[2])]) for r in rows]
-        next_cursor = (rows[-1][2], rows[-1][0], rows[-1][1]) if len(rows) == size else None
-        return page, next_cursor
+        return self._engine.run("list", job)
 
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """Store a checkpoint, fenced by the config's token if it has one.
-
-        Raises:
-            StaleClaim: the config's token is not the thread's claim.
-            ThreadBusy: no token, and the thread has a live claim (or the
-                store requires claims).
-            CheckpointConflict: see docs/semantics.md §3 (version and identity).
-        """
-        thread_id, ns, _ = config_target(config)
-        token = token_from_config(config)
-        check_checkpoint(checkpoint, metadata)
-        enc = cps.encode_checkpoint(self.serde, config, checkpoint, metadata, thread_id, ns)
+    def _put(self, enc: cps.EncodedCheckpoint, token: int | None) -> None:
         now = self._now()
         self._engine.run(
             "put",
@@ -338,49 +240,16 @@ class FencedPostgresSaver(  # type: ignore[misc]
             ),
             pipeline=token is not None,
         )
-        return {
-            "configurable": {
-                "thread_id": thread_id,
-                "checkpoint_ns": ns,
-                "checkpoint_id": checkpoint["id"],
-            }
-        }
 
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """Async twin of `put`."""
-        return await self._engine.arun(self.put, config, checkpoint, metadata, new_versions)
-
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
+    def _put_writes(
+        self, key: _Key, encoded: _list[cps.EncodedWrite], token: int | None, run_id: str | None
     ) -> None:
-        """Store a task's pending writes for the config's checkpoint (fenced like `put`)."""
-        thread_id, ns, cid = config_target(config, need_id=True)
-        assert cid is not None
-        check_name(task_id, "task_id")
-        check_name(task_path, "task_path", allow_empty=True)
-        token = token_from_config(config)
-        encoded = cps.encode_writes(self.serde, check_writes(writes), task_id, task_path)
-        if not encoded:
-            return
-        run_id = cps.run_id_of(config)
         now = self._now()
         self._engine.run(
             "put_writes",
             lambda cur: txns.put_writes(
                 cur,
-                thread_id,
-                ns,
-                cid,
+                *key,
                 encoded,
                 token,
                 run_id=run_id,
@@ -390,44 +259,6 @@ class FencedPostgresSaver(  # type: ignore[misc]
             ),
             pipeline=token is not None,
         )
-
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """Async twin of `put_writes`."""
-        return await self._engine.arun(self.put_writes, config, writes, task_id, task_path)
-
-    def delete_thread(self, thread_id: str) -> None:
-        """Remove a thread's checkpoints and writes, and end its claim.
-
-        The store checks no claim; the claim's holder is fenced off (its next
-        fenced write raises `StaleClaim`). An unknown thread: nothing happens.
-        """
-        check_name(thread_id, "thread_id")
-        self._engine.run("delete_thread", lambda cur: removals.delete_thread(cur, thread_id))
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        """Async twin of `delete_thread`."""
-        return await self._engine.arun(self.delete_thread, thread_id)
-
-    get_next_version = FencedSqliteSaver.get_next_version
-
-    def for_graph(self, graph: Any) -> FencedPostgresSaver:
-        """Return this saver allowing the types `graph`'s schemas declare.
-
-        As `FencedSqliteSaver.for_graph`: the result shares this saver's
-        connection; `FencedRunner` uses it so a worker that only resumes
-        rebuilds the graph's state types.
-
-        Raises:
-            InvalidArgument: `graph` is neither a `StateGraph` nor a compiled graph.
-        """
-        extra: _list[Any] = [*schema_types(graph), *schema_classes(graph).values()]
-        return self.with_allowlist(extra)  # type: ignore[return-value]
 
 
 class _Opener(
