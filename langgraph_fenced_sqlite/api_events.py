@@ -47,20 +47,6 @@ class EventsAPI(EventsBase):
     def _check_usable(self, op: str) -> None:
         self._engine.check(op)
 
-    def _wait_events(
-        self, thread_id: str, seq: int, limit: int, timeout: float, incarnation: int | None
-    ) -> list[Event]:
-        return self._poller().wait(
-            thread_id, seq, limit=limit, timeout=timeout, incarnation=incarnation
-        )
-
-    async def _await_events(
-        self, thread_id: str, seq: int, limit: int, timeout: float, incarnation: int | None
-    ) -> list[Event]:
-        return await self._poller().await_(
-            thread_id, seq, limit=limit, timeout=timeout, incarnation=incarnation
-        )
-
     def _poller(self) -> EventPoller:
         # No connection yet: it is opened by the first poll (in a worker
         # thread for async waits) and closed when each wait returns.

@@ -248,12 +248,16 @@ class EventsBase:
     def _wait_events(
         self, thread_id: str, seq: int, limit: int, timeout: float, incarnation: int | None
     ) -> list[Event]:
-        raise NotImplementedError
+        return self._poller().wait(
+            thread_id, seq, limit=limit, timeout=timeout, incarnation=incarnation
+        )
 
     async def _await_events(
         self, thread_id: str, seq: int, limit: int, timeout: float, incarnation: int | None
     ) -> list[Event]:
-        raise NotImplementedError
+        return await self._poller().await_(
+            thread_id, seq, limit=limit, timeout=timeout, incarnation=incarnation
+        )
 
     def _poller(self) -> Poller:
         """A new poller for one watch (or wait): SQLite's `EventPoller`, PostgreSQL's."""

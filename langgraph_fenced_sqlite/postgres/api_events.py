@@ -43,20 +43,6 @@ class PgEventsAPI(EventsBase, PgHalf):
     def _check_usable(self, op: str) -> None:
         self._engine._check(op)
 
-    def _wait_events(
-        self, thread_id: str, seq: int, limit: int, timeout: float, incarnation: int | None
-    ) -> list[Event]:
-        return self._poller().wait(
-            thread_id, seq, limit=limit, timeout=timeout, incarnation=incarnation
-        )
-
-    async def _await_events(
-        self, thread_id: str, seq: int, limit: int, timeout: float, incarnation: int | None
-    ) -> list[Event]:
-        return await self._poller().await_(
-            thread_id, seq, limit=limit, timeout=timeout, incarnation=incarnation
-        )
-
     def _poller(self) -> PgEventPoller:
         return PgEventPoller(self)
 

@@ -181,18 +181,7 @@ def prune(
         nodes = [skeleton_node(*r) for r in cur.fetchall()]
         removed = plan_prune(nodes, RetentionPolicy(), 0.0, keep_latest_only=True)
         params.update(namespaces=[k[0] for k in removed], ids=[k[1] for k in removed])
-        target = before
-        if removed:
-            cur.execute(sql.DELETE_CHECKPOINTS_BY_KEY, params)
-            cur.execute(sql.DELETE_WRITES_OF_PRUNED, params)
-            # Events go with their checkpoints: up to the first event about a
-            # checkpoint still stored, else past the last about a removed one.
-            cur.execute(sql.FIRST_EVENT_OF_STORED, params)
-            first_kept = cur.fetchone()[0]
-            if first_kept is None:
-                cur.execute(sql.PAST_LAST_EVENT_OF, {**params, "floor": before})
-                first_kept = cur.fetchone()[0]
-            target = max(before, int(first_kept or before))
+        target = _remove_planned(cur, params, removed, before)
         cur.execute(sql.DELETE_ORPHAN_WRITES, params)
         orphans = cur.rowcount
     floor = raise_floor(cur, thread_id, min(target, position), None) if target > before else before
@@ -203,6 +192,24 @@ def prune(
         new.append(NewEvent("pruned", data))
     append(cur, thread_id, position, new, token=token, now=now, notify=notify)
     return PruneResult(thread_id, removed, floor, floor - before, orphans)
+
+
+def _remove_planned(
+    cur: Cursor, params: dict[str, Any], removed: list[tuple[str, str]], floor: int
+) -> int:
+    """Remove the planned checkpoints (`params` names them) with their writes; return
+    where the floor goes: events go with their checkpoints, so up to the first event
+    about a checkpoint still stored, else past the last about a removed one."""
+    if not removed:
+        return floor
+    cur.execute(sql.DELETE_CHECKPOINTS_BY_KEY, params)
+    cur.execute(sql.DELETE_WRITES_OF_PRUNED, params)
+    cur.execute(sql.FIRST_EVENT_OF_STORED, params)
+    first_kept = cur.fetchone()[0]
+    if first_kept is None:
+        cur.execute(sql.PAST_LAST_EVENT_OF, {**params, "floor": floor})
+        first_kept = cur.fetchone()[0]
+    return max(floor, int(first_kept or floor))
 
 
 def prune_policy(
@@ -246,16 +253,7 @@ def prune_policy(
         past = past_namespaces_by(parents, nodes, policy.max_subgraph_runs)
     removed = plan_prune(nodes, policy, clock, past=past)
     params.update(namespaces=[k[0] for k in removed], ids=[k[1] for k in removed])
-    target = before
-    if removed:
-        cur.execute(sql.DELETE_CHECKPOINTS_BY_KEY, params)
-        cur.execute(sql.DELETE_WRITES_OF_PRUNED, params)
-        cur.execute(sql.FIRST_EVENT_OF_STORED, params)
-        first_kept = cur.fetchone()[0]
-        if first_kept is None:
-            cur.execute(sql.PAST_LAST_EVENT_OF, {**params, "floor": before})
-            first_kept = cur.fetchone()[0]
-        target = max(before, int(first_kept or before))
+    target = _remove_planned(cur, params, removed, before)
     cur.execute(sql.DELETE_ORPHAN_WRITES, params)
     orphans = cur.rowcount
     for ns in sorted(past):
