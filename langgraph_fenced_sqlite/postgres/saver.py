@@ -245,7 +245,9 @@ class FencedPostgresSaver(  # type: ignore[misc]
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Fetch a checkpoint (the latest, by commit order, if no id is given)."""
         thread_id, ns, cid = config_target(config)
-        found = self._engine.run("get_tuple", lambda cur: txns.fetch_tuple(cur, thread_id, ns, cid))
+        found = self._engine.run(
+            "get_tuple", batch=txns.fetch_tuple_batch(thread_id, ns, cid), read_only=True
+        )
         return None if found is None else cps.decode_tuple(self.serde, *found)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -299,13 +301,8 @@ class FencedPostgresSaver(  # type: ignore[misc]
         size = _PAGE if remaining is None else min(_PAGE, remaining)
         args = {k: v for k, v in query.items() if k != "limit"}
         statement, params = sql.list_checkpoints(**args, after_key=cursor, limit=size)
-
-        def job(cur: Any) -> tuple[_list[Any], dict[Any, Any]]:
-            cur.execute(statement, params)
-            rows = [tuple(r) for r in cur.fetchall()]
-            return rows, txns.fetch_writes_for(cur, rows)
-
-        rows, writes = self._engine.run("list", job)
+        batch = txns.list_page_batch(statement, params)
+        rows, writes = self._engine.run("list", batch=batch, read_only=True)
         page = [cps.decode_tuple(self.serde, r, writes[(r[0], r[1], r[2])]) for r in rows]
         next_cursor = (rows[-1][2], rows[-1][0], rows[-1][1]) if len(rows) == size else None
         return page, next_cursor
@@ -335,7 +332,7 @@ class FencedPostgresSaver(  # type: ignore[misc]
             lambda cur: txns.put(
                 cur, enc, token, now=now, require_claim=self.require_claim, notify=self._notify
             ),
-            pipeline=token is not None,
+            batch=txns.put_batch(enc, token, now=now, notify=self._notify),
         )
         return {
             "configurable": {
@@ -387,7 +384,9 @@ class FencedPostgresSaver(  # type: ignore[misc]
                 require_claim=self.require_claim,
                 notify=self._notify,
             ),
-            pipeline=token is not None,
+            batch=txns.put_writes_batch(
+                thread_id, ns, cid, encoded, token, run_id=run_id, now=now, notify=self._notify
+            ),
         )
 
     async def aput_writes(
