@@ -19,9 +19,10 @@ from typing import Any
 import psycopg
 import pytest
 from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
-from langgraph_fenced_sqlite import CheckpointConflict, StaleClaim
+from langgraph_fenced_sqlite import CheckpointConflict, StaleClaim, StoreBusy
 from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
 
 
@@ -32,10 +33,12 @@ def _config(thread_id: str, token: int | None = None, **extra: Any) -> Any:
     return {"configurable": conf}
 
 
-def _put(saver: Any, token: int | None, parent: Any = None, cp: Any = None) -> Any:
+def _put(
+    saver: Any, token: int | None, parent: Any = None, cp: Any = None, thread_id: str = "t"
+) -> Any:
     cp = cp or (empty_checkpoint() if parent is None else create_checkpoint(parent, None, 1))
     extra = {} if parent is None else {"checkpoint_id": parent["id"]}
-    saver.put(_config("t", token, **extra), cp, {"source": "loop", "step": 1}, {})
+    saver.put(_config(thread_id, token, **extra), cp, {"source": "loop", "step": 1}, {})
     return cp
 
 
@@ -136,3 +139,33 @@ def test_a_callers_connection_in_a_transaction_of_its_own_gets_a_savepoint(pg_ds
         assert saver.get_tuple(_config("t")) is not None
         conn.rollback()
         assert saver.get_tuple(_config("t")) is None
+
+
+def test_a_batch_cut_short_by_a_lock_timeout_leaves_the_connection_usable(pg_dsn: str) -> None:
+    """A lock timeout in `FENCE` makes the server skip the batch's later statements. psycopg
+    records a statement as prepared when it sends its Parse (its 5th use), so a skipped
+    Parse left it believing in a statement the server never made, and the next put failed
+    with StoreError ("prepared statement _pg3_2 does not exist"). Whichever use the timeout
+    hits, later calls on the connection work."""
+    options = conninfo_to_dict(pg_dsn)["options"]
+    for before in range(8):
+        thread_id = f"t{before}"
+        conn = psycopg.connect(pg_dsn, autocommit=True, options=f"{options} -c lock_timeout=50")
+        with conn:
+            saver = FencedPostgresSaver(conn)
+            saver.setup()
+            claim = saver.claim(thread_id, "w", 60)
+            parent = None
+            for _ in range(before):
+                parent = _put(saver, claim.token, parent, thread_id=thread_id)
+            with psycopg.connect(pg_dsn) as locker:
+                locker.execute(
+                    "SELECT 1 FROM lgfs_threads WHERE thread_id = %s FOR UPDATE", (thread_id,)
+                )
+                with pytest.raises(StoreBusy):
+                    _put(saver, claim.token, parent, thread_id=thread_id)
+            for _ in range(3):
+                parent = _put(saver, claim.token, parent, thread_id=thread_id)
+                wconf = _config(thread_id, claim.token, checkpoint_id=parent["id"])
+                saver.put_writes(wconf, [("a", 1)], "task")
+            assert [e.seq for e in saver.events_after(thread_id)] == list(range(1, before + 7))

@@ -48,8 +48,6 @@ Execute = Callable[[str, dict[str, Any]], psycopg.Cursor[Any]]
 Send = Callable[[Execute], Callable[[], T]]
 
 _IDLE = psycopg.pq.TransactionStatus.IDLE
-_INTRANS = psycopg.pq.TransactionStatus.INTRANS
-_INERROR = psycopg.pq.TransactionStatus.INERROR
 
 # SQLSTATEs that mean "waited too long for a lock": the call changed nothing.
 _BUSY = (pg_errors.LockNotAvailable, pg_errors.QueryCanceled)
@@ -130,10 +128,10 @@ class PgConnection:
     ) -> T:
         """Run `job(cursor)` in one transaction; commit if it returns, roll back if it raises.
 
-        With `batch`, first try the call in one round trip: BEGIN, the
-        statements `batch(execute)` queues (`execute(query, params)` returns
-        the cursor that will hold the result) and COMMIT travel together in a
-        psycopg pipeline, and the function `batch` returned reads the results
+        With `batch`, first try the call in one round trip: the statements
+        `batch(execute)` queues (`execute(query, params)` returns the cursor
+        that will hold the result) travel together in a psycopg pipeline as
+        one transaction, and the function `batch` returned reads the results
         once they committed. A batch statement that calls `lgfs_refuse`
         rolls the whole batch back; `job` then runs as above and decides
         (which error, or an identical retry). `read_only` batches run in one
@@ -229,10 +227,10 @@ def _send(
 ) -> Callable[[], T] | None:
     """Send `batch` in one round trip; return its reader, or None if the server refused it.
 
-    BEGIN and COMMIT are sent as statements with the batch's, so the only
-    sync is the pipeline's exit (psycopg's `transaction()` and its implicit
-    BEGIN each add one in pipeline mode). A connection not in autocommit is
-    switched to it for the call and back, so psycopg adds no BEGIN of its own.
+    The only sync is the pipeline's exit (psycopg's `transaction()` and its
+    implicit BEGIN each add one in pipeline mode). A connection not in
+    autocommit is switched to it for the call and back, so psycopg adds no
+    BEGIN of its own.
     """
 
     def execute(query: str, params: dict[str, Any]) -> psycopg.Cursor[Any]:
@@ -255,20 +253,44 @@ def _send(
         conn.autocommit = True
     try:
         with conn.pipeline():
-            control = conn.cursor(row_factory=tuple_row)
-            control.execute(sql.READ_SNAPSHOT if read_only else "BEGIN")
-            finish = batch(execute)
-            control.execute("COMMIT")
+            if read_only:
+                control = conn.cursor(row_factory=tuple_row)
+                control.execute(sql.READ_SNAPSHOT)
+                finish = batch(execute)
+                control.execute("COMMIT")
+            else:
+                # No BEGIN: in autocommit, PostgreSQL runs the statements up to
+                # the pipeline's one Sync as one implicit transaction, committed
+                # at the Sync if all succeeded, else rolled back whole (the
+                # protocol's "Pipelining"). Two statements fewer to send.
+                finish = batch(execute)
     except BaseException as exc:
-        if conn.pgconn.transaction_status in (_INTRANS, _INERROR):
-            try:
-                conn.rollback()
-            except psycopg.Error:  # a broken connection: the first error is the one to report
-                pass
-        if refusable and isinstance(exc, psycopg.Error) and exc.sqlstate == sql.REFUSED:
+        refused = isinstance(exc, psycopg.Error) and exc.sqlstate == sql.REFUSED
+        if not refused or conn.pgconn.transaction_status != _IDLE:
+            _recover(conn)
+        if refusable and refused:
             return None
         raise
     finally:
         if toggled:
             conn.autocommit = False
     return finish
+
+
+def _recover(conn: psycopg.Connection[Any]) -> None:
+    """After a failed batch: leave no transaction open, and psycopg no wrong prepared statement.
+
+    psycopg records a statement as prepared when it sends its Parse; a
+    pipeline aborted before the server ran that Parse (a lock timeout in
+    `FENCE` skips the rest) leaves the record wrong, and the statement's next
+    use fails ("prepared statement _pg3_N does not exist"). Rolling back a
+    transaction is what makes psycopg forget them all (and DEALLOCATE ALL), so
+    one is begun to be rolled back if none is open. A refusal needs none of
+    this: batches refuse only in their last statement, so nothing is skipped.
+    """
+    try:
+        if conn.pgconn.transaction_status == _IDLE:
+            conn.execute("BEGIN")
+        conn.rollback()
+    except psycopg.Error:  # a broken connection: the first error is the one to report
+        pass

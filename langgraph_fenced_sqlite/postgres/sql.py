@@ -27,7 +27,7 @@ from typing import Any
 
 from ..stored_json import dumps_json
 
-# The SQLSTATE `lgfs_refuse` raises: a batch that refused itself (see `REFUSE`).
+# The SQLSTATE `lgfs_refuse` raises (migration 4): a batch that refused itself.
 REFUSED = "LGFS1"
 
 # The stored version is the number of migrations applied; append only.
@@ -145,13 +145,6 @@ GET_NOW = f"SELECT {NOW}"
 FENCE = (
     "UPDATE lgfs_threads SET next_seq = next_seq + 1 "
     "WHERE thread_id = %(thread_id)s AND token = %(token)s RETURNING next_seq - 1"
-)
-# `FENCE` as a batch's first statement: a token that is not the claim's
-# refuses the batch (the caller's slow path then raises `StaleClaim`).
-FENCE_OR_REFUSE = (
-    "WITH f AS (UPDATE lgfs_threads SET next_seq = next_seq + 1 "
-    "WHERE thread_id = %(thread_id)s AND token = %(token)s RETURNING next_seq - 1 AS position) "
-    "SELECT coalesce((SELECT position FROM f), lgfs_refuse('stale token'))"
 )
 # Create the thread's row if needed and lock it; return its claim and the time
 # read after the lock was had (a call that waited judges expiry when it decides).
@@ -292,14 +285,15 @@ INSERT_CHECKPOINT = (
     "%(values_blob)s, %(metadata)s, %(source)s, %(step)s, %(run_id)s, %(token)s, "
     f"{NOW}, %(checksum)s) ON CONFLICT DO NOTHING"
 )
-# The fenced put's batch (`txns.put_batch`): `FENCE_OR_REFUSE`, then this, in
-# one round trip with BEGIN and COMMIT. Sent after `FENCE` had the row lock,
-# this statement's snapshot sees every commit made before this one's
-# position, so its version check is the slow path's. It stores the checkpoint
-# at that position and its event, or, when the id is already stored or
-# (`check_version`) the parent is not the latest, calls `lgfs_refuse`: the
-# whole transaction rolls back and `txns.put` decides (identical retry or
-# which error) in a transaction of its own.
+# The fenced put's batch (`txns.put_batch`): `FENCE`, then this, in one round
+# trip and one transaction. Sent after `FENCE` had the row lock, this
+# statement's snapshot sees every commit made before this one's position, so
+# its version check is the slow path's. It stores the checkpoint at that
+# position and its event, or, when the fence failed (no row at the token), the
+# id is already stored, or (`check_version`) the parent is not the latest,
+# calls `lgfs_refuse`: the whole transaction rolls back and `txns.put` decides
+# (which error, or an identical retry) in a transaction of its own. A batch
+# refuses only in its last statement, so no statement after it is skipped.
 _PUT_AT_FENCE = (
     "WITH t AS (SELECT next_seq - 1 AS position FROM lgfs_threads "
     "WHERE thread_id = %(thread_id)s AND token = %(token)s), "
@@ -312,7 +306,7 @@ _PUT_AT_FENCE = (
     "ev AS (INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data, "
     "token, ts, checksum) SELECT %(thread_id)s, ins.position, 'checkpoint', %(checkpoint_ns)s, "
     f"%(checkpoint_id)s, %(event_data)s, %(token)s, {NOW}, %(event_checksum)s FROM ins{{notify}}) "
-    "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM ins) THEN lgfs_refuse('put: id stored') "
+    "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM ins) THEN lgfs_refuse('put: not stored') "
     "WHEN %(check_version)s AND (SELECT c.checkpoint_id FROM lgfs_checkpoints c, t "
     "WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s "
     "AND c.position < t.position ORDER BY c.position DESC LIMIT 1) "
@@ -370,10 +364,11 @@ _LAST_WINS = (
     "OR w.blob IS DISTINCT FROM excluded.blob OR w.task_path IS DISTINCT FROM excluded.task_path)"
 )
 UPSERT_WRITE_LAST_WINS = _WRITE_INSERT + _LAST_WINS
-# The fenced put_writes' batch (`txns.put_writes_batch`): `FENCE_OR_REFUSE`,
-# the same two inserts at the position it took, then `WRITES_DONE`: the one
-# `writes` event if a write landed at that position, else (a retry changed
-# nothing) the position given back, so the commit spends no seq.
+# The fenced put_writes' batch (`txns.put_writes_batch`): `FENCE`, the same
+# two inserts at the position it took (nothing when the token did not match),
+# then `WRITES_DONE`: the one `writes` event if a write landed at that
+# position, else (a retry changed nothing) the position given back, so the
+# commit spends no seq; and a refusal (all rolled back) if the fence failed.
 _WRITE_AT_FENCE = (
     "INSERT INTO lgfs_writes AS w (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
     "task_path, channel, type, blob, position, run_id, token, checksum) SELECT "
@@ -391,9 +386,11 @@ _WRITES_DONE = (
     f"%(checkpoint_id)s, %(event_data)s, %(token)s, {NOW}, %(event_checksum)s FROM t "
     "WHERE EXISTS (SELECT 1 FROM lgfs_writes w WHERE w.thread_id = %(thread_id)s "
     "AND w.checkpoint_ns = %(checkpoint_ns)s AND w.checkpoint_id = %(checkpoint_id)s "
-    "AND w.position = t.position){notify} RETURNING seq) "
-    "UPDATE lgfs_threads SET next_seq = next_seq - 1 WHERE thread_id = %(thread_id)s "
-    "AND NOT EXISTS (SELECT 1 FROM ev)"
+    "AND w.position = t.position){notify} RETURNING seq), "
+    "back AS (UPDATE lgfs_threads SET next_seq = next_seq - 1 WHERE thread_id = %(thread_id)s "
+    "AND token = %(token)s AND NOT EXISTS (SELECT 1 FROM ev) RETURNING 1) "
+    "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM t) THEN lgfs_refuse('put_writes: stale token') "
+    "END, (SELECT count(*) FROM back)"
 )
 WRITES_DONE = _WRITES_DONE.format(notify="")
 WRITES_DONE_NOTIFY = _WRITES_DONE.format(

@@ -6,9 +6,13 @@ Invariant: every write begins by locking its thread's row, through `FENCE`
 the one liveness rule both stores use). So a write and a takeover of its
 thread are ordered by the row lock, and a write whose token was superseded
 before it took the lock never lands. Checks follow docs/semantics.md §3's order
-(fence, then version/identity) as the SQLite store's `checkpoints.put_txn` does.
+(fence, then version/identity), decided by the same functions as the SQLite
+store's (`checkpoints.stored_put`, `check_version`, `claims.check_unfenced`).
 Each function runs inside the transaction `PgConnection.run` opened; raising
-rolls everything back.
+rolls everything back. The `*_batch` functions build the one-round-trip form
+of a fenced write or a read (`PgConnection.run`'s `batch`): a fenced write's
+batch commits only what the statement-by-statement function would have
+committed, and refuses itself (`lgfs_refuse`, all rolled back) otherwise.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP
+from psycopg.types.numeric import Int8
 
 from ..checkpoints import (
     EncodedCheckpoint,
@@ -37,6 +42,10 @@ from .connection import Execute, Send
 from .events import append
 
 Cursor = Any  # a psycopg cursor returning tuples
+# Checksums are sent as int8 whatever their size: psycopg picks int2/4/8 by
+# value and keys its prepared statements by the types it sent, so a checksum
+# that fit int4 one time and not the next kept a statement from ever being
+# prepared (the server then planned the put's statement on every call).
 
 
 def _one(cur: Cursor, query: str, params: dict[str, Any]) -> Any:
@@ -236,10 +245,10 @@ def put_batch(
 ) -> Send[bool] | None:
     """Return a fenced put as one round trip (`PgConnection.run`'s `batch`); None if unfenced.
 
-    `FENCE_OR_REFUSE` first, then `PUT_AT_FENCE`: the checkpoint, its event
-    and the version check in one statement. The batch commits only a new
-    checkpoint whose parent passes the check; anything else (a stale token,
-    a stored id, a parent not the latest) refuses it, and `put` decides.
+    `FENCE` first, then `PUT_AT_FENCE`: the checkpoint, its event and the
+    version check in one statement. The batch commits only a new checkpoint
+    whose parent passes the check; anything else (a stale token, a stored
+    id, a parent not the latest) refuses it, and `put` decides.
     """
     if token is None:
         return None
@@ -248,13 +257,13 @@ def put_batch(
     data = dumps_json(dict(event.data), "event data")
     params.update(
         event_data=data,
-        event_checksum=checksum(event.kind, data),
+        event_checksum=Int8(checksum(event.kind, data)),
         check_version=needs_version_check(enc.source, token),
     )
     statement = sql.PUT_AT_FENCE_NOTIFY if notify else sql.PUT_AT_FENCE
 
     def send(execute: Execute) -> Callable[[], bool]:
-        execute(sql.FENCE_OR_REFUSE, params)
+        execute(sql.FENCE, params)
         execute(statement, params)
         return _stored
 
@@ -294,7 +303,7 @@ def _checkpoint_params(
         "run_id": enc.run_id,
         "token": token,
         "now": now,
-        "checksum": enc.checksum,
+        "checksum": Int8(enc.checksum),
     }
 
 
@@ -355,19 +364,21 @@ def put_writes_batch(
 ) -> Send[int] | None:
     """Return a fenced `put_writes` as one round trip (a `batch`); None if unfenced.
 
-    `FENCE_OR_REFUSE` (a stale token refuses the batch), the inserts at the
-    position it took, then `WRITES_DONE` (the event, or the position given
-    back when nothing changed). The reader returns how many rows changed.
+    `FENCE`, the inserts at the position it took, then `WRITES_DONE` (the
+    event, or the position given back when nothing changed; a stale token
+    refuses the batch, and `put_writes` raises). The reader returns how many
+    rows changed.
     """
     if token is None:
         return None
     data, base, rows = _write_params(thread_id, checkpoint_ns, checkpoint_id, writes, token, run_id)
     text = dumps_json(data, "event data")
-    event = {**base, "event_data": text, "event_checksum": checksum("writes", text), "now": now}
+    sums = Int8(checksum("writes", text))
+    event = {**base, "event_data": text, "event_checksum": sums, "now": now}
     done = sql.WRITES_DONE_NOTIFY if notify else sql.WRITES_DONE
 
     def send(execute: Execute) -> Callable[[], int]:
-        execute(sql.FENCE_OR_REFUSE, base)
+        execute(sql.FENCE, base)
         inserts = [
             execute(
                 sql.UPSERT_WRITE_LAST_WINS_AT_FENCE
@@ -413,7 +424,7 @@ def _write_params(
             "channel": w.channel,
             "type": w.type,
             "blob": w.blob,
-            "checksum": w.checksum,
+            "checksum": Int8(w.checksum),
         }
         for w in writes
     ]
