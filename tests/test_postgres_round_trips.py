@@ -169,3 +169,24 @@ def test_a_batch_cut_short_by_a_lock_timeout_leaves_the_connection_usable(pg_dsn
                 wconf = _config(thread_id, claim.token, checkpoint_id=parent["id"])
                 saver.put_writes(wconf, [("a", 1)], "task")
             assert [e.seq for e in saver.events_after(thread_id)] == list(range(1, before + 7))
+
+
+def test_put_writes_naming_one_special_channel_twice_is_last_writer_wins(open_pg: Any) -> None:
+    """One INSERT cannot update a row twice, so a call writing one special (task, idx) twice
+    is not sent as the one-statement batch: it goes statement by statement, the last
+    write wins (as on SQLite), and a repeat of the call, which rewrites the row twice,
+    is one more `writes` event."""
+    saver = open_pg()
+    claim = saver.claim("t", "w", 60)
+    cp = _put(saver, claim.token)
+    wconf = _config("t", claim.token, checkpoint_id=cp["id"])
+    writes = [("__error__", "a"), ("__error__", "b"), ("x", 1)]
+    saver.put_writes(wconf, writes, "task")
+    saver.put_writes(wconf, writes, "task")
+    got = saver.get_tuple(_config("t"))
+    assert got.pending_writes == [("task", "__error__", "b"), ("task", "x", 1)]
+    assert [(e.seq, e.kind) for e in saver.events_after("t")] == [
+        (1, "checkpoint"),
+        (2, "writes"),
+        (3, "writes"),
+    ]

@@ -112,6 +112,8 @@ MIGRATIONS: list[str] = [
     # `batch`) calls to roll itself back when the fast path does not apply;
     # the caller then decides in a transaction of its own. VOLATILE (the
     # default), so the planner never evaluates it ahead of its CASE branch.
+    # The server logs each refusal as an ERROR ("lgfs: ..."): a stale token,
+    # an identical retry or a version conflict, each rare.
     f"""
     CREATE OR REPLACE FUNCTION lgfs_refuse(reason text) RETURNS bigint
     LANGUAGE plpgsql AS $$
@@ -364,36 +366,41 @@ _LAST_WINS = (
     "OR w.blob IS DISTINCT FROM excluded.blob OR w.task_path IS DISTINCT FROM excluded.task_path)"
 )
 UPSERT_WRITE_LAST_WINS = _WRITE_INSERT + _LAST_WINS
-# The fenced put_writes' batch (`txns.put_writes_batch`): `FENCE`, the same
-# two inserts at the position it took (nothing when the token did not match),
-# then `WRITES_DONE`: the one `writes` event if a write landed at that
-# position, else (a retry changed nothing) the position given back, so the
-# commit spends no seq; and a refusal (all rolled back) if the fence failed.
-_WRITE_AT_FENCE = (
+# The fenced put_writes' batch (`txns.put_writes_batch`): `FENCE`, then this.
+# Sent after `FENCE` had the lock, it stores every write at the position
+# `FENCE` took (regular channels first-writer-wins, special ones
+# `_LAST_WINS`), then the one `writes` event if a row changed, else (a retry
+# changed nothing) gives the position back, so the commit spends no seq; a
+# fence that failed (no row at the token) refuses the batch. Returns how many
+# rows changed. The writes travel as arrays, so any number is one statement;
+# a call writing one special (task, idx) twice goes statement by statement
+# (one INSERT cannot update a row twice).
+_WRITE_COLUMNS_IN = (
     "INSERT INTO lgfs_writes AS w (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
     "task_path, channel, type, blob, position, run_id, token, checksum) SELECT "
-    "%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(idx)s, "
-    "%(task_path)s, %(channel)s, %(type)s, %(blob)s, t.next_seq - 1, %(run_id)s, %(token)s, "
-    "%(checksum)s FROM lgfs_threads t WHERE t.thread_id = %(thread_id)s AND t.token = %(token)s "
+    "%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, r.task_id, r.idx, r.task_path, "
+    "r.channel, r.type, r.blob, t.position, %(run_id)s, %(token)s, r.checksum FROM r, t "
 )
-INSERT_WRITE_FIRST_WINS_AT_FENCE = _WRITE_AT_FENCE + "ON CONFLICT DO NOTHING"
-UPSERT_WRITE_LAST_WINS_AT_FENCE = _WRITE_AT_FENCE + _LAST_WINS
-_WRITES_DONE = (
+_PUT_WRITES_AT_FENCE = (
     "WITH t AS (SELECT next_seq - 1 AS position FROM lgfs_threads "
     "WHERE thread_id = %(thread_id)s AND token = %(token)s), "
+    "r AS (SELECT * FROM unnest(%(task_ids)s::text[], %(idxs)s::int[], %(task_paths)s::text[], "
+    "%(channels)s::text[], %(types)s::text[], %(blobs)s::bytea[], %(sums)s::bigint[], "
+    "%(specials)s::bool[]) AS r(task_id, idx, task_path, channel, type, blob, checksum, special)), "
+    f"first AS ({_WRITE_COLUMNS_IN}WHERE NOT r.special ON CONFLICT DO NOTHING RETURNING 1), "
+    f"last AS ({_WRITE_COLUMNS_IN}WHERE r.special {_LAST_WINS} RETURNING 1), "
+    "n AS (SELECT (SELECT count(*) FROM first) + (SELECT count(*) FROM last) AS changed), "
     "ev AS (INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data, "
     "token, ts, checksum) SELECT %(thread_id)s, t.position, 'writes', %(checkpoint_ns)s, "
-    f"%(checkpoint_id)s, %(event_data)s, %(token)s, {NOW}, %(event_checksum)s FROM t "
-    "WHERE EXISTS (SELECT 1 FROM lgfs_writes w WHERE w.thread_id = %(thread_id)s "
-    "AND w.checkpoint_ns = %(checkpoint_ns)s AND w.checkpoint_id = %(checkpoint_id)s "
-    "AND w.position = t.position){notify} RETURNING seq), "
+    f"%(checkpoint_id)s, %(event_data)s, %(token)s, {NOW}, %(event_checksum)s FROM t, n "
+    "WHERE n.changed > 0{notify} RETURNING seq), "
     "back AS (UPDATE lgfs_threads SET next_seq = next_seq - 1 WHERE thread_id = %(thread_id)s "
-    "AND token = %(token)s AND NOT EXISTS (SELECT 1 FROM ev) RETURNING 1) "
+    "AND token = %(token)s AND (SELECT changed FROM n) = 0 RETURNING 1) "
     "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM t) THEN lgfs_refuse('put_writes: stale token') "
-    "END, (SELECT count(*) FROM back)"
+    "END, (SELECT changed FROM n), (SELECT count(*) FROM back), (SELECT count(*) FROM ev)"
 )
-WRITES_DONE = _WRITES_DONE.format(notify="")
-WRITES_DONE_NOTIFY = _WRITES_DONE.format(
+PUT_WRITES_AT_FENCE = _PUT_WRITES_AT_FENCE.format(notify="")
+PUT_WRITES_AT_FENCE_NOTIFY = _PUT_WRITES_AT_FENCE.format(
     notify=" AND pg_notify('lgfs_events', %(thread_id)s) IS NOT NULL"
 )
 # The writes of a page of checkpoints, in `writes_sort_key` order.

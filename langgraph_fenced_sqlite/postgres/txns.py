@@ -364,32 +364,42 @@ def put_writes_batch(
 ) -> Send[int] | None:
     """Return a fenced `put_writes` as one round trip (a `batch`); None if unfenced.
 
-    `FENCE`, the inserts at the position it took, then `WRITES_DONE` (the
-    event, or the position given back when nothing changed; a stale token
-    refuses the batch, and `put_writes` raises). The reader returns how many
-    rows changed.
+    `FENCE`, then `PUT_WRITES_AT_FENCE` (the writes, and the event or the
+    position given back when nothing changed; a stale token refuses the
+    batch, and `put_writes` raises). The reader returns how many rows changed.
+    None too for a call that writes one special (task, idx) twice.
     """
-    if token is None:
+    specials = [(w.task_id, w.idx) for w in writes if w.special]
+    if token is None or len(set(specials)) < len(specials):
         return None
-    data, base, rows = _write_params(thread_id, checkpoint_ns, checkpoint_id, writes, token, run_id)
+    data, base, _ = _write_params(thread_id, checkpoint_ns, checkpoint_id, writes, token, run_id)
     text = dumps_json(data, "event data")
-    sums = Int8(checksum("writes", text))
-    event = {**base, "event_data": text, "event_checksum": sums, "now": now}
-    done = sql.WRITES_DONE_NOTIFY if notify else sql.WRITES_DONE
+    params = {
+        **base,
+        "event_data": text,
+        "event_checksum": Int8(checksum("writes", text)),
+        "now": now,
+        "task_ids": [w.task_id for w in writes],
+        "idxs": [Int8(w.idx) for w in writes],
+        "task_paths": [w.task_path for w in writes],
+        "channels": [w.channel for w in writes],
+        "types": [w.type for w in writes],
+        "blobs": [w.blob for w in writes],
+        "sums": [Int8(w.checksum) for w in writes],
+        "specials": [w.special for w in writes],
+    }
+    statement = sql.PUT_WRITES_AT_FENCE_NOTIFY if notify else sql.PUT_WRITES_AT_FENCE
 
     def send(execute: Execute) -> Callable[[], int]:
         execute(sql.FENCE, base)
-        inserts = [
-            execute(
-                sql.UPSERT_WRITE_LAST_WINS_AT_FENCE
-                if w.special
-                else sql.INSERT_WRITE_FIRST_WINS_AT_FENCE,
-                params,
-            )
-            for w, params in zip(writes, rows, strict=True)
-        ]
-        execute(done, event)
-        return lambda: sum(c.rowcount for c in inserts)
+        done = execute(statement, params)
+
+        def changed() -> int:
+            row = done.fetchone()
+            assert row is not None  # the statement returns one row
+            return int(row[1])
+
+        return changed
 
     return send
 
