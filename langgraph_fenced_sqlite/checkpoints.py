@@ -14,7 +14,7 @@ is decoded: damage is an `UndecodableRow`, never a different valid value.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
@@ -164,29 +164,11 @@ def put_txn(
         ),
     ).rowcount
     if not inserted:
-        # An identical retry first: a retried put of the (now latest)
-        # checkpoint must succeed, although its parent is no longer latest.
         stored = conn.execute(schema.GET_STORED_IDENTITY, key).fetchone()
-        mine = (enc.parent_id, enc.envelope, enc.values_type, enc.values_blob, enc.metadata)
-        if tuple(stored) == mine:
-            return False
-        # Any other put of a stored id fails; which check fails first follows
-        # docs/semantics.md §3's order: the version (a fenced input/loop put whose
-        # parent is not the latest), then the identity.
-        _check_version(conn, enc, token, position)
-        raise CheckpointConflict(
-            enc.thread_id,
-            enc.checkpoint_ns,
-            enc.checkpoint_id,
-            enc.checkpoint_id,
-            message=(
-                f"thread {enc.thread_id!r} namespace {enc.checkpoint_ns!r}: a different "
-                f"checkpoint is already stored as {enc.checkpoint_id!r}"
-            ),
-        )
+        return stored_put(enc, token, stored, lambda: _latest_before(conn, enc, position))
     # Checked after the insert (which a conflict rolls back) so that the
     # common case costs one statement less.
-    _check_version(conn, enc, token, position)
+    check_version(enc, token, lambda: _latest_before(conn, enc, position))
     data = {"step": enc.step, "source": enc.source, "parent_checkpoint_id": enc.parent_id}
     if enc.run_id is not None:
         data["run_id"] = enc.run_id
@@ -201,21 +183,75 @@ def put_txn(
     return True
 
 
-def _check_version(
-    conn: sqlite3.Connection, enc: EncodedCheckpoint, token: int | None, position: int
+def _latest_before(conn: sqlite3.Connection, enc: EncodedCheckpoint, position: int) -> str | None:
+    """Return the namespace's latest checkpoint committed before `position` (this commit's)."""
+    row = conn.execute(
+        schema.GET_LATEST_ID_BEFORE, (enc.thread_id, enc.checkpoint_ns, position)
+    ).fetchone()
+    return None if row is None else row[0]
+
+
+# --- put's decisions, the same for both stores -------------------------------------------
+
+
+def needs_version_check(source: str | None, token: int | None) -> bool:
+    """Whether a put must name the namespace's latest checkpoint as its parent.
+
+    Only fenced puts of a graph's own steps are checked (docs/semantics.md §3):
+    sources "input" and "loop", with a token.
+    """
+    return token is not None and source in _FENCED_SOURCES
+
+
+def check_version(
+    enc: EncodedCheckpoint, token: int | None, latest: Callable[[], str | None]
 ) -> None:
     """Refuse a fenced input/loop put whose parent is not the namespace's latest.
 
-    The latest is the one committed last before `position` (this commit's).
+    `latest()` returns the namespace's latest checkpoint committed before
+    this one; it is called only when the put is checked.
+
+    Raises:
+        CheckpointConflict: the parent is not the latest.
     """
-    if token is None or enc.source not in _FENCED_SOURCES:
+    if not needs_version_check(enc.source, token):
         return
-    latest = conn.execute(
-        schema.GET_LATEST_ID_BEFORE, (enc.thread_id, enc.checkpoint_ns, position)
-    ).fetchone()
-    latest_id = None if latest is None else latest[0]
+    latest_id = latest()
     if latest_id != enc.parent_id:
         raise CheckpointConflict(enc.thread_id, enc.checkpoint_ns, enc.parent_id, latest_id)
+
+
+def stored_put(
+    enc: EncodedCheckpoint,
+    token: int | None,
+    stored: Sequence[Any] | None,
+    latest: Callable[[], str | None],
+) -> bool:
+    """Decide a put whose checkpoint id is already stored; return False for an identical retry.
+
+    `stored` is the stored row's `GET_STORED_IDENTITY` columns. An identical
+    retry comes first: a retried put of the (now latest) checkpoint succeeds,
+    although its parent is no longer latest. Any other put of a stored id
+    fails, in docs/semantics.md §3's order: the version (`check_version`),
+    then the identity.
+
+    Raises:
+        CheckpointConflict: the version check, or a different checkpoint under this id.
+    """
+    mine = (enc.parent_id, enc.envelope, enc.values_type, enc.values_blob, enc.metadata)
+    if stored is not None and tuple(stored) == mine:
+        return False
+    check_version(enc, token, latest)
+    raise CheckpointConflict(
+        enc.thread_id,
+        enc.checkpoint_ns,
+        enc.checkpoint_id,
+        enc.checkpoint_id,
+        message=(
+            f"thread {enc.thread_id!r} namespace {enc.checkpoint_ns!r}: a different "
+            f"checkpoint is already stored as {enc.checkpoint_id!r}"
+        ),
+    )
 
 
 def put_writes_txn(

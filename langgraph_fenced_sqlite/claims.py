@@ -10,6 +10,7 @@ write, before any version check, so a stale writer learns nothing else.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -235,19 +236,39 @@ def check_fence(
         if row.token != token:
             raise stale(conn, thread_id, token)
         return row
-    if row.live(now):
-        raise ThreadBusy(thread_id, row.holder, _latest(conn, thread_id))
+    check_unfenced(
+        thread_id, row.holder, row.live(now), require_claim, lambda: _latest(conn, thread_id)
+    )
+    return row
+
+
+def check_unfenced(
+    thread_id: str,
+    holder: str | None,
+    live: bool,
+    require_claim: bool,
+    latest: Callable[[], str | None],
+) -> None:
+    """Refuse an unfenced write (no token) that may not land: the rule both stores' fences use.
+
+    `live` is whether the thread's claim is live (`claim_live`), `latest()`
+    the id of the thread's latest root checkpoint, read only for the error.
+
+    Raises:
+        ThreadBusy: the thread has a live claim, or the store requires one.
+    """
+    if live:
+        raise ThreadBusy(thread_id, holder, latest())
     if require_claim:
         raise ThreadBusy(
             thread_id,
-            row.holder,
-            _latest(conn, thread_id),
+            holder,
+            latest(),
             message=(
                 f"thread {thread_id!r}: this store requires a claim for every write "
                 "(require_claim=True); claim the thread and pass claim.config()"
             ),
         )
-    return row
 
 
 def _latest(conn: sqlite3.Connection, thread_id: str) -> str | None:

@@ -33,6 +33,7 @@ from ..errors import (
     WrongThread,
     bad_argument,
 )
+from . import sql
 
 try:  # psycopg-pool is part of the [postgres] extra, but a plain connection needs none
     from psycopg_pool import ConnectionPool
@@ -40,6 +41,13 @@ except ImportError:  # pragma: no cover - the extra installs it
     ConnectionPool = None  # type: ignore[assignment,misc]
 
 T = TypeVar("T")
+# A batch: queues its statements through `execute(query, params)` (which
+# returns the cursor that will hold the result) and returns the function that
+# reads those results after COMMIT.
+Execute = Callable[[str, dict[str, Any]], psycopg.Cursor[Any]]
+Send = Callable[[Execute], Callable[[], T]]
+
+_IDLE = psycopg.pq.TransactionStatus.IDLE
 
 # SQLSTATEs that mean "waited too long for a lock": the call changed nothing.
 _BUSY = (pg_errors.LockNotAvailable, pg_errors.QueryCanceled)
@@ -110,28 +118,50 @@ class PgConnection:
         with self._lock:
             yield self._conn
 
-    def run(self, op: str, job: Callable[[psycopg.Cursor[Any]], T], *, pipeline: bool = False) -> T:
+    def run(
+        self,
+        op: str,
+        job: Callable[[psycopg.Cursor[Any]], T] | None = None,
+        *,
+        batch: Send[T] | None = None,
+        read_only: bool = False,
+    ) -> T:
         """Run `job(cursor)` in one transaction; commit if it returns, roll back if it raises.
 
-        With `pipeline`, BEGIN and COMMIT travel in a psycopg pipeline with
-        the job's statements (the job must fetch before it reads a result).
+        With `batch`, first try the call in one round trip: the statements
+        `batch(execute)` queues (`execute(query, params)` returns the cursor
+        that will hold the result) travel together in a psycopg pipeline as
+        one transaction, and the function `batch` returned reads the results
+        once they committed. A batch statement that calls `lgfs_refuse`
+        rolls the whole batch back; `job` then runs as above and decides
+        (which error, or an identical retry). `read_only` batches run in one
+        repeatable-read snapshot and are never refused.
 
         Raises:
             StoreClosed, WrongProcess, WrongThread: the store cannot be used here.
             StoreBusy: a lock or statement timeout ended the wait; nothing changed.
             StoreError: the database failed (the psycopg error is the cause).
         """
+        if batch is not None:
+            with self._guard(op):
+                with self._connection() as conn:
+                    finish = _send(conn, batch, read_only=read_only, refusable=job is not None)
+                    if finish is not None:
+                        return finish()
+        assert job is not None, "a refused batch needs its job"
+        with self._guard(op):
+            with self._connection() as conn:
+                with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+                    return job(cur)
+
+    @contextmanager
+    def _guard(self, op: str) -> Iterator[None]:
+        """Check the store may be used, and translate what a call raises."""
         self._check(op)
         started = time.monotonic()
         self._inside.active = True
         try:
-            with self._connection() as conn:
-                if pipeline:
-                    with conn.pipeline(), conn.transaction():
-                        with conn.cursor(row_factory=tuple_row) as cur:
-                            return job(cur)
-                with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
-                    return job(cur)
+            yield
         except FencedSqliteError:
             raise
         except _BUSY as exc:
@@ -190,3 +220,77 @@ class PgConnection:
         elif self._conn is not None:
             with self._lock:  # after the call in progress
                 self._conn.close()
+
+
+def _send(
+    conn: psycopg.Connection[Any], batch: Send[T], *, read_only: bool, refusable: bool
+) -> Callable[[], T] | None:
+    """Send `batch` in one round trip; return its reader, or None if the server refused it.
+
+    The only sync is the pipeline's exit (psycopg's `transaction()` and its
+    implicit BEGIN each add one in pipeline mode). A connection not in
+    autocommit is switched to it for the call and back, so psycopg adds no
+    BEGIN of its own.
+    """
+
+    def execute(query: str, params: dict[str, Any]) -> psycopg.Cursor[Any]:
+        cur = conn.cursor(row_factory=tuple_row)
+        cur.execute(query, params)
+        return cur
+
+    if conn.pgconn.transaction_status != _IDLE:
+        # A caller's own connection, inside a transaction of the caller's:
+        # the statements run one by one in a savepoint of it.
+        try:
+            with conn.transaction():
+                return batch(execute)
+        except psycopg.Error as exc:
+            if refusable and exc.sqlstate == sql.REFUSED:
+                return None
+            raise
+    toggled = not conn.autocommit
+    if toggled:
+        conn.autocommit = True
+    try:
+        with conn.pipeline():
+            if read_only:
+                control = conn.cursor(row_factory=tuple_row)
+                control.execute(sql.READ_SNAPSHOT)
+                finish = batch(execute)
+                control.execute("COMMIT")
+            else:
+                # No BEGIN: in autocommit, PostgreSQL runs the statements up to
+                # the pipeline's one Sync as one implicit transaction, committed
+                # at the Sync if all succeeded, else rolled back whole (the
+                # protocol's "Pipelining"). Two statements fewer to send.
+                finish = batch(execute)
+    except BaseException as exc:
+        refused = isinstance(exc, psycopg.Error) and exc.sqlstate == sql.REFUSED
+        if not refused or conn.pgconn.transaction_status != _IDLE:
+            _recover(conn)
+        if refusable and refused:
+            return None
+        raise
+    finally:
+        if toggled:
+            conn.autocommit = False
+    return finish
+
+
+def _recover(conn: psycopg.Connection[Any]) -> None:
+    """After a failed batch: leave no transaction open, and psycopg no wrong prepared statement.
+
+    psycopg records a statement as prepared when it sends its Parse; a
+    pipeline aborted before the server ran that Parse (a lock timeout in
+    `FENCE` skips the rest) leaves the record wrong, and the statement's next
+    use fails ("prepared statement _pg3_N does not exist"). Rolling back a
+    transaction is what makes psycopg forget them all (and DEALLOCATE ALL), so
+    one is begun to be rolled back if none is open. A refusal needs none of
+    this: batches refuse only in their last statement, so nothing is skipped.
+    """
+    try:
+        if conn.pgconn.transaction_status == _IDLE:
+            conn.execute("BEGIN")
+        conn.rollback()
+    except psycopg.Error:  # a broken connection: the first error is the one to report
+        pass

@@ -215,21 +215,20 @@ class FencedPostgresSaver(  # type: ignore[misc]
     def _fetch_tuple(
         self, op: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
     ) -> tuple[Any, _list[Any]] | None:
-        return self._engine.run(
-            op, lambda cur: txns.fetch_tuple(cur, thread_id, checkpoint_ns, checkpoint_id)
-        )
+        # One round trip: the checkpoint and its writes in one read-only snapshot.
+        batch = txns.fetch_tuple_batch(thread_id, checkpoint_ns, checkpoint_id)
+        found: tuple[Any, _list[Any]] | None = self._engine.run(op, batch=batch, read_only=True)
+        return found
 
     def _fetch_page(
         self, query: dict[str, Any], after_key: tuple[str, str, str] | None, size: int
     ) -> tuple[_list[Any], dict[Any, _list[Any]]]:
         statement, params = sql.list_checkpoints(**query, after_key=after_key, limit=size)
-
-        def job(cur: Any) -> tuple[_list[Any], dict[Any, _list[Any]]]:
-            cur.execute(statement, params)
-            rows = [tuple(r) for r in cur.fetchall()]
-            return rows, txns.fetch_writes_for(cur, rows)
-
-        return self._engine.run("list", job)
+        batch = txns.list_page_batch(statement, params)
+        page: tuple[_list[Any], dict[Any, _list[Any]]] = self._engine.run(
+            "list", batch=batch, read_only=True
+        )
+        return page
 
     def _put(self, enc: cps.EncodedCheckpoint, token: int | None) -> None:
         now = self._now()
@@ -238,7 +237,7 @@ class FencedPostgresSaver(  # type: ignore[misc]
             lambda cur: txns.put(
                 cur, enc, token, now=now, require_claim=self.require_claim, notify=self._notify
             ),
-            pipeline=token is not None,
+            batch=txns.put_batch(enc, token, now=now, notify=self._notify),
         )
 
     def _put_writes(
@@ -257,7 +256,9 @@ class FencedPostgresSaver(  # type: ignore[misc]
                 require_claim=self.require_claim,
                 notify=self._notify,
             ),
-            pipeline=token is not None,
+            batch=txns.put_writes_batch(
+                *key, encoded, token, run_id=run_id, now=now, notify=self._notify
+            ),
         )
 
 

@@ -27,6 +27,9 @@ from typing import Any
 
 from ..stored_json import dumps_json
 
+# The SQLSTATE `lgfs_refuse` raises (migration 4): a batch that refused itself.
+REFUSED = "LGFS1"
+
 # The stored version is the number of migrations applied; append only.
 MIGRATIONS: list[str] = [
     "CREATE TABLE IF NOT EXISTS lgfs_migrations (v integer PRIMARY KEY)",
@@ -109,6 +112,17 @@ MIGRATIONS: list[str] = [
     # reader asking from below it gets `ReplayUnavailable`, never a gap.
     """
     ALTER TABLE lgfs_threads ADD COLUMN floor bigint NOT NULL DEFAULT 1;
+    """,
+    # 5: `lgfs_refuse`, which a one-round-trip batch (`PgConnection.run`'s
+    # `batch`) calls to roll itself back when the fast path does not apply;
+    # the caller then decides in a transaction of its own. VOLATILE (the
+    # default), so the planner never evaluates it ahead of its CASE branch.
+    # The server logs each refusal as an ERROR ("lgfs: ..."): a stale token,
+    # an identical retry or a version conflict, each rare.
+    f"""
+    CREATE OR REPLACE FUNCTION lgfs_refuse(reason text) RETURNS bigint
+    LANGUAGE plpgsql AS $$
+    BEGIN RAISE EXCEPTION USING ERRCODE = '{REFUSED}', MESSAGE = 'lgfs: ' || reason; END $$;
     """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -299,41 +313,37 @@ INSERT_CHECKPOINT = (
     "%(values_blob)s, %(metadata)s, %(source)s, %(step)s, %(run_id)s, %(token)s, "
     f"{NOW}, %(checksum)s) ON CONFLICT DO NOTHING"
 )
-# The fenced put's pipeline (`txns.put`): sent together after `FENCE`, one
-# round trip for all. Each takes the position from the thread row `FENCE` just
-# locked and bumped, and does nothing when the token did not match (the
-# caller then raises, rolling back). Each statement has its own snapshot,
-# taken after `FENCE` had the lock, so the version check sees every commit
-# made before this one's position.
-_AT_FENCE = "FROM lgfs_threads t WHERE t.thread_id = %(thread_id)s AND t.token = %(token)s"
-INSERT_CHECKPOINT_AT_FENCE = (
-    "INSERT INTO lgfs_checkpoints (thread_id, checkpoint_ns, checkpoint_id, position, "
+# The fenced put's batch (`txns.put_batch`): `FENCE`, then this, in one round
+# trip and one transaction. Sent after `FENCE` had the row lock, this
+# statement's snapshot sees every commit made before this one's position, so
+# its version check is the slow path's. It stores the checkpoint at that
+# position and its event, or, when the fence failed (no row at the token), the
+# id is already stored, or (`check_version`) the parent is not the latest,
+# calls `lgfs_refuse`: the whole transaction rolls back and `txns.put` decides
+# (which error, or an identical retry) in a transaction of its own. A batch
+# refuses only in its last statement, so no statement after it is skipped.
+_PUT_AT_FENCE = (
+    "WITH t AS (SELECT next_seq - 1 AS position FROM lgfs_threads "
+    "WHERE thread_id = %(thread_id)s AND token = %(token)s), "
+    "ins AS (INSERT INTO lgfs_checkpoints (thread_id, checkpoint_ns, checkpoint_id, position, "
     "parent_checkpoint_id, envelope, values_type, values_blob, metadata, source, step, "
     "run_id, token, created_at, checksum) SELECT %(thread_id)s, %(checkpoint_ns)s, "
-    "%(checkpoint_id)s, t.next_seq - 1, %(parent_id)s, %(envelope)s, %(values_type)s, "
+    "%(checkpoint_id)s, t.position, %(parent_id)s, %(envelope)s, %(values_type)s, "
     "%(values_blob)s, %(metadata)s, %(source)s, %(step)s, %(run_id)s, %(token)s, "
-    f"{NOW}, %(checksum)s {_AT_FENCE} ON CONFLICT DO NOTHING"
-)
-LATEST_ID_BEFORE_FENCE = (
-    "SELECT c.checkpoint_id FROM lgfs_checkpoints c, lgfs_threads t "
-    "WHERE t.thread_id = %(thread_id)s AND t.token = %(token)s AND c.thread_id = t.thread_id "
-    "AND c.checkpoint_ns = %(checkpoint_ns)s AND c.position < t.next_seq - 1 "
-    "ORDER BY c.position DESC LIMIT 1"
-)
-# The put's event, only if the checkpoint row at this commit's position is ours.
-_EVENT_AT_FENCE = (
-    "INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data, token, "
-    "ts, checksum) SELECT c.thread_id, c.position, 'checkpoint', c.checkpoint_ns, "
-    f"c.checkpoint_id, %(event_data)s, %(token)s, {NOW}, %(event_checksum)s "
-    "FROM lgfs_checkpoints c JOIN lgfs_threads t ON t.thread_id = c.thread_id "
-    "AND c.position = t.next_seq - 1 AND t.token = %(token)s "
+    f"{NOW}, %(checksum)s FROM t ON CONFLICT DO NOTHING RETURNING position), "
+    "ev AS (INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data, "
+    "token, ts, checksum) SELECT %(thread_id)s, ins.position, 'checkpoint', %(checkpoint_ns)s, "
+    f"%(checkpoint_id)s, %(event_data)s, %(token)s, {NOW}, %(event_checksum)s FROM ins{{notify}}) "
+    "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM ins) THEN lgfs_refuse('put: not stored') "
+    "WHEN %(check_version)s AND (SELECT c.checkpoint_id FROM lgfs_checkpoints c, t "
     "WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s "
-    "AND c.checkpoint_id = %(checkpoint_id)s"
+    "AND c.position < t.position ORDER BY c.position DESC LIMIT 1) "
+    "IS DISTINCT FROM %(parent_id)s::text THEN lgfs_refuse('put: parent not latest') END"
 )
-INSERT_EVENT_AT_FENCE = _EVENT_AT_FENCE
+PUT_AT_FENCE = _PUT_AT_FENCE.format(notify="")
 # (PostgreSQL folds identical notifications of one transaction into one.)
-INSERT_EVENT_AT_FENCE_NOTIFY = (
-    _EVENT_AT_FENCE + " AND pg_notify('lgfs_events', c.thread_id) IS NOT NULL"
+PUT_AT_FENCE_NOTIFY = _PUT_AT_FENCE.format(
+    notify=" WHERE pg_notify('lgfs_events', %(thread_id)s) IS NOT NULL"
 )
 
 _KEY = "thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s"
@@ -382,38 +392,69 @@ _LAST_WINS = (
     "OR w.blob IS DISTINCT FROM excluded.blob OR w.task_path IS DISTINCT FROM excluded.task_path)"
 )
 UPSERT_WRITE_LAST_WINS = _WRITE_INSERT + _LAST_WINS
-# The fenced put_writes' pipeline: the same two inserts at the position
-# `FENCE` took (nothing when the token did not match), then the one `writes`
-# event, only if a write landed at that position (a retry changes nothing).
-_WRITE_AT_FENCE = (
+# The fenced put_writes' batch (`txns.put_writes_batch`): `FENCE`, then this.
+# Sent after `FENCE` had the lock, it stores every write at the position
+# `FENCE` took (regular channels first-writer-wins, special ones
+# `_LAST_WINS`), then the one `writes` event if a row changed, else (a retry
+# changed nothing) gives the position back, so the commit spends no seq; a
+# fence that failed (no row at the token) refuses the batch. Returns how many
+# rows changed. The writes travel as arrays, so any number is one statement;
+# a call writing one special (task, idx) twice goes statement by statement
+# (one INSERT cannot update a row twice).
+_WRITE_COLUMNS_IN = (
     "INSERT INTO lgfs_writes AS w (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
     "task_path, channel, type, blob, position, run_id, token, checksum) SELECT "
-    "%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(idx)s, "
-    "%(task_path)s, %(channel)s, %(type)s, %(blob)s, t.next_seq - 1, %(run_id)s, %(token)s, "
-    f"%(checksum)s {_AT_FENCE} "
+    "%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, r.task_id, r.idx, r.task_path, "
+    "r.channel, r.type, r.blob, t.position, %(run_id)s, %(token)s, r.checksum FROM r, t "
 )
-INSERT_WRITE_FIRST_WINS_AT_FENCE = _WRITE_AT_FENCE + "ON CONFLICT DO NOTHING"
-UPSERT_WRITE_LAST_WINS_AT_FENCE = _WRITE_AT_FENCE + _LAST_WINS
-_WRITES_EVENT_AT_FENCE = (
-    "INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data, token, "
-    "ts, checksum) SELECT t.thread_id, t.next_seq - 1, 'writes', %(checkpoint_ns)s, "
-    f"%(checkpoint_id)s, %(event_data)s, %(token)s, {NOW}, %(event_checksum)s {_AT_FENCE} "
-    "AND EXISTS (SELECT 1 FROM lgfs_writes w WHERE w.thread_id = t.thread_id "
-    "AND w.checkpoint_ns = %(checkpoint_ns)s AND w.checkpoint_id = %(checkpoint_id)s "
-    "AND w.position = t.next_seq - 1)"
+_PUT_WRITES_AT_FENCE = (
+    "WITH t AS (SELECT next_seq - 1 AS position FROM lgfs_threads "
+    "WHERE thread_id = %(thread_id)s AND token = %(token)s), "
+    "r AS (SELECT * FROM unnest(%(task_ids)s::text[], %(idxs)s::int[], %(task_paths)s::text[], "
+    "%(channels)s::text[], %(types)s::text[], %(blobs)s::bytea[], %(sums)s::bigint[], "
+    "%(specials)s::bool[]) AS r(task_id, idx, task_path, channel, type, blob, checksum, special)), "
+    f"first AS ({_WRITE_COLUMNS_IN}WHERE NOT r.special ON CONFLICT DO NOTHING RETURNING 1), "
+    f"last AS ({_WRITE_COLUMNS_IN}WHERE r.special {_LAST_WINS} RETURNING 1), "
+    "n AS (SELECT (SELECT count(*) FROM first) + (SELECT count(*) FROM last) AS changed), "
+    "ev AS (INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data, "
+    "token, ts, checksum) SELECT %(thread_id)s, t.position, 'writes', %(checkpoint_ns)s, "
+    f"%(checkpoint_id)s, %(event_data)s, %(token)s, {NOW}, %(event_checksum)s FROM t, n "
+    "WHERE n.changed > 0{notify} RETURNING seq), "
+    "back AS (UPDATE lgfs_threads SET next_seq = next_seq - 1 WHERE thread_id = %(thread_id)s "
+    "AND token = %(token)s AND (SELECT changed FROM n) = 0 RETURNING 1) "
+    "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM t) THEN lgfs_refuse('put_writes: stale token') "
+    "END, (SELECT changed FROM n), (SELECT count(*) FROM back), (SELECT count(*) FROM ev)"
 )
-INSERT_WRITES_EVENT_AT_FENCE = _WRITES_EVENT_AT_FENCE
-INSERT_WRITES_EVENT_AT_FENCE_NOTIFY = (
-    _WRITES_EVENT_AT_FENCE + " AND pg_notify('lgfs_events', t.thread_id) IS NOT NULL"
+PUT_WRITES_AT_FENCE = _PUT_WRITES_AT_FENCE.format(notify="")
+PUT_WRITES_AT_FENCE_NOTIFY = _PUT_WRITES_AT_FENCE.format(
+    notify=" AND pg_notify('lgfs_events', %(thread_id)s) IS NOT NULL"
 )
 # The writes of a page of checkpoints, in `writes_sort_key` order.
+_WRITE_COLUMNS = (
+    "w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.channel, w.type, "
+    "w.blob, w.task_path, w.idx, w.checksum"
+)
+_WRITES_ORDER = "ORDER BY w.task_path, w.task_id, w.idx"
 WRITES_OF_CHECKPOINTS = (
-    "SELECT w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.channel, w.type, "
-    "w.blob, w.task_path, w.idx, w.checksum FROM lgfs_writes w "
+    f"SELECT {_WRITE_COLUMNS} FROM lgfs_writes w "
     "JOIN unnest(%(threads)s::text[], %(namespaces)s::text[], %(ids)s::text[]) "
     "AS k(t, ns, id) ON w.thread_id = k.t AND w.checkpoint_ns = k.ns AND w.checkpoint_id = k.id "
-    "ORDER BY w.task_path, w.task_id, w.idx"
+    f"{_WRITES_ORDER}"
 )
+# `get_tuple`'s second statement, sent with its first in one round trip and
+# one snapshot (`READ_SNAPSHOT`): the writes of the checkpoint it reads.
+_WRITES_OF = (
+    f"SELECT {_WRITE_COLUMNS} FROM lgfs_writes w WHERE w.thread_id = %(thread_id)s "
+    "AND w.checkpoint_ns = %(checkpoint_ns)s AND w.checkpoint_id = "
+)
+WRITES_OF_ID = f"{_WRITES_OF}%(checkpoint_id)s {_WRITES_ORDER}"
+WRITES_OF_LATEST = (
+    f"{_WRITES_OF}(SELECT checkpoint_id FROM lgfs_checkpoints WHERE {_KEY} "
+    f"ORDER BY position DESC LIMIT 1) {_WRITES_ORDER}"
+)
+# A read batch's transaction: its statements share one snapshot, so a commit
+# between them cannot pair a checkpoint with another's writes.
+READ_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 # --- runs, copies, prunes ---------------------------------------------------------------
 
@@ -546,6 +587,18 @@ def writes_of_checkpoints(keys: Sequence[tuple[str, str, str]]) -> tuple[str, di
         "namespaces": [k[1] for k in keys],
         "ids": [k[2] for k in keys],
     }
+
+
+def writes_of_page(page_sql: str) -> str:
+    """Build the query for the writes of the checkpoints a `list_checkpoints` page reads.
+
+    Sent after the page in one snapshot (`READ_SNAPSHOT`), with the page's params.
+    """
+    return (
+        f"WITH page AS ({page_sql}) SELECT {_WRITE_COLUMNS} FROM lgfs_writes w JOIN page p "
+        "ON w.thread_id = p.thread_id AND w.checkpoint_ns = p.checkpoint_ns "
+        f"AND w.checkpoint_id = p.checkpoint_id {_WRITES_ORDER}"
+    )
 
 
 def list_checkpoints(

@@ -6,30 +6,46 @@ Invariant: every write begins by locking its thread's row, through `FENCE`
 the one liveness rule both stores use). So a write and a takeover of its
 thread are ordered by the row lock, and a write whose token was superseded
 before it took the lock never lands. Checks follow docs/semantics.md §3's order
-(fence, then version/identity) as the SQLite store's `checkpoints.put_txn` does.
+(fence, then version/identity), decided by the same functions as the SQLite
+store's (`checkpoints.stored_put`, `check_version`, `claims.check_unfenced`).
 Each function runs inside the transaction `PgConnection.run` opened; raising
-rolls everything back.
+rolls everything back. The `*_batch` functions build the one-round-trip form
+of a fenced write or a read (`PgConnection.run`'s `batch`): a fenced write's
+batch commits only what the statement-by-statement function would have
+committed, and refuses itself (`lgfs_refuse`, all rolled back) otherwise.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP
-from psycopg.rows import tuple_row
+from psycopg.types.numeric import Int8
 
-from ..checkpoints import EncodedCheckpoint, EncodedWrite, Row, WriteRow
+from ..checkpoints import (
+    EncodedCheckpoint,
+    EncodedWrite,
+    Row,
+    WriteRow,
+    check_version,
+    needs_version_check,
+    stored_put,
+)
 from ..checksums import checksum
-from ..claims import Claim, claim_live
-from ..errors import CheckpointConflict, StaleClaim, ThreadBusy
+from ..claims import Claim, check_unfenced, claim_live
+from ..errors import StaleClaim, ThreadBusy
 from ..events import NewEvent
 from ..stored_json import dumps_json
 from . import sql
+from .connection import Execute, Send
 from .events import append
 
 Cursor = Any  # a psycopg cursor returning tuples
-_FENCED_SOURCES = frozenset({"input", "loop"})
+# Checksums are sent as int8 whatever their size: psycopg picks int2/4/8 by
+# value and keys its prepared statements by the types it sent, so a checksum
+# that fit int4 one time and not the next kept a statement from ever being
+# prepared (the server then planned the put's statement on every call).
 
 
 def _one(cur: Cursor, query: str, params: dict[str, Any]) -> Any:
@@ -45,9 +61,9 @@ def fence(
 ) -> int:
     """Check that a write may land on `thread_id`, lock its row; return the commit's position.
 
-    With a token, the thread's current claim must carry it (expiry is not
-    considered). Without one, a live claim refuses the write, and so does
-    `require_claim`.
+    The rule is the SQLite store's `claims.check_fence`: a token must be the
+    current claim's (`FENCE`, expiry not considered); without one,
+    `claims.check_unfenced` decides.
 
     Raises:
         StaleClaim: the token is not the current claim's.
@@ -61,18 +77,13 @@ def fence(
     holder, current, expires_at, at = _one(
         cur, sql.LOCK_THREAD, {"thread_id": thread_id, "now": now}
     )
-    if claim_live(current, expires_at, at):
-        raise ThreadBusy(thread_id, holder, latest_id(cur, thread_id))
-    if require_claim:
-        raise ThreadBusy(
-            thread_id,
-            holder,
-            latest_id(cur, thread_id),
-            message=(
-                f"thread {thread_id!r}: this store requires a claim for every write "
-                "(require_claim=True); claim the thread and pass claim.config()"
-            ),
-        )
+    check_unfenced(
+        thread_id,
+        holder,
+        bool(claim_live(current, expires_at, at)),
+        require_claim,
+        lambda: latest_id(cur, thread_id),
+    )
     return int(_one(cur, sql.TAKE_POSITION, {"thread_id": thread_id, "n": 1})[0])
 
 
@@ -202,43 +213,19 @@ def put(
 ) -> bool:
     """Store one checkpoint and its `checkpoint` event; return False for an identical retry.
 
-    A fenced put sends its four statements in one pipeline; run it with
-    `PgConnection.run(..., pipeline=True)` and BEGIN travels with them: two
-    round trips in all, the second the COMMIT's (see `sql.INSERT_CHECKPOINT_AT_FENCE`).
+    Statement by statement, deciding in Python as the SQLite store's
+    `checkpoints.put_txn` does (`stored_put`, `check_version`). A fenced put
+    first tries `put_batch`, and comes here only when that batch refused.
 
     Raises:
         StaleClaim, ThreadBusy: the fence refused the write.
         CheckpointConflict: the parent is not the latest (fenced input/loop
             puts), or a different checkpoint is stored under this id.
     """
-    event = _checkpoint_event(enc)
-    if token is None:
-        position = fence(cur, enc.thread_id, token, now=now, require_claim=require_claim)
-        cur.execute(sql.INSERT_CHECKPOINT, _checkpoint_params(enc, token, now, position))
-        inserted = bool(cur.rowcount)
-        latest = _latest_before(cur, enc, position) if inserted else None
-    else:
-        conn = cur.connection
-        params = _checkpoint_params(enc, token, now, None)
-        data = dumps_json(dict(event.data), "event data")
-        params.update(event_data=data, event_checksum=checksum(event.kind, data))
-        with conn.pipeline():
-            fenced, ins, ver, ev = (conn.cursor(row_factory=tuple_row) for _ in range(4))
-            fenced.execute(sql.FENCE, params)
-            ins.execute(sql.INSERT_CHECKPOINT_AT_FENCE, params)
-            ver.execute(sql.LATEST_ID_BEFORE_FENCE, params)
-            ev.execute(
-                sql.INSERT_EVENT_AT_FENCE_NOTIFY if notify else sql.INSERT_EVENT_AT_FENCE, params
-            )
-        row = fenced.fetchone()
-        if row is None:
-            raise stale(cur, enc.thread_id, token)
-        position = int(row[0])
-        inserted = bool(ins.rowcount)
-        found = ver.fetchone()
-        latest = None if found is None else found[0]
-    if not inserted:
-        # An identical retry first (see the SQLite store's put_txn); it spent no seq.
+    position = fence(cur, enc.thread_id, token, now=now, require_claim=require_claim)
+    cur.execute(sql.INSERT_CHECKPOINT, _checkpoint_params(enc, token, now, position))
+    if not cur.rowcount:
+        # Given back, for an identical retry (which spends no seq).
         cur.execute(sql.ADJUST_SEQ, {"thread_id": enc.thread_id, "n": -1})
         key = {
             "thread_id": enc.thread_id,
@@ -246,23 +233,44 @@ def put(
             "checkpoint_id": enc.checkpoint_id,
         }
         stored = _one(cur, sql.GET_STORED_IDENTITY, key)
-        mine = (enc.parent_id, enc.envelope, enc.values_type, enc.values_blob, enc.metadata)
-        if stored is not None and tuple(stored) == mine:
-            return False
-        _check_version(enc, token, _latest_before(cur, enc, position))
-        raise CheckpointConflict(
-            enc.thread_id,
-            enc.checkpoint_ns,
-            enc.checkpoint_id,
-            enc.checkpoint_id,
-            message=(
-                f"thread {enc.thread_id!r} namespace {enc.checkpoint_ns!r}: a different "
-                f"checkpoint is already stored as {enc.checkpoint_id!r}"
-            ),
-        )
-    _check_version(enc, token, latest)
+        return stored_put(enc, token, stored, lambda: _latest_before(cur, enc, position))
+    check_version(enc, token, lambda: _latest_before(cur, enc, position))
+    event = _checkpoint_event(enc)
+    append(cur, enc.thread_id, position, [event], token=token, now=now, notify=notify)
+    return True
+
+
+def put_batch(
+    enc: EncodedCheckpoint, token: int | None, *, now: float | None, notify: bool = True
+) -> Send[bool] | None:
+    """Return a fenced put as one round trip (`PgConnection.run`'s `batch`); None if unfenced.
+
+    `FENCE` first, then `PUT_AT_FENCE`: the checkpoint, its event and the
+    version check in one statement. The batch commits only a new checkpoint
+    whose parent passes the check; anything else (a stale token, a stored
+    id, a parent not the latest) refuses it, and `put` decides.
+    """
     if token is None:
-        append(cur, enc.thread_id, position, [event], token=token, now=now, notify=notify)
+        return None
+    event = _checkpoint_event(enc)
+    params = _checkpoint_params(enc, token, now, None)
+    data = dumps_json(dict(event.data), "event data")
+    params.update(
+        event_data=data,
+        event_checksum=Int8(checksum(event.kind, data)),
+        check_version=needs_version_check(enc.source, token),
+    )
+    statement = sql.PUT_AT_FENCE_NOTIFY if notify else sql.PUT_AT_FENCE
+
+    def send(execute: Execute) -> Callable[[], bool]:
+        execute(sql.FENCE, params)
+        execute(statement, params)
+        return _stored
+
+    return send
+
+
+def _stored() -> bool:
     return True
 
 
@@ -295,7 +303,7 @@ def _checkpoint_params(
         "run_id": enc.run_id,
         "token": token,
         "now": now,
-        "checksum": enc.checksum,
+        "checksum": Int8(enc.checksum),
     }
 
 
@@ -306,17 +314,6 @@ def _latest_before(cur: Cursor, enc: EncodedCheckpoint, position: int) -> str | 
         {"thread_id": enc.thread_id, "checkpoint_ns": enc.checkpoint_ns, "position": position},
     )
     return None if row is None else row[0]
-
-
-def _check_version(enc: EncodedCheckpoint, token: int | None, latest: str | None) -> None:
-    """Refuse a fenced input/loop put whose parent is not the namespace's latest.
-
-    `latest` is the namespace's latest checkpoint committed before this one.
-    """
-    if token is None or enc.source not in _FENCED_SOURCES:
-        return
-    if latest != enc.parent_id:
-        raise CheckpointConflict(enc.thread_id, enc.checkpoint_ns, enc.parent_id, latest)
 
 
 def put_writes(
@@ -336,9 +333,85 @@ def put_writes(
 
     The semantics are the SQLite store's `checkpoints.put_writes_txn`'s; a
     call that changes nothing appends no event and spends no seq. A fenced
-    call sends everything in one pipeline, as `put` does (run it with
-    `pipeline=True`).
+    call first tries `put_writes_batch`, and comes here only when it refused.
     """
+    data, base, rows = _write_params(thread_id, checkpoint_ns, checkpoint_id, writes, token, run_id)
+    position = fence(cur, thread_id, token, now=now, require_claim=require_claim)
+    changed = 0
+    for params in rows:
+        statement = (
+            sql.UPSERT_WRITE_LAST_WINS
+            if params["channel"] in WRITES_IDX_MAP
+            else (sql.INSERT_WRITE_FIRST_WINS)
+        )
+        cur.execute(statement, {**params, "position": position})
+        changed += cur.rowcount
+    new = [NewEvent("writes", data, checkpoint_ns, checkpoint_id)] if changed else []
+    append(cur, thread_id, position, new, token=token, now=now, notify=notify)
+    return changed
+
+
+def put_writes_batch(
+    thread_id: str,
+    checkpoint_ns: str,
+    checkpoint_id: str,
+    writes: Sequence[EncodedWrite],
+    token: int | None,
+    *,
+    run_id: str | None,
+    now: float | None,
+    notify: bool = True,
+) -> Send[int] | None:
+    """Return a fenced `put_writes` as one round trip (a `batch`); None if unfenced.
+
+    `FENCE`, then `PUT_WRITES_AT_FENCE` (the writes, and the event or the
+    position given back when nothing changed; a stale token refuses the
+    batch, and `put_writes` raises). The reader returns how many rows changed.
+    None too for a call that writes one special (task, idx) twice.
+    """
+    specials = [(w.task_id, w.idx) for w in writes if w.special]
+    if token is None or len(set(specials)) < len(specials):
+        return None
+    data, base, _ = _write_params(thread_id, checkpoint_ns, checkpoint_id, writes, token, run_id)
+    text = dumps_json(data, "event data")
+    params = {
+        **base,
+        "event_data": text,
+        "event_checksum": Int8(checksum("writes", text)),
+        "now": now,
+        "task_ids": [w.task_id for w in writes],
+        "idxs": [Int8(w.idx) for w in writes],
+        "task_paths": [w.task_path for w in writes],
+        "channels": [w.channel for w in writes],
+        "types": [w.type for w in writes],
+        "blobs": [w.blob for w in writes],
+        "sums": [Int8(w.checksum) for w in writes],
+        "specials": [w.special for w in writes],
+    }
+    statement = sql.PUT_WRITES_AT_FENCE_NOTIFY if notify else sql.PUT_WRITES_AT_FENCE
+
+    def send(execute: Execute) -> Callable[[], int]:
+        execute(sql.FENCE, base)
+        done = execute(statement, params)
+
+        def changed() -> int:
+            row = done.fetchone()
+            assert row is not None  # the statement returns one row
+            return int(row[1])
+
+        return changed
+
+    return send
+
+
+def _write_params(
+    thread_id: str,
+    checkpoint_ns: str,
+    checkpoint_id: str,
+    writes: Sequence[EncodedWrite],
+    token: int | None,
+    run_id: str | None,
+) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
     data = {
         "task_id": writes[0].task_id,
         "task_path": writes[0].task_path,
@@ -361,51 +434,11 @@ def put_writes(
             "channel": w.channel,
             "type": w.type,
             "blob": w.blob,
-            "checksum": w.checksum,
+            "checksum": Int8(w.checksum),
         }
         for w in writes
     ]
-    if token is None:
-        position = fence(cur, thread_id, token, now=now, require_claim=require_claim)
-        changed = 0
-        for params in rows:
-            statement = (
-                sql.UPSERT_WRITE_LAST_WINS
-                if params["channel"] in WRITES_IDX_MAP
-                else (sql.INSERT_WRITE_FIRST_WINS)
-            )
-            cur.execute(statement, {**params, "position": position})
-            changed += cur.rowcount
-        new = [NewEvent("writes", data, checkpoint_ns, checkpoint_id)] if changed else []
-        append(cur, thread_id, position, new, token=token, now=now, notify=notify)
-        return changed
-    conn = cur.connection
-    text = dumps_json(data, "event data")
-    event = {**base, "event_data": text, "event_checksum": checksum("writes", text), "now": now}
-    with conn.pipeline():
-        fenced = conn.cursor(row_factory=tuple_row)
-        fenced.execute(sql.FENCE, base)
-        inserts = []
-        for w, params in zip(writes, rows, strict=True):
-            c = conn.cursor(row_factory=tuple_row)
-            statement = (
-                sql.UPSERT_WRITE_LAST_WINS_AT_FENCE
-                if w.special
-                else sql.INSERT_WRITE_FIRST_WINS_AT_FENCE
-            )
-            c.execute(statement, params)
-            inserts.append(c)
-        ev = conn.cursor(row_factory=tuple_row)
-        ev.execute(
-            sql.INSERT_WRITES_EVENT_AT_FENCE_NOTIFY if notify else sql.INSERT_WRITES_EVENT_AT_FENCE,
-            event,
-        )
-    if fenced.fetchone() is None:
-        raise stale(cur, thread_id, token)
-    changed = sum(c.rowcount for c in inserts)
-    if not changed:
-        cur.execute(sql.ADJUST_SEQ, {"thread_id": thread_id, "n": -1})
-    return changed
+    return data, base, rows
 
 
 def fetch_tuple(
@@ -432,3 +465,48 @@ def fetch_writes_for(
     for t, ns, cid, *write in cur.fetchall():
         out[(t, ns, cid)].append(tuple(write))
     return out
+
+
+def fetch_tuple_batch(
+    thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
+) -> Send[tuple[Row, list[WriteRow]] | None]:
+    """`fetch_tuple` as one round trip (run it with `read_only=True`: one snapshot)."""
+    key = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id}
+    by_id = checkpoint_id is not None
+
+    def send(execute: Execute) -> Callable[[], tuple[Row, list[WriteRow]] | None]:
+        found = execute(sql.GET_CHECKPOINT_BY_ID if by_id else sql.GET_LATEST_CHECKPOINT, key)
+        writes = execute(sql.WRITES_OF_ID if by_id else sql.WRITES_OF_LATEST, key)
+
+        def finish() -> tuple[Row, list[WriteRow]] | None:
+            row = found.fetchone()
+            if row is None:
+                return None
+            return tuple(row), [tuple(w[3:]) for w in writes.fetchall()]
+
+        return finish
+
+    return send
+
+
+def list_page_batch(
+    statement: str, params: dict[str, Any]
+) -> Send[tuple[list[Row], dict[tuple[str, str, str], list[WriteRow]]]]:
+    """One page of `list` (`sql.list_checkpoints`) and its writes, as one `read_only` batch."""
+
+    def send(
+        execute: Execute,
+    ) -> Callable[[], tuple[list[Row], dict[tuple[str, str, str], list[WriteRow]]]]:
+        page = execute(statement, params)
+        writes = execute(sql.writes_of_page(statement), params)
+
+        def finish() -> tuple[list[Row], dict[tuple[str, str, str], list[WriteRow]]]:
+            rows = [tuple(r) for r in page.fetchall()]
+            out: dict[tuple[str, str, str], list[WriteRow]] = {(r[0], r[1], r[2]): [] for r in rows}
+            for t, ns, cid, *write in writes.fetchall():
+                out[(t, ns, cid)].append(tuple(write))
+            return rows, out
+
+        return finish
+
+    return send

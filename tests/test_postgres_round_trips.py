@@ -1,0 +1,192 @@
+"""The PostgreSQL store's round trips: a fenced write or a read is one, whatever the connection.
+
+Counted from libpq's own trace of the connection (a message the client sent,
+then one the server sent, is one wait for the server), so the figures do not
+depend on the machine's load. Each commit's latency on a network is its
+round trips; LangGraph's `PostgresSaver` spends one per put, and a fenced put
+that spends more cannot approach its speed. Before the batches, a fenced put
+or put_writes took 5 (psycopg's `transaction()` syncs when entered and left
+in pipeline mode) and a get_tuple 4.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool
+
+from langgraph_fenced_sqlite import CheckpointConflict, StaleClaim, StoreBusy
+from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
+
+
+def _config(thread_id: str, token: int | None = None, **extra: Any) -> Any:
+    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": "", **extra}
+    if token is not None:
+        conf["__fence_token__"] = token
+    return {"configurable": conf}
+
+
+def _put(
+    saver: Any, token: int | None, parent: Any = None, cp: Any = None, thread_id: str = "t"
+) -> Any:
+    cp = cp or (empty_checkpoint() if parent is None else create_checkpoint(parent, None, 1))
+    extra = {} if parent is None else {"checkpoint_id": parent["id"]}
+    saver.put(_config(thread_id, token, **extra), cp, {"source": "loop", "step": 1}, {})
+    return cp
+
+
+def round_trips(conn: psycopg.Connection[Any], call: Callable[[], Any]) -> int:
+    """Run `call`; return how many times the client waited for the server on `conn`."""
+    fd, path = tempfile.mkstemp(suffix=".trace")
+    try:
+        conn.pgconn.trace(fd)
+        try:
+            call()
+        finally:
+            conn.pgconn.untrace()
+        with open(path) as f:
+            senders = [line.split("\t")[1] for line in f if line.count("\t") >= 2]
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return sum(1 for a, b in zip(senders, senders[1:], strict=False) if (a, b) == ("F", "B"))
+
+
+def test_a_fenced_put_put_writes_get_tuple_and_list_page_are_one_round_trip_each(
+    open_pg: Any,
+) -> None:
+    saver = open_pg()
+    conn = saver._engine._conn
+    claim = saver.claim("t", "w", 60)
+    first = _put(saver, claim.token)
+    box: dict[str, Any] = {}
+    assert round_trips(conn, lambda: box.setdefault("cp", _put(saver, claim.token, first))) == 1
+    wconf = _config("t", claim.token, checkpoint_id=box["cp"]["id"])
+    assert round_trips(conn, lambda: saver.put_writes(wconf, [("a", 1), ("b", 2)], "task")) == 1
+    got: list[Any] = []
+    assert round_trips(conn, lambda: got.append(saver.get_tuple(_config("t")))) == 1
+    assert got[0].checkpoint["id"] == box["cp"]["id"]
+    assert [(w[1], w[2]) for w in got[0].pending_writes] == [("a", 1), ("b", 2)]
+    assert round_trips(conn, lambda: got.append(list(saver.list(_config("t"))))) == 1
+    assert [t.checkpoint["id"] for t in got[1]] == [box["cp"]["id"], first["id"]]
+    assert [(w[1], w[2]) for w in got[1][0].pending_writes] == [("a", 1), ("b", 2)]
+
+
+def test_refused_batches_decide_as_before_and_leave_the_seqs_gap_free(open_pg: Any) -> None:
+    """Each way the one-round-trip put can refuse itself ends as the statement-by-statement
+    path decides: the right error, or an identical retry accepted, and no seq spent."""
+    saver = open_pg()
+    old = saver.claim("t", "old", 60)
+    first = _put(saver, old.token)
+    new = saver.take_over("t", "new", 60)
+    with pytest.raises(StaleClaim) as stale:
+        _put(saver, old.token, first)
+    assert (stale.value.current_token, stale.value.holder) == (new.token, "new")
+    _put(saver, new.token, cp=first)  # an identical retry, under the new claim: accepted
+    second = _put(saver, new.token, first)
+    with pytest.raises(CheckpointConflict) as behind:
+        _put(saver, new.token, first)  # its parent is no longer the latest
+    assert (behind.value.expected, behind.value.actual) == (first["id"], second["id"])
+    with pytest.raises(CheckpointConflict, match="a different checkpoint is already stored"):
+        _put(saver, new.token, second, cp={**second, "channel_values": {"x": 1}})
+    wconf = _config("t", new.token, checkpoint_id=second["id"])
+    saver.put_writes(wconf, [("a", 1)], "task")
+    saver.put_writes(wconf, [("a", 1)], "task")  # first writer wins: changes nothing
+    third = _put(saver, new.token, second)
+    events = saver.events_after("t")
+    assert [(e.seq, e.kind) for e in events] == [
+        (1, "checkpoint"),
+        (2, "checkpoint"),
+        (3, "writes"),
+        (4, "checkpoint"),
+    ]
+    assert events[-1].checkpoint_id == third["id"]
+
+
+def test_a_pool_connection_without_autocommit_is_handed_back_as_it_was(pg_dsn: str) -> None:
+    """The batch switches a connection to autocommit for its one round trip, and back,
+    also when the batch refused itself; the pool then finds it idle, as it lent it."""
+    with ConnectionPool(pg_dsn, min_size=1, max_size=1, open=True) as pool:
+        saver = FencedPostgresSaver(pool)
+        saver.setup()
+        claim = saver.claim("t", "w", 60)
+        first = _put(saver, claim.token)
+        _put(saver, claim.token, cp=first)  # refused, then accepted as a retry
+        with pytest.raises(StaleClaim):
+            _put(saver, claim.token + 1, first)
+        with pool.connection() as conn:
+            assert conn.autocommit is False
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert saver.get_tuple(_config("t")).checkpoint["id"] == first["id"]  # type: ignore[union-attr]
+
+
+def test_a_callers_connection_in_a_transaction_of_its_own_gets_a_savepoint(pg_dsn: str) -> None:
+    """On a connection the caller left inside a transaction, the batch's statements run in a
+    savepoint of it (as every call did before batches): the caller's rollback undoes them."""
+    with psycopg.connect(pg_dsn) as conn:
+        saver = FencedPostgresSaver(conn)
+        saver.setup()
+        claim = saver.claim("t", "w", 60)
+        conn.execute("SELECT 1")  # the caller's transaction, still open
+        _put(saver, claim.token)
+        assert saver.get_tuple(_config("t")) is not None
+        conn.rollback()
+        assert saver.get_tuple(_config("t")) is None
+
+
+def test_a_batch_cut_short_by_a_lock_timeout_leaves_the_connection_usable(pg_dsn: str) -> None:
+    """A lock timeout in `FENCE` makes the server skip the batch's later statements. psycopg
+    records a statement as prepared when it sends its Parse (its 5th use), so a skipped
+    Parse left it believing in a statement the server never made, and the next put failed
+    with StoreError ("prepared statement _pg3_2 does not exist"). Whichever use the timeout
+    hits, later calls on the connection work."""
+    options = conninfo_to_dict(pg_dsn)["options"]
+    for before in range(8):
+        thread_id = f"t{before}"
+        conn = psycopg.connect(pg_dsn, autocommit=True, options=f"{options} -c lock_timeout=50")
+        with conn:
+            saver = FencedPostgresSaver(conn)
+            saver.setup()
+            claim = saver.claim(thread_id, "w", 60)
+            parent = None
+            for _ in range(before):
+                parent = _put(saver, claim.token, parent, thread_id=thread_id)
+            with psycopg.connect(pg_dsn) as locker:
+                locker.execute(
+                    "SELECT 1 FROM lgfs_threads WHERE thread_id = %s FOR UPDATE", (thread_id,)
+                )
+                with pytest.raises(StoreBusy):
+                    _put(saver, claim.token, parent, thread_id=thread_id)
+            for _ in range(3):
+                parent = _put(saver, claim.token, parent, thread_id=thread_id)
+                wconf = _config(thread_id, claim.token, checkpoint_id=parent["id"])
+                saver.put_writes(wconf, [("a", 1)], "task")
+            assert [e.seq for e in saver.events_after(thread_id)] == list(range(1, before + 7))
+
+
+def test_put_writes_naming_one_special_channel_twice_is_last_writer_wins(open_pg: Any) -> None:
+    """One INSERT cannot update a row twice, so a call writing one special (task, idx) twice
+    is not sent as the one-statement batch: it goes statement by statement, the last
+    write wins (as on SQLite), and a repeat of the call, which rewrites the row twice,
+    is one more `writes` event."""
+    saver = open_pg()
+    claim = saver.claim("t", "w", 60)
+    cp = _put(saver, claim.token)
+    wconf = _config("t", claim.token, checkpoint_id=cp["id"])
+    writes = [("__error__", "a"), ("__error__", "b"), ("x", 1)]
+    saver.put_writes(wconf, writes, "task")
+    saver.put_writes(wconf, writes, "task")
+    got = saver.get_tuple(_config("t"))
+    assert got.pending_writes == [("task", "__error__", "b"), ("task", "x", 1)]
+    assert [(e.seq, e.kind) for e in saver.events_after("t")] == [
+        (1, "checkpoint"),
+        (2, "writes"),
+        (3, "writes"),
+    ]
