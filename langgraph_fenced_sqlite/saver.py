@@ -284,8 +284,8 @@ class FencedSqliteSaver(  # type: ignore[misc]
             The tuple with pending writes in `writes_sort_key` order, or None.
         """
         thread_id, ns, cid = config_target(config)
-        found = self._engine.read("get_tuple", cps.fetch_tuple, thread_id, ns, cid)
-        return None if found is None else cps.decode_tuple(self.serde, *found)
+        rows = self._engine.query("get_tuple", *schema.get_tuple(thread_id, ns, cid))
+        return cps.decode_found(self.serde, rows)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Async twin of `get_tuple`."""
@@ -356,16 +356,11 @@ class FencedSqliteSaver(  # type: ignore[misc]
     ) -> tuple[_list[CheckpointTuple], tuple[str, str, str] | None]:
         size = _PAGE if remaining is None else min(_PAGE, remaining)
         args = {k: v for k, v in query.items() if k != "limit"}
-        sql, params = schema.list_checkpoints(**args, after_key=cursor, limit=size)
-
-        def job(conn: Any) -> tuple[list[Any], dict[Any, Any]]:
-            rows = [tuple(r) for r in conn.execute(sql, params).fetchall()]
-            return rows, cps.fetch_writes_for(conn, rows)
-
-        rows, writes = self._engine.read("list", job)
-        page = [cps.decode_tuple(self.serde, r, writes[(r[0], r[1], r[2])]) for r in rows]
-        next_cursor = (rows[-1][2], rows[-1][0], rows[-1][1]) if len(rows) == size else None
-        return page, next_cursor
+        sql, params = schema.list_page(**args, after_key=cursor, limit=size)
+        page, last = cps.decode_page(self.serde, self._engine.query("list", sql, params))
+        if last is None or len(page) < size:
+            return page, None
+        return page, (last[2], last[0], last[1])
 
     def put(
         self,
