@@ -13,6 +13,7 @@ is decoded: damage is an `UndecodableRow`, never a different valid value.
 
 from __future__ import annotations
 
+import operator
 import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -28,7 +29,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from . import claims, events, schema
-from .checksums import checksum
+from .checksums import checkpoint_checksum, write_checksum
 from .errors import CheckpointConflict, FencedSqliteError, SerializationError, UndecodableRow
 from .serde import write_context
 from .stored_json import dumps_json, loads_json
@@ -98,7 +99,7 @@ def encode_checkpoint(
         source=md.get("source"),
         step=step if isinstance(step, int) and not isinstance(step, bool) else None,
         run_id=str(run_id) if run_id is not None else None,
-        checksum=checksum(envelope_text, values_type, values_blob, metadata_text),
+        checksum=checkpoint_checksum(envelope_text, values_type, values_blob, metadata_text),
     )
 
 
@@ -116,7 +117,7 @@ def encode_writes(
             raise write_context(exc, channel=channel, task_id=task_id, task_path=task_path) from exc
         special = channel in WRITES_IDX_MAP
         idx_ = WRITES_IDX_MAP.get(channel, idx)
-        sum_ = checksum(channel, type_, blob)
+        sum_ = write_checksum(channel, type_, blob)
         out.append(EncodedWrite(task_id, idx_, task_path, channel, type_, blob, special, sum_))
     return out
 
@@ -341,17 +342,57 @@ _DECODE_ERRORS = (
 def fetch_tuple(
     conn: sqlite3.Connection, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
 ) -> tuple[Row, list[WriteRow]] | None:
-    """Read one checkpoint row (latest by position if no id) and its writes."""
-    if checkpoint_id:
-        row = conn.execute(
-            schema.GET_CHECKPOINT_BY_ID, (thread_id, checkpoint_ns, checkpoint_id)
-        ).fetchone()
-    else:
-        row = conn.execute(schema.GET_LATEST_CHECKPOINT, (thread_id, checkpoint_ns)).fetchone()
-    if row is None:
+    """Read one checkpoint row (latest by position if no id) and its writes, in one statement."""
+    sql, params = schema.get_tuple(thread_id, checkpoint_ns, checkpoint_id)
+    found = split_tuple(conn.execute(sql, params).fetchall())
+    return None if found is None else (found[0][:12], found[1])
+
+
+def split_tuple(rows: Sequence[Row]) -> tuple[Row, list[WriteRow]] | None:
+    """Split `GET_TUPLE_*`'s rows into the checkpoint row and its writes.
+
+    Returns:
+        None if no checkpoint was found, else the checkpoint row (with the
+        statement's trailing 0) and its write rows in `writes_sort_key`
+        order.
+    """
+    if not rows:
         return None
-    writes = conn.execute(schema.WRITES_OF_CHECKPOINT, (row[0], row[1], row[2])).fetchall()
-    return tuple(row), [tuple(w) for w in writes]
+    row = rows[0]
+    if row[12] != 0:
+        # SQLite runs a UNION ALL's arms in order, so this is a result with
+        # no checkpoint (writes of one not stored); the search only makes
+        # that order no assumption.
+        found = next((r for r in rows if r[12] == 0), None)
+        if found is None:
+            return None
+        row = found
+    writes = [r[:7] for r in rows if r is not row]
+    if len(writes) > 1:
+        sort_writes(writes)
+    return row, writes
+
+
+def split_page(
+    rows: Sequence[Row],
+) -> tuple[list[Row], dict[tuple[Any, Any, Any], list[WriteRow]]]:
+    """Split `schema.list_page`'s rows into the page's checkpoint rows (in order) and
+    the write rows of each (every checkpoint's key present), in `writes_sort_key` order."""
+    checkpoints = [r for r in rows if r[12] == 0]
+    writes: dict[tuple[Any, Any, Any], list[WriteRow]] = {
+        (r[0], r[1], r[2]): [] for r in checkpoints
+    }
+    for r in rows:
+        if r[12] != 0:
+            found = writes.get((r[0], r[1], r[2]))
+            if found is None:
+                writes[(r[0], r[1], r[2])] = [r[3:10]]
+            else:
+                found.append(r[3:10])
+    for mine in writes.values():
+        if len(mine) > 1:
+            sort_writes(mine)
+    return checkpoints, writes
 
 
 def fetch_writes_for(
@@ -367,7 +408,34 @@ def fetch_writes_for(
     return out
 
 
+_WRITE_ORDER = operator.itemgetter(4, 0, 5)  # task_path, task_id, idx
+
+
+def sort_writes(writes: list[WriteRow]) -> None:
+    """Sort write rows as `ORDER BY task_path, task_id, idx` would, in place.
+
+    Python orders str by code point, as SQLite's BINARY collation orders
+    UTF-8 bytes; cells of mixed types (damage) are ordered as SQLite orders
+    them: NULL, numbers, text, blobs.
+    """
+    try:
+        writes.sort(key=_WRITE_ORDER)
+    except TypeError:
+        writes.sort(key=lambda w: (_sql_rank(w[4]), _sql_rank(w[0]), _sql_rank(w[5])))
+
+
+def _sql_rank(value: Any) -> tuple[int, Any]:
+    if value is None:
+        return (0, 0)
+    if isinstance(value, (int, float)):
+        return (1, value)
+    if isinstance(value, str):
+        return (2, value)
+    return (3, bytes(value))
+
+
 _NONE = type(None)
+_new_tuple = tuple.__new__
 # (index in a checkpoint row, column, the SQL types it may hold as Python types)
 _ROW_TYPES = (
     (3, "parent_checkpoint_id", (str, _NONE)),
@@ -395,7 +463,7 @@ def check_row(row: Row) -> None:
         raise UndecodableRow(
             thread_id, cid, "the row has no checksum (written outside this library?)"
         )
-    if stored != checksum(envelope, values_type, values_blob, metadata):
+    if stored != checkpoint_checksum(envelope, values_type, values_blob, metadata):
         raise UndecodableRow(
             thread_id, cid, "checksum mismatch: the row was damaged or changed outside this library"
         )
@@ -440,7 +508,7 @@ def decode_write(serde: SerializerProtocol, thread_id: str, cid: str, write: Wri
         UndecodableRow: the row is damaged, or its value does not decode.
     """
     task_id, channel, type_, blob, _path, idx, stored = write
-    if stored is None or stored != checksum(channel, type_, blob):
+    if stored is None or stored != write_checksum(channel, type_, blob):
         reason = "no checksum" if stored is None else "checksum mismatch"
         raise UndecodableRow(thread_id, cid, f"{_where(write)}: {reason}: the row was damaged")
     if type(task_id) is not str or type(channel) is not str or type(type_) is not str:
@@ -500,7 +568,9 @@ def decode_tuple(
                 "checkpoint_id": parent_id,
             }
         }
-    return CheckpointTuple(config, env, md, parent, pending)  # type: ignore[arg-type]
+    # `tuple.__new__` is what the named tuple's own (Python) `__new__` calls.
+    result: CheckpointTuple = _new_tuple(CheckpointTuple, (config, env, md, parent, pending))
+    return result
 
 
 # A retention skeleton row: ns, id, parent, position, source, run_id,

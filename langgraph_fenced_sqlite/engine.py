@@ -53,6 +53,8 @@ __all__ = ["Engine", "connect"]
 
 T = TypeVar("T")
 
+_get_ident = threading.get_ident
+
 # Worker threads of a store's async pool (made only as calls need them).
 ASYNC_WORKERS = 32
 
@@ -183,14 +185,25 @@ class Engine:
         Raises:
             StoreBusy: the store's other calls kept it past `busy_timeout`.
         """
-        self.check(op)
-        started = self._call_started()
-        remaining = started + self.busy_timeout - time.monotonic()
-        # acquire(timeout=0) is a non-blocking try; -1 would mean forever.
-        if not self._lock.acquire(timeout=max(remaining, 0.0)):
-            raise StoreBusy(op, self.path, time.monotonic() - started)
+        # `check(op)`, inlined: every call of the store runs this.
+        if self._closed:
+            raise StoreClosed(op, self.path)
+        if os.getpid() != self._pid:
+            raise WrongProcess(op, self.path)
+        me = _get_ident()
+        if self._owner == me:
+            raise WrongThread(op, self.path)
+        lock = self._lock
+        # A free lock is taken at once, whatever the deadline (as a wait of
+        # zero would); only a wait needs the deadline worked out.
+        if not lock.acquire(False):
+            started = self._call_started()
+            remaining = started + self.busy_timeout - time.monotonic()
+            # acquire(timeout=0) is a non-blocking try; -1 would mean forever.
+            if not lock.acquire(timeout=max(remaining, 0.0)):
+                raise StoreBusy(op, self.path, time.monotonic() - started)
         try:
-            self._owner = threading.get_ident()
+            self._owner = me
             if self._closed:
                 raise StoreClosed(op, self.path)
             return fn(self._conn, *args)
@@ -198,7 +211,7 @@ class Engine:
             raise self._translate(op, exc, 0.0) from exc
         finally:
             self._owner = None
-            self._lock.release()
+            lock.release()
 
     def read(self, op: str, fn: Callable[..., T], *args: Any) -> T:
         """Run `fn(conn, *args)` in one read transaction (one consistent snapshot)."""
@@ -220,6 +233,19 @@ class Engine:
         finally:
             conn.text_factory = lenient_text
         return _snapshot(conn, fn, args)
+
+    def query(self, op: str, sql: str, params: Any) -> list[Any]:
+        """Return every row of one SELECT, run with no transaction of its own.
+
+        One statement reads one snapshot (SQLite holds its read transaction
+        from the first step to the last row), so a read that is a single
+        statement needs no BEGIN and COMMIT: two statements fewer per read.
+        All rows are fetched before this returns, so no snapshot outlives it.
+
+        Raises:
+            StoreBusy: the store's other calls kept it past `busy_timeout`.
+        """
+        return self.run(op, _query_job, sql, params)
 
     def write(
         self,
@@ -472,6 +498,21 @@ class Engine:
                 f"schema version {version} but trigger(s) {', '.join(lost)} are missing; "
                 "the file is damaged or was altered"
             )
+
+
+def _query_job(conn: sqlite3.Connection, sql: str, params: Any) -> list[Any]:
+    # As `_read_job`: text cells decode in C, and a cell that is not UTF-8
+    # (damage) fails the whole query, so it runs again leniently and the
+    # damaged row is reported by its checksum.
+    conn.text_factory = str
+    try:
+        return conn.execute(sql, params).fetchall()
+    except sqlite3.OperationalError as exc:
+        if not is_undecodable_text(exc):
+            raise
+    finally:
+        conn.text_factory = lenient_text
+    return conn.execute(sql, params).fetchall()
 
 
 def _snapshot(conn: sqlite3.Connection, fn: Callable[..., T], args: tuple[Any, ...]) -> T:

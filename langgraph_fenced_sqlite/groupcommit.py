@@ -185,13 +185,26 @@ class GroupCommit:
             StoreBusy: the write did not start within `busy_timeout` of `started`.
         """
         engine = self._engine
+        skipped = False  # a following write that decided not to wait
+        if not self._queue:
+            if awaits is not None:
+                with self._changed:
+                    skipped = self._skip(awaits[0])
+            if (awaits is None or skipped) and engine._lock.acquire(False):
+                # Alone: no write queued (none awaiting this put either), no
+                # wait wanted, the connection free. Committed here with no
+                # job, queue or condition; anything else (a write queued
+                # meanwhile, a busy file) goes the whole way below.
+                done, result = self._alone(op, fn, started)
+                if done:
+                    return result
         job = Job(op, fn, started, engine.busy_timeout, awaits, closes)
         with self._changed:
             self._queue.append(job)
             if closes is not None:
                 self._closing(job)
         try:
-            if awaits is not None:
+            if awaits is not None and not skipped:
                 with self._changed:
                     self._follow(job)
             self._await(job)
@@ -206,6 +219,69 @@ class GroupCommit:
         if job.error is not None:
             raise job.error
         return job.result
+
+    def _alone(
+        self, op: str, fn: Callable[[sqlite3.Connection], Any], started: float
+    ) -> tuple[bool, Any]:
+        """Run one write as a batch of its own; the caller took the store's lock.
+
+        The same steps as `lead` and `_commit` for a batch of one (deadline,
+        BEGIN IMMEDIATE, the function, COMMIT, the doorbell), and the same
+        outcomes: a failed write is rolled back and raises, an interrupt
+        rolls back and propagates. Releases the lock.
+
+        Returns:
+            `(True, result)` once committed; `(False, None)` when nothing ran
+            and the write must be queued instead (another write was queued
+            before the lock was taken, or the file is busy: `_begin` retries).
+        """
+        engine = self._engine
+        conn = engine._conn
+        lock = engine._lock
+        began_txn = False
+        try:
+            engine._owner = threading.get_ident()
+            if self._queue:
+                return False, None  # another write arrived first: it must share the batch
+            if engine._closed:
+                raise StoreClosed(op, engine.path)
+            budget = started + engine.busy_timeout - time.monotonic()
+            if budget <= 0:
+                raise StoreBusy(op, engine.path, time.monotonic() - started)
+            self._leading_since = time.monotonic()
+            try:
+                engine._limit_busy_wait(budget)
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                if isinstance(exc, sqlite3.OperationalError) and engine._is_busy(exc):
+                    return False, None
+                raise engine._translate(op, exc, 0.0) from exc
+            began_txn = True
+            try:
+                result = fn(conn)
+            except sqlite3.Error as exc:
+                raise engine._translate(op, exc, 0.0) from exc
+            began = time.monotonic()
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise engine._translate(op, exc, 0.0) from exc
+            began_txn = False
+            took = time.monotonic() - began
+            with self._changed:
+                self._commit_s += _ALPHA * (took - self._commit_s)
+                self._stats["commits"] += 1
+            engine._after_commit()
+            return True, result
+        finally:
+            if began_txn:
+                with contextlib.suppress(sqlite3.Error):
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+            self._leading_since = None
+            engine._restore_busy_wait()
+            engine._owner = None
+            lock.release()
 
     def _await(self, job: Job) -> None:
         # Lead a batch holding `job`, or wait for the leader that took it.
@@ -253,20 +329,29 @@ class GroupCommit:
             return 0.0
         return min(FOLLOW_MAX_S, max(FOLLOW_MIN_S, FOLLOW_FACTOR * self._gap_s))
 
+    def _skip(self, thread_id: str) -> bool:
+        # Under `_changed`: whether a write awaiting a put of `thread_id`
+        # leads at once (counted as skipped): backing off, a cheap disk, or
+        # enough writes waiting already. False changes nothing.
+        backoff = self._backoff.get(thread_id)
+        if backoff is not None and backoff[0] > 0:
+            backoff[0] -= 1
+            self._stats["skipped"] += 1
+            return True
+        if self._bound() <= 0 or self._waiting >= MAX_WAITING:
+            self._stats["skipped"] += 1
+            return True
+        return False
+
     def _follow(self, job: Job) -> None:
         # Under `_changed`: wait (bounded, see the module docstring) for the
         # put `job` awaits to be queued, or for a leader to take `job`.
         assert job.awaits is not None
         thread_id = job.awaits[0]
+        if self._skip(thread_id):
+            return
         backoff = self._backoff.get(thread_id)
-        if backoff is not None and backoff[0] > 0:
-            backoff[0] -= 1
-            self._stats["skipped"] += 1
-            return
         bound = self._bound()
-        if bound <= 0 or self._waiting >= MAX_WAITING:
-            self._stats["skipped"] += 1
-            return
         self._stats["waited"] += 1
         until = job.arrived + bound
         if self._leading_since is not None:

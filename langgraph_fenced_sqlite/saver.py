@@ -216,18 +216,16 @@ class FencedSqliteSaver(  # type: ignore[misc]
     def _fetch_tuple(
         self, op: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
     ) -> tuple[Any, _list[Any]] | None:
-        return self._engine.read(op, cps.fetch_tuple, thread_id, checkpoint_ns, checkpoint_id)
+        # One statement (the checkpoint and its writes, UNION ALL) is one
+        # snapshot: no BEGIN/COMMIT.
+        rows = self._engine.query(op, *schema.get_tuple(thread_id, checkpoint_ns, checkpoint_id))
+        return cps.split_tuple(rows)
 
     def _fetch_page(
         self, query: dict[str, Any], after_key: tuple[str, str, str] | None, size: int
     ) -> tuple[_list[Any], dict[Any, _list[Any]]]:
-        sql, params = schema.list_checkpoints(**query, after_key=after_key, limit=size)
-
-        def job(conn: Any) -> tuple[_list[Any], dict[Any, _list[Any]]]:
-            rows = [tuple(r) for r in conn.execute(sql, params).fetchall()]
-            return rows, cps.fetch_writes_for(conn, rows)
-
-        return self._engine.read("list", job)
+        sql, params = schema.list_page(**query, after_key=after_key, limit=size)
+        return cps.split_page(self._engine.query("list", sql, params))
 
     def _put(self, enc: cps.EncodedCheckpoint, token: int | None) -> None:
         now = read_now(self.clock)

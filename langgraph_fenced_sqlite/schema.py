@@ -349,6 +349,40 @@ GET_LATEST_ID = (
     "SELECT checkpoint_id FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
     "ORDER BY position DESC LIMIT 1"
 )
+# `get_tuple` in one statement: the checkpoint row (`_CHECKPOINT_COLUMNS`,
+# then 0) and each of its writes (`_TUPLE_WRITE`: `WRITES_OF_CHECKPOINT`'s
+# columns, five NULLs, then 1), in no particular order. One statement reads
+# one snapshot, so the checkpoint and its writes agree without the BEGIN and
+# COMMIT that two statements need (two statements more per read). The
+# latest's id is the same subquery in both arms: on one snapshot it names
+# the same row. Parameters: thread id, namespace (and the id).
+_TUPLE_WRITE = (
+    "SELECT task_id, channel, type, blob, task_path, idx, checksum, "
+    "NULL, NULL, NULL, NULL, NULL, 1 FROM writes WHERE thread_id = ?1 AND checkpoint_ns = ?2 "
+)
+_LATEST_ID = (
+    "(SELECT checkpoint_id FROM checkpoints WHERE thread_id = ?1 AND checkpoint_ns = ?2 "
+    "ORDER BY position DESC LIMIT 1)"
+)
+GET_TUPLE_BY_ID = (
+    f"SELECT {_CHECKPOINT_COLUMNS}, 0 FROM checkpoints WHERE thread_id = ?1 "
+    "AND checkpoint_ns = ?2 AND checkpoint_id = ?3 "
+    f"UNION ALL {_TUPLE_WRITE}AND checkpoint_id = ?3"
+)
+GET_TUPLE_LATEST = (
+    f"SELECT {_CHECKPOINT_COLUMNS}, 0 FROM checkpoints WHERE thread_id = ?1 "
+    f"AND checkpoint_ns = ?2 AND checkpoint_id = {_LATEST_ID} "
+    f"UNION ALL {_TUPLE_WRITE}AND checkpoint_id = {_LATEST_ID}"
+)
+
+
+def get_tuple(thread_id: str, checkpoint_ns: str, checkpoint_id: str | None) -> tuple[str, Any]:
+    """Build `get_tuple`'s one statement: `GET_TUPLE_BY_ID`, or `GET_TUPLE_LATEST` with no id."""
+    if checkpoint_id:
+        return GET_TUPLE_BY_ID, (thread_id, checkpoint_ns, checkpoint_id)
+    return GET_TUPLE_LATEST, (thread_id, checkpoint_ns)
+
+
 # The namespace's latest checkpoint committed before `position`.
 GET_LATEST_ID_BEFORE = (
     "SELECT checkpoint_id FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
@@ -563,6 +597,62 @@ def list_checkpoints(
     Returns:
         `(sql, params)`.
     """
+    clause, params = _list_where(
+        thread_id, checkpoint_ns, checkpoint_id, metadata_filter, before_id, after_key
+    )
+    return f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints {clause}{_LIST_ORDER}", [*params, limit]
+
+
+_LIST_ORDER = "ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC LIMIT ?"
+
+
+def list_page(
+    *,
+    thread_id: str | None,
+    checkpoint_ns: str | None,
+    checkpoint_id: str | None,
+    metadata_filter: dict[str, Any] | None,
+    before_id: str | None,
+    after_key: tuple[str, str, str] | None,
+    limit: int,
+) -> tuple[str, list[Any]]:
+    """Build one page of `list` and the page's writes, as one statement.
+
+    The arguments are `list_checkpoints`'s. One statement reads one snapshot,
+    so the page and its writes agree with no BEGIN and COMMIT around them.
+    The page's keys are selected again (same filter, same total order, same
+    snapshot: the same rows) for the writes' join; a join, not
+    `(t, ns, id) IN (...)`, which SQLite 3.40 plans as a scan of the writes.
+
+    Returns:
+        `(sql, params)`; rows are the page's checkpoints in order
+        (`_CHECKPOINT_COLUMNS`, then 0), then their writes in no particular
+        order: `(thread_id, checkpoint_ns, checkpoint_id, task_id, channel,
+        type, blob, task_path, idx, checksum, NULL, NULL, 1)`.
+    """
+    clause, params = _list_where(
+        thread_id, checkpoint_ns, checkpoint_id, metadata_filter, before_id, after_key
+    )
+    sql = (
+        f"SELECT *, 0 FROM (SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints {clause}{_LIST_ORDER}) "
+        "UNION ALL SELECT w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.channel, "
+        "w.type, w.blob, w.task_path, w.idx, w.checksum, NULL, NULL, 1 FROM (SELECT thread_id, "
+        f"checkpoint_ns, checkpoint_id FROM checkpoints {clause}{_LIST_ORDER}) AS k "
+        "JOIN writes AS w ON w.thread_id = k.thread_id AND w.checkpoint_ns = k.checkpoint_ns "
+        "AND w.checkpoint_id = k.checkpoint_id"
+    )
+    return sql, [*params, limit, *params, limit]
+
+
+def _list_where(
+    thread_id: str | None,
+    checkpoint_ns: str | None,
+    checkpoint_id: str | None,
+    metadata_filter: dict[str, Any] | None,
+    before_id: str | None,
+    after_key: tuple[str, str, str] | None,
+) -> tuple[str, list[Any]]:
+    """Return `list`'s WHERE clause (empty, or ending in a space) and its parameters."""
     where: list[str] = []
     params: list[Any] = []
     if thread_id is not None:
@@ -589,13 +679,7 @@ def list_checkpoints(
     if after_key is not None:
         where.append("(checkpoint_id, thread_id, checkpoint_ns) < (?, ?, ?)")
         params.extend(after_key)
-    clause = f"WHERE {' AND '.join(where)} " if where else ""
-    sql = (
-        f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints {clause}"
-        "ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC LIMIT ?"
-    )
-    params.append(limit)
-    return sql, params
+    return (f"WHERE {' AND '.join(where)} " if where else ""), params
 
 
 def _json_path(key: str) -> str:

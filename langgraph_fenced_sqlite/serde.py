@@ -65,6 +65,7 @@ __all__ = [
 TypeKey = tuple[str, ...]
 
 _OPTION = ormsgpack.OPT_NON_STR_KEYS
+_unpackb = ormsgpack.unpackb
 
 # The tags we write and read; everything else (pickle, json, ...) is refused.
 _TAGS = frozenset({"null", "bytes", "bytearray", "msgpack"})
@@ -347,14 +348,29 @@ class DataOnlySerializer(JsonPlusSerializer):
                 type outside the allow-list or one that does not rebuild.
         """
         tag, payload = data
+        if tag == "msgpack":
+            # The common case (every value of every read), first and with no
+            # keyword call: `_unpack`'s plain read, inlined.
+            unknown_tag = self._unknown == "tag"
+            cached = self._plain_hooks.get(unknown_tag)
+            if cached is None or cached[0] is not self:
+                return self._unpack(payload, build=True, tag=unknown_tag)
+            errors = _hook_errors()
+            errors.clear()
+            try:
+                return _unpackb(payload, ext_hook=cached[1], option=_OPTION)
+            except (ValueError, TypeError) as exc:
+                if errors:
+                    first = errors[0]
+                    errors.clear()
+                    raise first from None
+                raise SerializationError("msgpack", message=f"corrupt msgpack: {exc}") from exc
         if tag == "null":
             return None
         if tag == "bytes":
             return bytes(payload)
         if tag == "bytearray":
             return bytearray(payload)
-        if tag == "msgpack":
-            return self._unpack(payload, build=True, tag=self._unknown == "tag")
         raise SerializationError(
             str(tag), message=f"serializer tag {tag!r} is refused (only {sorted(_TAGS)})"
         )

@@ -63,9 +63,9 @@ def check_name(value: Any, name: str, *, allow_empty: bool = False) -> str:
         InvalidArgument: not a string; empty, too long, containing NUL or a
             lone surrogate.
     """
-    if type(value) is str and value and len(value) <= MAX_ID_LENGTH and value.isascii():
-        # The common case (ids LangGraph makes), in one test.
-        if "\x00" not in value:
+    if type(value) is str and len(value) <= MAX_ID_LENGTH and value.isascii():
+        # The common case (ids LangGraph makes, the empty root namespace), in one test.
+        if "\x00" not in value and (value or allow_empty):
             return value
     if not isinstance(value, str):
         raise bad_argument(name, f"expected a string, got {type(value).__name__}")

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from langgraph_fenced_sqlite.checksums import checksum
+from langgraph_fenced_sqlite.checksums import checkpoint_checksum, checksum, write_checksum
 
 
 def _reference(*parts: Any) -> int:
@@ -93,3 +93,17 @@ _CELL = st.one_of(
 @given(st.lists(_CELL, max_size=6))
 def test_checksum_equals_the_step_by_step_crc_for_any_cells(parts: list[Any]) -> None:
     assert checksum(*parts) == _reference(*parts)
+
+
+_SURROGATES = st.text(alphabet=st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF))
+
+
+@given(
+    st.tuples(_CELL, _CELL, _CELL, _CELL), st.tuples(st.text(), st.text(), st.binary(), _SURROGATES)
+)
+def test_a_rows_checksum_helpers_give_checksums_value(cells: Any, typical: Any) -> None:
+    """The fixed-arity helpers every read and write runs are `checksum` exactly,
+    for any cells (a damaged one too) and for lone surrogates (lenient text)."""
+    for four in (cells, typical):
+        assert checkpoint_checksum(*four) == checksum(*four) == _reference(*four)
+        assert write_checksum(*four[:3]) == checksum(*four[:3]) == _reference(*four[:3])

@@ -199,3 +199,51 @@ def test_four_processes_write_one_file(tmp_path: Any) -> None:
         assert stats["integrity"] == ["ok"]
         # Every claim got its own token: 4 * rounds claims, one counter.
         assert stats["token_counter"] == 4 * rounds
+
+
+def _view(found: Any) -> tuple[Any, ...]:
+    """What a reader relies on of a tuple: its id and its writes' values."""
+    return (found.config["configurable"]["checkpoint_id"], [w[2] for w in found.pending_writes])
+
+
+@pytest.mark.parametrize("read", ["get_tuple", "list"])
+def test_a_read_sees_a_checkpoint_and_its_writes_from_one_snapshot(
+    open_store: Any, read: str
+) -> None:
+    """Another connection commits in the middle of a read: the read shows the state
+    before it or after it, never the checkpoint of one with the writes of the other.
+
+    `get_tuple` and `list` are one SELECT each (no BEGIN/COMMIT around two
+    statements): SQLite's progress handler runs the other store's commit
+    while that statement is stepping. Two statements outside a transaction
+    would return the first checkpoint with a write committed after it.
+    """
+    reader, writer = open_store(), open_store()
+    root = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    first = _put_one(writer, "t", 1, "a")
+    writer.put_writes(first, [("chan", "w1")], "task-1")
+    before = _view(reader.get_tuple(root))
+    fired: list[bool] = []
+
+    def commit_meanwhile() -> int:
+        if not fired:
+            fired.append(True)
+            # The first checkpoint gets another write, and a newer one is stored.
+            writer.put_writes(first, [("chan", "w1b")], "task-2")
+            second = _put_one(writer, "t", 2, "b")
+            writer.put_writes(second, [("chan", "w2")], "task-3")
+        return 0
+
+    conn = reader._engine._conn
+    conn.set_progress_handler(commit_meanwhile, 1)
+    try:
+        if read == "get_tuple":
+            seen = _view(reader.get_tuple(root))
+        else:
+            seen = _view(list(reader.list(root, limit=1))[0])
+    finally:
+        conn.set_progress_handler(None, 1)
+    assert fired, "the other commit did not run during the read"
+    after = _view(reader.get_tuple(root))
+    assert after != before and after[1] == ["w2"]
+    assert seen in (before, after), (seen, before, after)

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 from conftest import reseal
+from hypothesis import given
+from hypothesis import strategies as st
 
 from langgraph_fenced_sqlite import FencedSqliteSaver, InvalidArgument, UndecodableRow, stored_json
 from langgraph_fenced_sqlite.checksums import checksum
@@ -266,3 +268,79 @@ def test_a_cell_of_the_wrong_type_behind_a_valid_checksum_is_named(
         store.get_tuple(configs["second"])
     with pytest.raises(UndecodableRow, match=named):
         list(store.list(plain_config("t")))
+
+
+# --- reads in one statement (checkpoints.split_tuple, decode_page) -------------------
+
+
+def test_writes_of_a_checkpoint_not_stored_read_as_no_checkpoint(open_store: Any) -> None:
+    """get_tuple's one statement returns write rows alone for an id that has writes
+    but no checkpoint (LangGraph sends writes first): that is None, not an error."""
+    store = open_store()
+    store.put(plain_config("t"), values_checkpoint(), {"source": "input", "step": -1}, {})
+    ghost = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": "ghost"}}
+    store.put_writes(ghost, [("chan", 1), ("other", 2)], "task")
+    assert store.get_tuple(ghost) is None
+    assert [t.checkpoint["id"] for t in store.list(plain_config("t"))] != ["ghost"]
+
+
+def test_pending_writes_come_back_in_task_path_task_id_idx_order(open_store: Any) -> None:
+    """The writes of get_tuple and list are sorted in Python (task_path, task_id,
+    idx), as `ORDER BY task_path, task_id, idx` sorted them, for several tasks."""
+    store = open_store()
+    stored = store.put(plain_config("t"), values_checkpoint(), {"source": "loop", "step": 0}, {})
+    tasks = [("b", "~1"), ("a", "~2"), ("c", "~1"), ("é", ""), ("d", "~10")]
+    for task_id, path in tasks:
+        store.put_writes(
+            stored, [("x", f"{task_id}{path}-0"), ("y", f"{task_id}{path}-1")], task_id, path
+        )
+    expected = [f"{t}{p}-{i}" for p, t, i in sorted((p, t, i) for t, p in tasks for i in range(2))]
+    got = store.get_tuple(stored)
+    assert got is not None and [w[2] for w in got.pending_writes] == expected
+    (listed,) = list(store.list(plain_config("t")))
+    assert [w[2] for w in listed.pending_writes] == expected
+
+
+def test_sort_writes_orders_mixed_cell_types_as_sqlite_does() -> None:
+    """Damaged rows may hold NULL, numbers, text or blobs in a sort column; the
+    Python sort then orders them as SQLite's ORDER BY does instead of failing."""
+    from langgraph_fenced_sqlite.checkpoints import sort_writes
+
+    paths: list[Any] = ["b", None, 3, b"\x00", "a", 1.5, b"a"]
+    rows = [("task", "c", "t", b"", p, i, 0) for i, p in enumerate(paths)]
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE w (p, i)")
+    conn.executemany("INSERT INTO w VALUES (?, ?)", [(p, i) for i, p in enumerate(paths)])
+    expected = [i for (i,) in conn.execute("SELECT i FROM w ORDER BY p, i")]
+    sort_writes(rows)
+    assert [r[5] for r in rows] == expected
+
+
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(), kids, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(_JSON_VALUES, st.sampled_from(["", " ", "\n", "x", "]", "{", ",1"]))
+def test_loads_json_fast_path_gives_the_decoders_value_or_error(value: Any, edge: str) -> None:
+    """`loads_json` scans text straight away and falls back to the whole decoder for
+    anything else: same value, or the same error, as `JSONDecoder.decode` gives."""
+    import json
+
+    text = dumps_json(value, "v")
+    for candidate in (text, edge + text, text + edge):
+        try:
+            expected: Any = ("ok", json.loads(candidate))
+        except ValueError:
+            expected = ("error", None)
+        try:
+            got: Any = ("ok", loads_json(candidate, "v"))
+        except SerializationError:
+            got = ("error", None)
+        assert got == expected, candidate
