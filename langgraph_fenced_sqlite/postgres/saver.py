@@ -44,6 +44,7 @@ from .api_claims import PgClaimsAPI
 from .api_events import PgEventsAPI
 from .api_retention import PgRetentionAPI
 from .api_runs import PgRunsAPI
+from .api_threads import PgReadAPI
 from .connection import PgConnection
 
 __all__ = ["DatabaseClock", "FencedPostgresSaver"]
@@ -82,7 +83,7 @@ class DatabaseClock:
 
 
 class FencedPostgresSaver(  # type: ignore[misc]
-    PgClaimsAPI, PgRunsAPI, PgEventsAPI, PgRetentionAPI, BaseCheckpointSaver[str]
+    PgClaimsAPI, PgRunsAPI, PgEventsAPI, PgRetentionAPI, PgReadAPI, BaseCheckpointSaver[str]
 ):
     """A LangGraph checkpointer on PostgreSQL with per-thread claims and fencing tokens.
 
