@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import operator
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -141,3 +142,51 @@ def python(script: str, *args: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+# --- the same threads in either store (tests/test_postgres_*.py compare the stores) ---------
+
+# Checkpoint, task and run ids, and LangGraph's interrupt ids (32 hex digits).
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\b[0-9a-f]{32}\b")
+
+
+def same_ids(value: Any) -> Any:
+    """Replace every id in `value` (nested) by `<id>`: the stores' ids differ, nothing else may."""
+    if isinstance(value, str):
+        return _UUID.sub("<id>", value)
+    if isinstance(value, dict):
+        return {same_ids(k): same_ids(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [same_ids(v) for v in value]
+    return value
+
+
+def write_threads(saver: Any, clock: ManualClock) -> None:
+    """Write threads in every status through the runner (as `make_ops_file` does into a file).
+
+    `old` 40 days ago; then `done` (resumed to the end), `waiting` (at the
+    interrupt), `broken` (its node raised), `plain` (no runner), `busy`
+    (claimed live for an hour), `released` (claimed and released, nothing
+    written) and `deleted` (written, then deleted: not a thread any more).
+    """
+    graph = build_graph(saver)
+    runner = FencedRunner(graph, saver, holder="worker-1")
+    runner.invoke({"count": 0}, config("old"))
+    runner.invoke(Command(resume="ok"), config("old"))
+    clock.advance(40 * DAY)
+    runner.invoke({"count": 0}, config("done"))
+    runner.invoke(Command(resume="ok"), config("done"))
+    clock.advance(5)
+    runner.invoke({"count": 2}, config("waiting"))
+    clock.advance(5)
+    with pytest.raises(ValueError):
+        runner.invoke({"boom": True}, config("broken"))
+    graph.invoke({"count": 3}, config("plain"))
+    graph.invoke(Command(resume="fine"), config("plain"))
+    clock.advance(5)
+    claim = saver.claim("busy", "worker-9", 3600)
+    graph.invoke({"count": 4}, claim.config())
+    saver.release("released", saver.claim("released", "worker-2", 60).token)
+    runner.invoke({"count": 5}, config("deleted"))
+    saver.delete_thread("deleted")
+    clock.advance(5)

@@ -170,12 +170,15 @@ GET_LAST_CLAIM = (
     "SELECT token, last_holder, last_token FROM lgfs_threads WHERE thread_id = %(thread_id)s"
 )
 # delete_thread: the claim goes with the thread (its holder is fenced off), and
-# a thread that held anything starts its next incarnation, numbered from 1
-# again, so a reader of the old one is told (ReplayUnavailable), not misled.
+# a thread that is more than a tombstone (in its first incarnation, claimed, or
+# holding anything: the SQLite store's `TOMBSTONE_THREAD` rule) starts its next
+# incarnation, numbered from 1 again, so a reader of the old one is told
+# (ReplayUnavailable), not misled. A thread claimed and released with nothing
+# written counts too: else it would stay listed by `threads()` once deleted.
 NEW_INCARNATION = (
     "UPDATE lgfs_threads SET holder = NULL, token = NULL, expires_at = NULL, claimed_at = NULL, "
     "run_id = NULL, cancel_by = NULL, incarnation = incarnation "
-    "+ CASE WHEN next_seq > 1 OR token IS NOT NULL THEN 1 ELSE 0 END, "
+    "+ CASE WHEN incarnation = 1 OR next_seq > 1 OR token IS NOT NULL THEN 1 ELSE 0 END, "
     "next_seq = 1 WHERE thread_id = %(thread_id)s"
 )
 # A commit that appends n events took one position at the fence: give back
