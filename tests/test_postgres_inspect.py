@@ -354,3 +354,26 @@ def test_a_history_page_and_its_writes_are_of_one_snapshot(open_pg: Any) -> None
         stop.set()
         thread.join()
     assert steps[0] > 20  # the writer did commit meanwhile
+
+
+def test_only_store_neutral_methods_are_inherited_from_the_sqlite_mixins() -> None:
+    """Every method of the SQLite read mixins is PostgreSQL's own, or named store-neutral.
+
+    The PostgreSQL mixins inherit `InspectionAPI`/`ThreadsAPI` for the
+    methods that never touch the store. A method added there later that
+    reads the SQLite engine would otherwise be inherited as it is, and fail
+    on PostgreSQL with an AttributeError instead of being missing.
+    """
+    from langgraph_fenced_sqlite.api_inspect import InspectionAPI
+    from langgraph_fenced_sqlite.api_threads import ThreadsAPI
+    from langgraph_fenced_sqlite.postgres import FencedPostgresSaver, api_inspect, api_threads
+
+    for sqlite_mixin, neutral in (
+        (InspectionAPI, api_inspect.STORE_NEUTRAL),
+        (ThreadsAPI, api_threads.STORE_NEUTRAL),
+    ):
+        for name, value in vars(sqlite_mixin).items():
+            if name.startswith("__") or not callable(value):
+                continue
+            inherited = getattr(FencedPostgresSaver, name) is getattr(sqlite_mixin, name)
+            assert inherited == (name in neutral), (sqlite_mixin.__name__, name)

@@ -5,9 +5,10 @@ Invariant: each read runs in one transaction that sees one snapshot
 transaction does, and decodes outside it with the shared decoders; so a
 page and its writes, or a checkpoint and its writes, are of one moment even
 while hosts commit. Where a method's logic does not touch the store, it is
-the SQLite saver's own function (`history`, `history_records`,
-`diff_checkpoints`...), so both stores page, validate and report alike; only
-the reading (`_history_page`, `inspect_checkpoint`'s fetch) is this store's.
+the SQLite saver's own, inherited (`STORE_NEUTRAL`: `history`,
+`history_records`, `diff_checkpoints`...), so both stores page, validate and
+report alike; only the reading (`_history_page`, `inspect_checkpoint`'s
+fetch) is this store's.
 Mixed into `FencedPostgresSaver`, which provides `_engine` and `serde`.
 """
 
@@ -25,7 +26,7 @@ from ..validation import check_int, check_name
 from . import sql, txns
 from .connection import PgConnection
 
-__all__ = ["PgInspectionAPI", "read_snapshot"]
+__all__ = ["STORE_NEUTRAL", "PgInspectionAPI", "read_snapshot"]
 
 T = TypeVar("T")
 Cursor = Any
@@ -45,18 +46,19 @@ def read_snapshot(engine: PgConnection, op: str, job: Callable[[Cursor], T]) -> 
     return engine.run(op, snapshot_job)
 
 
-class PgInspectionAPI:
+# Methods of `InspectionAPI` this class inherits as they are: they validate, page
+# and compare without touching the store, reading only through `_history_page`
+# or `inspect_checkpoint` (ahistory hops with `_engine.arun`, which both stores
+# have). Every other method is this class's own (`stats` is the saver's);
+# tests/test_postgres_inspect.py checks that nothing else is inherited.
+STORE_NEUTRAL = ("history", "ahistory", "history_records", "diff_checkpoints")
+
+
+class PgInspectionAPI(InspectionAPI):
     """History pages (docs/semantics.md §6), inspection and the claims list, on PostgreSQL."""
 
-    _engine: PgConnection
+    _engine: PgConnection  # type: ignore[assignment]
     serde: Any
-
-    # The SQLite saver's: validation, paging, records and the diff are store-neutral;
-    # each reads through `_history_page` or `inspect_checkpoint` below.
-    history = InspectionAPI.history
-    ahistory = InspectionAPI.ahistory
-    history_records = InspectionAPI.history_records
-    diff_checkpoints = InspectionAPI.diff_checkpoints
 
     def _history_page(
         self,

@@ -1,7 +1,7 @@
 """The threads of a PostgreSQL store: summaries, namespaces and statuses.
 
 Invariant: as in the SQLite store's `api_threads.py`, a thread's status is
-`status.judge`'s (through the SQLite saver's own `_judge`), from facts read
+`status.judge`'s (through the SQLite saver's own `_judge`, inherited), from facts read
 in the same snapshot as its summary: `threads()` reads every thread's
 summary, the store's time and every status's facts in one REPEATABLE READ
 transaction (`read_snapshot`), and decodes outside it. Summaries are built
@@ -27,26 +27,27 @@ from . import events, sql, txns
 from .api_inspect import PgInspectionAPI, read_snapshot
 from .connection import PgConnection
 
-__all__ = ["PgReadAPI", "PgThreadsAPI"]
+__all__ = ["STORE_NEUTRAL", "PgReadAPI", "PgThreadsAPI"]
 
 Cursor = Any
 # `list` is a method of the saver this class is mixed into.
 _list = builtins.list
 
 
-class PgThreadsAPI:
+# Methods of `ThreadsAPI` this class inherits as they are: they read only through
+# the methods below (`_judge` applies `status.judge` to facts `_status_facts`
+# read). tests/test_postgres_threads.py checks that nothing else is inherited.
+STORE_NEUTRAL = ("_judge", "athread_status", "resolve_namespace")
+
+
+class PgThreadsAPI(ThreadsAPI):
     """What a database's threads are: summaries, statuses (`status.judge`) and namespaces."""
 
-    _engine: PgConnection
+    _engine: PgConnection  # type: ignore[assignment]
     serde: Any
 
     def _now(self) -> float | None:
         raise NotImplementedError  # the saver's
-
-    # The SQLite saver's: they read only through the methods below.
-    _judge = ThreadsAPI._judge
-    athread_status = ThreadsAPI.athread_status
-    resolve_namespace = ThreadsAPI.resolve_namespace
 
     def threads(
         self,
@@ -136,7 +137,8 @@ class PgThreadsAPI:
         return [r[0] for r in rows]
 
 
-class PgReadAPI(PgInspectionAPI, PgThreadsAPI):
+# Both bases narrow the SQLite mixins' `_engine: Engine` to a `PgConnection`.
+class PgReadAPI(PgInspectionAPI, PgThreadsAPI):  # type: ignore[misc]
     """Every read the SQLite saver offers for operators: history, inspection, threads."""
 
 
