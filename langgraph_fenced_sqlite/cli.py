@@ -71,7 +71,7 @@ def is_pg_url(path: str | None) -> bool:
 def _open(path: str) -> FencedSqliteSaver:
     # Every command reads with the allow-list the command line gave.
     if is_pg_url(path):
-        return _open_pg(path)  # type: ignore[return-value]  # the same reads, on PostgreSQL
+        return _open_pg(path)  # the same reads, on PostgreSQL
     return open_existing(path, serde=cli_serde())
 
 
