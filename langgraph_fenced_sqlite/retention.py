@@ -17,7 +17,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from . import checkpoints, claims, events, schema, subgraph_runs
 from .clock import to_seconds
@@ -124,12 +124,29 @@ class _Node:
 def _skeleton(conn: sqlite3.Connection, thread_id: str) -> list[_Node]:
     # Only the two JSON fields retention needs are extracted, in SQL: decoding
     # every checkpoint's whole metadata dominated pruning long threads.
-    return [
-        _Node(ns, cid, parent, pos, source, run_id, created, step, _replays(counters, versions))
-        for ns, cid, parent, pos, source, run_id, created, step, counters, versions in (
-            checkpoints.read_skeleton(conn, thread_id)
-        )
-    ]
+    return [skeleton_node(*row) for row in checkpoints.read_skeleton(conn, thread_id)]
+
+
+def skeleton_node(
+    ns: str,
+    cid: str,
+    parent: str | None,
+    position: int,
+    source: str | None,
+    run_id: str | None,
+    created_at: float,
+    step: int | None,
+    counters: dict[str, Any] | None,
+    versions: dict[str, Any] | None,
+) -> _Node:
+    """What `plan_prune` reasons about for one checkpoint, from either store's row.
+
+    Args:
+        counters: The metadata's `counters_since_delta_snapshot` (or None).
+        versions: The checkpoint's `channel_versions` (or None).
+    """
+    replays = _replays(counters, versions)
+    return _Node(ns, cid, parent, position, source, run_id, created_at, step, replays)
 
 
 def _replays(counters: dict[str, Any] | None, versions: dict[str, Any] | None) -> bool:
@@ -210,27 +227,11 @@ def prune_txn(
 ) -> PruneResult:
     """Apply `policy` to one thread (no claim needed, nothing logged)."""
     nodes = _skeleton(conn, thread_id)
-    candidates, past = nodes, set()
+    past: set[str] = set()
     if policy.max_subgraph_runs is not None and not keep_latest_only:
         # Past runs' namespaces go whole: none of them counts as kept below.
         past = subgraph_runs.past_namespaces(conn, thread_id, nodes, policy.max_subgraph_runs)
-        candidates = [n for n in nodes if n.ns not in past]
-    latest: dict[str, _Node] = {}
-    for node in candidates:
-        latest[node.ns] = node
-    keep = {(n.ns, n.cid) for n in latest.values()}
-    newest_first = sorted(candidates, key=lambda n: n.position, reverse=True)
-    max_age = policy.max_age_seconds
-    for rank, node in enumerate(newest_first):
-        if keep_latest_only:
-            break
-        if policy.max_checkpoints is not None and rank >= policy.max_checkpoints:
-            continue
-        if max_age is not None and node.created_at < now - max_age:
-            continue
-        keep.add((node.ns, node.cid))
-    _close_over_ancestors(nodes, keep)
-    removed = [(n.ns, n.cid) for n in nodes if (n.ns, n.cid) not in keep]
+    removed = plan_prune(nodes, policy, now, keep_latest_only=keep_latest_only, past=past)
     floor_row = conn.execute(schema.GET_FLOOR, (thread_id,)).fetchone()
     floor, next_seq = floor_row if floor_row else (1, 1)
     if dry_run:
@@ -271,6 +272,45 @@ def prune_txn(
         target = max(target, next_seq - policy.max_events)
     new_floor = events.raise_floor(conn, thread_id, target) if target > floor else floor
     return PruneResult(thread_id, removed, new_floor, max(0, new_floor - floor), orphans)
+
+
+def plan_prune(
+    nodes: Sequence[_Node],
+    policy: RetentionPolicy,
+    now: float,
+    *,
+    keep_latest_only: bool = False,
+    past: Iterable[str] = (),
+) -> list[tuple[str, str]]:
+    """The `(ns, id)` keys a prune removes, oldest first (the rule of both stores).
+
+    Keeps the latest checkpoint of each namespace not in `past` (past
+    subgraph runs' namespaces go whole), the newest and young ones `policy`
+    keeps (none beyond the latest with `keep_latest_only`), and every
+    ancestor a kept checkpoint still needs (its delta chain).
+
+    Args:
+        nodes: Every checkpoint of the thread (`skeleton_node`), by position.
+        now: The store's clock, for `max_age`.
+    """
+    gone = set(past)
+    candidates = [n for n in nodes if n.ns not in gone] if gone else list(nodes)
+    latest: dict[str, _Node] = {}
+    for node in candidates:
+        latest[node.ns] = node
+    keep = {(n.ns, n.cid) for n in latest.values()}
+    newest_first = sorted(candidates, key=lambda n: n.position, reverse=True)
+    max_age = policy.max_age_seconds
+    for rank, node in enumerate(newest_first):
+        if keep_latest_only:
+            break
+        if policy.max_checkpoints is not None and rank >= policy.max_checkpoints:
+            continue
+        if max_age is not None and node.created_at < now - max_age:
+            continue
+        keep.add((node.ns, node.cid))
+    _close_over_ancestors(nodes, keep)
+    return [(n.ns, n.cid) for n in nodes if (n.ns, n.cid) not in keep]
 
 
 def _first_event_of(
@@ -510,28 +550,72 @@ def retract_txn(
 ) -> Retraction:
     """Remove one turn (docs/semantics.md §6) under the claim carrying `token`."""
     row = claims.check_fence(conn, thread_id, token, now=now, require_claim=True)
-    nodes = _skeleton(conn, thread_id)
+    turn = plan_retraction(_skeleton(conn, thread_id), run_id)
+    if turn is None:
+        return Retraction(thread_id, None, [], 0, None)
+    run_id, targets, start = turn
+    writes = _remove(conn, thread_id, targets)
+    if run_id is not None:
+        writes += conn.execute(schema.DELETE_WRITES_OF_RUN, (thread_id, run_id)).rowcount
+    else:
+        writes += conn.execute(schema.DELETE_WRITES_FROM_POSITION, (thread_id, start)).rowcount
+    if not targets and not writes:
+        return Retraction(thread_id, run_id, [], 0, None)
+    (seq,) = events.append(
+        conn, thread_id, row, [retracted_event(run_id, targets, writes)], token=token, now=now
+    )
+    return Retraction(thread_id, run_id, targets, writes, seq)
+
+
+class TurnNode(Protocol):
+    """What `plan_retraction` reads of a checkpoint (either store's row)."""
+
+    @property
+    def ns(self) -> str: ...
+    @property
+    def cid(self) -> str: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def source(self) -> str | None: ...
+    @property
+    def run_id(self) -> str | None: ...
+
+
+def plan_retraction(
+    nodes: Sequence[TurnNode], run_id: str | None
+) -> tuple[str | None, list[tuple[str, str]], int] | None:
+    """Which checkpoints `retract_turn` removes (docs/semantics.md §6), for both stores.
+
+    Args:
+        nodes: Every checkpoint of the thread, all namespaces, by commit position.
+        run_id: The run asked for; None: the run of the latest root
+            checkpoint, or, where that carries none, everything from the
+            newest root `input` checkpoint on.
+
+    Returns:
+        None when there is no turn to remove (no run id and no root input
+        checkpoint); else `(run_id, keys, start)`: the run removed (None when
+        found by the input checkpoint), the `(ns, id)` keys to remove oldest
+        first, and the commit position from which writes go too (used when
+        `run_id` is None; a run's writes go by their run id instead).
+    """
     if run_id is None:
         roots = [n for n in nodes if n.ns == ""]
         if roots and roots[-1].run_id is not None:
             run_id = roots[-1].run_id
     if run_id is not None:
-        targets = [n for n in nodes if n.run_id == run_id]
-        writes = _remove(conn, thread_id, [(n.ns, n.cid) for n in targets])
-        writes += conn.execute(schema.DELETE_WRITES_OF_RUN, (thread_id, run_id)).rowcount
-    else:
-        inputs = [n for n in nodes if n.ns == "" and n.source == "input"]
-        if not inputs:
-            return Retraction(thread_id, None, [], 0, None)
-        start = inputs[-1].position
-        targets = [n for n in nodes if n.position >= start]
-        writes = _remove(conn, thread_id, [(n.ns, n.cid) for n in targets])
-        writes += conn.execute(schema.DELETE_WRITES_FROM_POSITION, (thread_id, start)).rowcount
-    if not targets and not writes:
-        return Retraction(thread_id, run_id, [], 0, None)
-    removed = [(n.ns, n.cid) for n in targets]
+        return run_id, [(n.ns, n.cid) for n in nodes if n.run_id == run_id], 0
+    inputs = [n for n in nodes if n.ns == "" and n.source == "input"]
+    if not inputs:
+        return None
+    start = inputs[-1].position
+    return None, [(n.ns, n.cid) for n in nodes if n.position >= start], start
+
+
+def retracted_event(
+    run_id: str | None, removed: Sequence[tuple[str, str]], writes: int
+) -> events.NewEvent:
+    """The `retracted` event of a retraction that removed `removed` and `writes` writes."""
     data = {"run_id": run_id, "checkpoints": [list(k) for k in removed], "writes": writes}
-    (seq,) = events.append(
-        conn, thread_id, row, [events.NewEvent("retracted", data)], token=token, now=now
-    )
-    return Retraction(thread_id, run_id, removed, writes, seq)
+    return events.NewEvent("retracted", data)

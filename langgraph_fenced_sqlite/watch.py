@@ -3,8 +3,9 @@
 Invariant: a watch resumes each wait from the last seq it delivered, so a
 subscriber sees every event once with no gap, or gets `ReplayUnavailable`.
 A watch holds a connection only while it waits for events (see
-`EventPoller`): one dropped between iterations holds none, and closing the
-watch, or the store it came from, ends a wait in progress promptly.
+`EventPoller`, and `postgres.watch.PgEventPoller` for the PostgreSQL store):
+one dropped between iterations holds none, and closing the watch, or the
+store it came from, ends a wait in progress promptly.
 It remembers the incarnation of the first event it delivers, so a thread
 deleted and re-created under it is `ReplayUnavailable`, never a silent gap.
 """
@@ -14,10 +15,52 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Iterator
+from typing import Protocol
 
-from .events import Event, EventPoller
+from .events import Event
 
-__all__ = ["AsyncEventWatch", "EventWatch"]
+__all__ = ["AsyncEventWatch", "EventWatch", "Poller"]
+
+
+class Poller(Protocol):
+    """What a watch waits with: each store's poller (`events.EventPoller` for
+    SQLite, `postgres.watch.PgEventPoller` for PostgreSQL)."""
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called (or the store is closed)."""
+        ...
+
+    def close(self) -> None:
+        """End any wait in progress promptly; never blocks."""
+        ...
+
+    def wait(
+        self,
+        thread_id: str,
+        after_seq: int,
+        *,
+        limit: int,
+        timeout: float,
+        stop: threading.Event | None = None,
+        incarnation: int | None = None,
+    ) -> list[Event]:
+        """Return events after `after_seq`, waiting up to `timeout` s; [] once stopped."""
+        ...
+
+    async def await_(
+        self,
+        thread_id: str,
+        after_seq: int,
+        *,
+        limit: int,
+        timeout: float,
+        stop: asyncio.Event | None = None,
+        incarnation: int | None = None,
+    ) -> list[Event]:
+        """Async twin of `wait`."""
+        ...
+
 
 # Each wait is bounded so a watch notices `close()` even if nobody signals it
 # (close() does wake a waiting watch). Each new wait opens a connection, which
@@ -33,7 +76,7 @@ class EventWatch(Iterator[Event]):
 
     def __init__(
         self,
-        poller: EventPoller,
+        poller: Poller,
         thread_id: str,
         after_seq: int,
         batch: int,
@@ -91,7 +134,7 @@ class AsyncEventWatch(AsyncIterator[Event]):
 
     def __init__(
         self,
-        poller: EventPoller,
+        poller: Poller,
         thread_id: str,
         after_seq: int,
         batch: int,

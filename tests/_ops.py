@@ -177,7 +177,8 @@ def same_ids(value: Any) -> Any:
 def write_threads(saver: Any, clock: ManualClock) -> None:
     """Write threads in every status through the runner (as `make_ops_file` does into a file).
 
-    `old` 40 days ago; then `done` (resumed to the end), `waiting` (at the
+    `old` 40 days ago (its events below seq 4 compacted); then `done`
+    (resumed to the end), `waiting` (at the
     interrupt), `broken` (its node raised), `plain` (no runner), `busy`
     (claimed live for an hour), `released` (claimed and released, nothing
     written) and `deleted` (written, then deleted: not a thread any more).
@@ -188,6 +189,7 @@ def write_threads(saver: Any, clock: ManualClock) -> None:
     runner = FencedRunner(graph, saver, holder="worker-1")
     runner.invoke({"count": 0}, config("old"), durability="sync")
     runner.invoke(Command(resume="ok"), config("old"), durability="sync")
+    saver.compact_events("old", 4)  # its floor: 4
     clock.advance(40 * DAY)
     runner.invoke({"count": 0}, config("done"), durability="sync")
     runner.invoke(Command(resume="ok"), config("done"), durability="sync")

@@ -78,7 +78,18 @@ def stream_writer(args: dict[str, Any]) -> None:
             print(cp["id"], flush=True)
 
 
+def append_events(args: dict[str, Any]) -> None:
+    """Claim the thread, then append `n` events, one commit each; print their seqs."""
+    with FencedPostgresSaver.from_conn_string(args["dsn"]) as saver:
+        claim = saver.claim(args["thread"], "child", 60)
+        _wait_for(args["flag"])
+        seqs = [saver.append_events(args["thread"], claim.token, [("e", {"i": i})])[0]
+                for i in range(args["n"])]  # fmt: skip
+    print(json.dumps(seqs))
+
+
 COMMANDS = {
+    "append_events": append_events,
     "stream_writer": stream_writer,
     "take_overs": take_overs,
     "fenced_writer": fenced_writer,

@@ -23,6 +23,7 @@ from langgraph_fenced_sqlite import (
     StaleClaim,
     ThreadBusy,
 )
+from langgraph_fenced_sqlite.postgres import sql
 
 CHILD = str(Path(__file__).with_name("_pg_child.py"))
 
@@ -199,3 +200,139 @@ async def test_await_events_wakes_on_notify_and_cancels_at_once(open_pg: Any) ->
     with pytest.raises(asyncio.CancelledError):
         await idle
     assert time.monotonic() - started < 1
+
+
+def test_compact_events_raises_the_floor_as_on_sqlite(open_pg: Any, tmp_path: Path) -> None:
+    """compact_events removes events below the floor; reading from below it is ReplayUnavailable.
+
+    The same calls give the same answers on both stores.
+    """
+    from langgraph_fenced_sqlite import FencedSqliteSaver
+
+    def scenario(saver: Any) -> list[Any]:
+        claim = saver.claim("t", "w", 60)
+        saver.append_events("t", claim.token, [("k", {"i": i}) for i in range(5)])
+        out: list[Any] = [saver.compact_events("t", 4), saver.compact_events("t", 2)]
+        out += [saver.compact_events("t", 10**6), saver.compact_events("nobody", 3)]
+        with pytest.raises(ReplayUnavailable) as below:
+            saver.events_after("t", 2)
+        out += [below.value.floor, saver.events_after("t", 5)]
+        with pytest.raises(InvalidArgument, match="before_seq"):
+            saver.compact_events("t", 0)
+        with pytest.raises(InvalidArgument, match="incarnation"):
+            saver.compact_events("t", 1, incarnation=0)
+        # Another incarnation's position changes nothing in the new one.
+        saver.delete_thread("t")
+        again = saver.claim("t", "w", 60)
+        saver.append_events("t", again.token, [("k", {})])
+        out += [saver.compact_events("t", 3, incarnation=1)]
+        out += [[e.kind for e in saver.events_after("t", 0)]]
+        return out
+
+    with FencedSqliteSaver(str(tmp_path / "t.db")) as lite:
+        expected = scenario(lite)
+    # 5 events are seqs 1-5: the floor stops at the next seq, 6.
+    assert expected == [4, 4, 6, 1, 6, [], 1, ["k"]]
+    assert scenario(open_pg()) == expected
+
+
+def test_a_database_of_the_previous_version_migrates_to_the_floor(
+    open_pg: Any, pg_dsn: str
+) -> None:
+    """setup() on a database of the previous version adds the floor; nothing is lost."""
+    previous = sql.SCHEMA_VERSION - 1
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.MIGRATIONS[0])
+        for v in range(1, previous):
+            conn.execute(sql.MIGRATIONS[v])
+            conn.execute(sql.SET_VERSION, (v + 1,))
+        conn.execute(
+            "INSERT INTO lgfs_threads (thread_id, next_seq) VALUES ('t', 2);"
+            "INSERT INTO lgfs_events (thread_id, seq, kind, data, ts, checksum) "
+            "VALUES ('t', 1, 'k', '{}', 0, 0)"
+        )
+    saver = open_pg()  # runs setup()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        versions = [r[0] for r in conn.execute("SELECT v FROM lgfs_migrations ORDER BY v")]
+        assert versions == list(range(2, sql.SCHEMA_VERSION + 1))
+        assert conn.execute("SELECT floor FROM lgfs_threads").fetchall() == [(1,)]
+        assert conn.execute("SELECT count(*) FROM lgfs_events").fetchone() == (1,)
+    assert saver.compact_events("t", 2) == 2
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM lgfs_events").fetchone() == (0,)
+
+
+def test_a_watch_sees_another_processs_commits_once_in_order_and_close_ends_it(
+    open_pg: Any, pg_dsn: str, tmp_path: Any
+) -> None:
+    """watch() on PostgreSQL: every event of another process's commits, once, in order;
+    close() from another thread ends the blocked iteration."""
+    saver = open_pg(clock=None)
+    watch = saver.watch("t")
+    seen: list[int] = []
+    consumer = threading.Thread(target=lambda: seen.extend(e.seq for e in watch))
+    consumer.start()
+    flag = str(tmp_path / "go")
+    args = {"dsn": pg_dsn, "thread": "t", "flag": flag, "n": 40}
+    [(code, out, err)] = run_together(
+        [[sys.executable, CHILD, "append_events", json.dumps(args)]], flag
+    )
+    assert code == 0, err
+    written = json.loads(out)
+    assert written == list(range(1, 41))
+    deadline = time.monotonic() + 30
+    while watch.last_seq < 40 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert consumer.is_alive(), "the watch ended on its own"
+    watch.close()
+    consumer.join(timeout=10)
+    assert not consumer.is_alive(), "close() did not end the blocked iteration"
+    assert seen == written
+
+
+def test_closing_the_store_ends_its_watches_and_a_recreated_thread_is_replay_unavailable(
+    open_pg: Any,
+) -> None:
+    """Closing the store ends a blocked watch; a watch across delete_thread raises."""
+    saver = open_pg(clock=None)
+    claim = saver.claim("t", "w", 60)
+    saver.append_events("t", claim.token, [("e", {})])
+    watch = saver.watch("t")
+    assert next(watch).seq == 1
+    saver.delete_thread("t")
+    again = saver.claim("t", "w", 60)
+    saver.append_events("t", again.token, [("e", {}), ("e", {})])
+    with pytest.raises(ReplayUnavailable):
+        next(watch)
+    blocked = saver.watch("t", 2, incarnation=2)
+    ended = threading.Event()
+    consumer = threading.Thread(target=lambda: (list(blocked), ended.set()))
+    consumer.start()
+    time.sleep(0.3)
+    assert not ended.is_set(), "the watch returned with nothing to return"
+    saver.close()
+    consumer.join(timeout=10)
+    assert ended.is_set(), "closing the store did not end its watch"
+
+
+async def test_awatch_sees_commits_and_aclose_ends_it(open_pg: Any) -> None:
+    """awatch() delivers each event once, in order; aclose() from another task ends it."""
+    saver = open_pg(clock=None)
+    claim = saver.claim("t", "w", 60)
+    watch = saver.awatch("t")
+    seen: list[int] = []
+
+    async def consume() -> None:
+        async for event in watch:
+            seen.append(event.seq)
+
+    task = asyncio.ensure_future(consume())
+    for i in range(5):
+        await saver.aappend_events("t", claim.token, [("e", {"i": i})])
+    deadline = time.monotonic() + 30
+    while len(seen) < 5 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert not task.done()
+    await watch.aclose()
+    await asyncio.wait_for(task, 10)
+    assert seen == [1, 2, 3, 4, 5]

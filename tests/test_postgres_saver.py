@@ -35,10 +35,16 @@ def _config(thread_id: str, token: int | None = None, **extra: Any) -> Any:
     return {"configurable": conf}
 
 
-def _put(saver: Any, thread_id: str, token: int | None = None, parent: str | None = None) -> str:
+def _put(
+    saver: Any,
+    thread_id: str,
+    token: int | None = None,
+    parent: str | None = None,
+    source: str = "update",
+) -> str:
     cp = empty_checkpoint()
     extra = {} if parent is None else {"checkpoint_id": parent}
-    saver.put(_config(thread_id, token, **extra), cp, {"source": "update", "step": 1}, {})
+    saver.put(_config(thread_id, token, **extra), cp, {"source": source, "step": 1}, {})
     return str(cp["id"])
 
 
@@ -206,6 +212,39 @@ def test_bad_arguments_are_invalid_argument_naming_them(open_pg: Any) -> None:
         saver.prune(["t"], strategy="everything")
     with pytest.raises(InvalidArgument, match="__fence_token__"):
         _put(saver, "t", "7")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="thread_id"):
+        saver.retract_turn("", 1)
+    with pytest.raises(InvalidArgument, match="token"):
+        saver.retract_turn("t", "1")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="run_id"):
+        saver.retract_turn("t", 1, run_id="")
+
+
+def test_retract_turn_removes_the_same_turn_on_both_stores(open_pg: Any, tmp_path: Any) -> None:
+    """One rule (`retention.plan_retraction`): both stores remove the same checkpoints."""
+    from langgraph_fenced_sqlite import FencedSqliteSaver
+
+    def turns(saver: Any) -> list[Any]:
+        claim = saver.claim("t", "w", 60)
+        first = _put(saver, "t", claim.token, source="input")
+        second = _put(saver, "t", claim.token, parent=first, source="loop")
+        third = _put(saver, "t", claim.token, parent=second, source="input")
+        _put(saver, "t", claim.token, parent=third, source="loop")
+        done = saver.retract_turn("t", claim.token)
+        left = [c.config["configurable"]["checkpoint_id"] for c in saver.list(None)]
+        again = saver.retract_turn("t", claim.token)
+        none_left = saver.retract_turn("t", claim.token)
+        kinds = [e.kind for e in saver.events_after("t", 0, 100)]
+        return [
+            (len(done.checkpoints), done.run_id, left == [second, first]),
+            (len(again.checkpoints), none_left.checkpoints, none_left.seq),
+            (kinds[-2:], done.seq is not None and again.seq == done.seq + 1),
+        ]
+
+    with FencedSqliteSaver(str(tmp_path / "t.db")) as lite:
+        expected = turns(lite)
+    assert expected == [(2, None, True), (2, [], None), (["retracted", "retracted"], True)]
+    assert turns(open_pg()) == expected
 
 
 def test_setup_is_versioned_and_refuses_a_newer_schema(open_pg: Any, pg_dsn: str) -> None:
@@ -348,3 +387,70 @@ def test_wait_events_on_a_pool_listens_on_a_connection_of_its_own(pg_dsn: str) -
         waiter.join(timeout=30)
         assert [e.kind for e in got] == ["checkpoint"]
         assert time.monotonic() - started < 10  # woken by NOTIFY, not the 30 s poll
+
+
+def test_keep_latest_keeps_the_delta_chain_as_sqlite_does(open_pg: Any, tmp_path: Any) -> None:
+    """prune(keep_latest) keeps what the latest DeltaChannel state needs; every state rebuilds.
+
+    One rule for both stores (`retention.plan_prune`). PostgreSQL's first
+    version removed all but the latest, and the latest then rebuilt wrong.
+    """
+    from test_retention import delta_graph, run, states
+
+    from langgraph_fenced_sqlite import FencedSqliteSaver
+
+    def prune_after_three_turns(saver: Any) -> tuple[int, int]:
+        graph = delta_graph(saver, snapshot_every=5)
+        for i in range(3):
+            run(graph, "t", f"u{i}")
+        cfg = {"configurable": {"thread_id": "t"}}
+        latest = saver.get_tuple(cfg)
+        assert "log" not in latest.checkpoint["channel_values"], "latest must need its chain"
+        before, values = states(graph, "t"), graph.get_state(cfg).values
+        (result,) = saver.prune(["t"], strategy="keep_latest")
+        assert result.checkpoints, "nothing was pruned: the test proves nothing"
+        assert graph.get_state(cfg).values == values
+        after = states(graph, "t")
+        assert all(state == before[cid] for cid, state in after.items())
+        return len(result.checkpoints), len(after)
+
+    with FencedSqliteSaver(str(tmp_path / "t.db")) as lite:
+        expected = prune_after_three_turns(lite)
+    assert expected[1] > 1, "SQLite kept no chain: the test proves nothing"
+    assert prune_after_three_turns(open_pg()) == expected
+
+
+def test_prune_results_floor_and_log_are_the_same_on_both_stores(
+    open_pg: Any, tmp_path: Any
+) -> None:
+    """keep_latest and delete: the same counts, floor, orphan writes and `pruned` events."""
+    from test_retention import delta_graph, run
+
+    from langgraph_fenced_sqlite import FencedSqliteSaver
+
+    def scenario(saver: Any) -> list[Any]:
+        graph = delta_graph(saver, snapshot_every=5)
+        for i in range(3):
+            run(graph, "t", f"u{i}")
+        out: list[Any] = []
+        for strategy in ("keep_latest", "keep_latest", "delete"):
+            (result,) = saver.prune(["t"], strategy=strategy)
+            log = saver.events_after("t", result.floor - 1, 1000)
+            out.append(
+                (
+                    len(result.checkpoints),
+                    result.floor,
+                    result.events_removed,
+                    result.writes_removed,
+                    [(e.kind, e.data.get("writes")) for e in log if e.kind == "pruned"],
+                    len(log),
+                )
+            )
+            run(graph, "t", "more")
+        return out
+
+    with FencedSqliteSaver(str(tmp_path / "t.db")) as lite:
+        expected = scenario(lite)
+    assert expected[0][0] and expected[0][1] > 1, "keep_latest moved nothing: proves nothing"
+    assert expected[2][1] > expected[1][1], "delete did not raise the floor"
+    assert scenario(open_pg()) == expected

@@ -1,4 +1,4 @@
-"""The event-log half of `FencedPostgresSaver`: append, read, and wait across hosts.
+"""The event-log half of `FencedPostgresSaver`: append, read, wait across hosts, compact.
 
 Invariant: reads and appends are one transaction each, from `events.py`;
 `wait_events`/`await_events` run `events.wait_plan`, the one wait loop, on a
@@ -180,6 +180,41 @@ class PgEventsAPI:
                     return list(done.value)
             except psycopg.Error as exc:
                 raise StoreError("wait_events", self._engine.where, message=str(exc)) from exc
+
+    def compact_events(
+        self, thread_id: str, before_seq: int, *, incarnation: int | None = None
+    ) -> int:
+        """Raise the replay floor to `min(before_seq, next seq)`; never lower it.
+
+        Events below the floor are removed; a reader asking from below it gets
+        `ReplayUnavailable` (never a silent gap), as on the SQLite store.
+
+        Args:
+            thread_id: The thread.
+            before_seq: Events below this seq go.
+            incarnation: The incarnation `before_seq` belongs to. If the
+                thread is in another one (it was deleted and re-created),
+                nothing changes. None means the current incarnation.
+
+        Returns:
+            The floor afterwards.
+        """
+        check_name(thread_id, "thread_id")
+        check_int(before_seq, "before_seq", minimum=1)
+        if incarnation is not None:
+            check_int(incarnation, "incarnation", minimum=1)
+        return self._engine.run(
+            "compact_events",
+            lambda cur: events.raise_floor(cur, thread_id, before_seq, incarnation),
+        )
+
+    async def acompact_events(
+        self, thread_id: str, before_seq: int, *, incarnation: int | None = None
+    ) -> int:
+        """Async twin of `compact_events`."""
+        return await self._engine.arun(
+            self.compact_events, thread_id, before_seq, incarnation=incarnation
+        )
 
     def _check_wait(
         self,

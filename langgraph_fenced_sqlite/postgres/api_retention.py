@@ -1,4 +1,4 @@
-"""The deletion half of `FencedPostgresSaver`: runs, copies and prunes, fenced like writes.
+"""The deletion half of `FencedPostgresSaver`: runs, copies, prunes and turns, fenced like writes.
 
 Invariant: every method validates its arguments with the SQLite saver's
 validators, then runs one transaction from `removals.py` that fences every
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import bad_argument
-from ..retention import PruneResult
+from ..retention import PruneResult, Retraction
 from ..validation import check_bool, check_int, check_iterable, check_name
 from . import removals
 from .connection import PgConnection
@@ -159,6 +159,35 @@ class PgRetentionAPI:
         return await self._engine.arun(
             self.prune, thread_ids, strategy=strategy, dry_run=dry_run, token=token
         )
+
+    def retract_turn(self, thread_id: str, token: int, *, run_id: str | None = None) -> Retraction:
+        """Remove one turn (a run's checkpoints and writes, all namespaces).
+
+        Without `run_id`, the run that wrote the latest root checkpoint goes;
+        where checkpoints carry no run id, everything from the newest root
+        `input` checkpoint on. Appends a `retracted` event. The same rule as
+        the SQLite store's (`retention.plan_retraction`).
+
+        Raises:
+            StaleClaim: `token` is not the thread's claim (nothing changes).
+        """
+        check_name(thread_id, "thread_id")
+        check_int(token, "token")
+        if run_id is not None:
+            check_name(run_id, "run_id")
+        now = self._now()
+        return self._engine.run(
+            "retract_turn",
+            lambda cur: removals.retract(
+                cur, thread_id, token, run_id, now=now, notify=self._notify
+            ),
+        )
+
+    async def aretract_turn(
+        self, thread_id: str, token: int, *, run_id: str | None = None
+    ) -> Retraction:
+        """Async twin of `retract_turn`."""
+        return await self._engine.arun(self.retract_turn, thread_id, token, run_id=run_id)
 
 
 class _DryRun(Exception):

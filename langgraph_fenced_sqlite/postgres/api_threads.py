@@ -58,8 +58,7 @@ class PgThreadsAPI(ThreadsAPI):
         """Summarise every thread: counts, namespaces, latest step, claim, events, floor, status.
 
         As `FencedSqliteSaver.threads` (the same keys, the same `status`
-        dicts, newest activity first), all from one snapshot; `floor` is
-        always 1 (this store compacts no events).
+        dicts, newest activity first), all from one snapshot.
 
         Args:
             status: Only threads in this state (or these states), of `THREAD_STATES`.
@@ -156,12 +155,12 @@ def _status_facts(cur: Cursor, thread_id: str) -> dict[str, Any] | None:
     """
     if cur.execute(sql.THREAD_EXISTS, {"thread_id": thread_id}).fetchone() is None:
         return None
-    next_seq, holder, token, expires_at, run_id, incarnation = cur.execute(
+    next_seq, floor, holder, token, expires_at, run_id, incarnation = cur.execute(
         sql.GET_THREAD_ROW, {"thread_id": thread_id}
     ).fetchone()
     row = ThreadRow(
         int(next_seq),
-        1,
+        int(floor),
         holder,
         None if token is None else int(token),
         None if expires_at is None else float(expires_at),

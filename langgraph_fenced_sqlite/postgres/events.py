@@ -76,19 +76,20 @@ def read_after(
     """Return up to `limit` events with `seq > after_seq`, ascending (as the SQLite store's).
 
     Raises:
-        ReplayUnavailable: the position is of another incarnation than the thread's.
+        ReplayUnavailable: `after_seq + 1` is below the thread's floor, or the
+            position is of another incarnation than the thread's.
         UndecodableRow: an event row is damaged.
     """
-    cur.execute(sql.GET_INCARNATION, {"thread_id": thread_id})
+    cur.execute(sql.GET_REPLAY_BOUNDS, {"thread_id": thread_id})
     row = cur.fetchone()
     if row is None:
         return []
-    current = int(row[0])
+    floor, current = int(row[0]), int(row[1])
     wanted = incarnation if incarnation is not None else (1 if after_seq > 0 else current)
     if wanted != current:
         raise ReplayUnavailable(
             thread_id,
-            1,
+            floor,
             current,
             message=(
                 f"thread {thread_id!r} is in incarnation {current} (it was deleted and "
@@ -96,8 +97,31 @@ def read_after(
                 f"read again from seq 0 with incarnation={current}"
             ),
         )
+    if after_seq + 1 < floor:
+        raise ReplayUnavailable(thread_id, floor, current)
     cur.execute(sql.EVENTS_AFTER, {"thread_id": thread_id, "after": after_seq, "limit": limit})
     return [decode_event(thread_id, tuple(r), current) for r in cur.fetchall()]
+
+
+def raise_floor(cur: Cursor, thread_id: str, before_seq: int, incarnation: int | None) -> int:
+    """Raise the floor to `min(before_seq, next_seq)` and drop the events below it.
+
+    As the SQLite store's `events.raise_floor`: never lowers it, and changes
+    nothing when the thread is in another incarnation than `incarnation`.
+
+    Returns:
+        The floor afterwards (1 for an unknown thread).
+    """
+    params = {"thread_id": thread_id, "before": before_seq, "incarnation": incarnation}
+    cur.execute(sql.RAISE_FLOOR, params)
+    row = cur.fetchone()
+    if row is None:  # unknown, or another incarnation: nothing changed
+        cur.execute(sql.GET_FLOOR, params)
+        row = cur.fetchone()
+        return 1 if row is None else int(row[0])
+    floor = int(row[0])
+    cur.execute(sql.DELETE_EVENTS_BELOW, {"thread_id": thread_id, "floor": floor})
+    return floor
 
 
 def wait_plan(

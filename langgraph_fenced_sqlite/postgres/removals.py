@@ -1,4 +1,5 @@
-"""The PostgreSQL store's removals and copies: delete_thread, delete_for_runs, copy_thread, prune.
+"""The PostgreSQL store's removals and copies: delete_thread, delete_for_runs, copy_thread,
+prune, retract_turn.
 
 Invariant: as in `txns` (the store's other transactions), a removal or copy
 that writes a thread fences it first (`txns.fence`: the thread's row lock,
@@ -9,13 +10,21 @@ rolls everything back.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import CheckpointConflict
 from ..events import NewEvent
-from ..retention import PruneResult
+from ..retention import (
+    PruneResult,
+    RetentionPolicy,
+    Retraction,
+    plan_prune,
+    plan_retraction,
+    retracted_event,
+    skeleton_node,
+)
 from . import sql
-from .events import append
+from .events import append, raise_floor
 from .txns import fence
 
 Cursor = Any  # a psycopg cursor returning tuples
@@ -139,34 +148,110 @@ def prune(
     require_claim: bool,
     notify: bool = True,
 ) -> PruneResult:
-    """Remove a thread's history (`keep_latest`: all but each namespace's latest; `delete`: all).
+    """LangGraph's prune, with the SQLite store's results (`retention.keep_latest_txn`,
+    `retention.delete_all_checkpoints_txn`), fenced like a write on the thread.
 
-    Fenced like a write on the thread.
+    `keep_latest` keeps each namespace's latest and the delta chain it needs,
+    removes orphan writes (counted), and raises the replay floor to the first
+    event of a checkpoint still stored; `delete` removes every checkpoint and
+    write and raises the floor past every event. Either logs one `pruned`
+    event when anything went, at the seq the fence took (the floor stops
+    there, so the event itself is never below it).
     """
     position = fence(cur, thread_id, token, now=now, require_claim=require_claim)
-    query = sql.PRUNE_KEEP_LATEST if strategy == "keep_latest" else sql.DELETE_ALL_RETURNING
-    cur.execute(query, {"thread_id": thread_id})
-    removed = sorted(cur.fetchall(), key=lambda r: r[2])
-    writes = 0
+    params: dict[str, Any] = {"thread_id": thread_id}
+    cur.execute(sql.GET_FLOOR, params)
+    before = int(cur.fetchone()[0])
+    writes = orphans = 0
     if strategy == "delete":
-        cur.execute(sql.DELETE_THREAD_WRITES, {"thread_id": thread_id})
+        cur.execute(sql.DELETE_ALL_RETURNING, params)
+        removed = [(r[0], r[1]) for r in sorted(cur.fetchall(), key=lambda r: r[2])]
+        cur.execute(sql.DELETE_THREAD_WRITES, params)
         writes = cur.rowcount
-    elif removed:
-        cur.execute(
-            sql.DELETE_WRITES_OF_PRUNED,
-            {
-                "thread_id": thread_id,
-                "namespaces": [r[0] for r in removed],
-                "ids": [r[1] for r in removed],
-            },
-        )
+        target = position
+    else:
+        # The SQLite store's rule: each namespace's latest and the delta
+        # chain it still needs stay (a naive "all but the latest" would
+        # silently corrupt a DeltaChannel's state).
+        cur.execute(sql.PRUNE_SKELETON, params)
+        nodes = [skeleton_node(*r) for r in cur.fetchall()]
+        removed = plan_prune(nodes, RetentionPolicy(), 0.0, keep_latest_only=True)
+        params.update(namespaces=[k[0] for k in removed], ids=[k[1] for k in removed])
+        target = before
+        if removed:
+            cur.execute(sql.DELETE_CHECKPOINTS_BY_KEY, params)
+            cur.execute(sql.DELETE_WRITES_OF_PRUNED, params)
+            # Events go with their checkpoints: up to the first event about a
+            # checkpoint still stored, else past the last about a removed one.
+            cur.execute(sql.FIRST_EVENT_OF_STORED, params)
+            first_kept = cur.fetchone()[0]
+            if first_kept is None:
+                cur.execute(sql.PAST_LAST_EVENT_OF, {**params, "floor": before})
+                first_kept = cur.fetchone()[0]
+            target = max(before, int(first_kept or before))
+        cur.execute(sql.DELETE_ORPHAN_WRITES, params)
+        orphans = cur.rowcount
+    floor = raise_floor(cur, thread_id, min(target, position), None) if target > before else before
     new = []
-    if removed or writes:
-        data = {
-            "strategy": strategy,
-            "checkpoints": [[r[0], r[1]] for r in removed],
-            "writes": writes,
-        }
+    if removed or writes or orphans or floor > before:
+        done = writes if strategy == "delete" else orphans
+        data = {"strategy": strategy, "checkpoints": [list(k) for k in removed], "writes": done}
         new.append(NewEvent("pruned", data))
     append(cur, thread_id, position, new, token=token, now=now, notify=notify)
-    return PruneResult(thread_id, [(r[0], r[1]) for r in removed])
+    return PruneResult(thread_id, removed, floor, floor - before, orphans)
+
+
+class _TurnRow(NamedTuple):
+    """One `sql.TURN_SKELETON` row (a `retention.TurnNode`)."""
+
+    ns: str
+    cid: str
+    position: int
+    source: str | None
+    run_id: str | None
+
+
+def remove_turn(
+    cur: Cursor, thread_id: str, run_id: str | None
+) -> tuple[str | None, list[tuple[str, str]], int]:
+    """Remove one turn, chosen by `retention.plan_retraction` (the SQLite store's rule).
+
+    Returns:
+        The run removed (None when found by its input checkpoint, or when
+        there was no turn), the `(ns, id)` keys removed oldest first, and
+        how many writes went.
+    """
+    cur.execute(sql.TURN_SKELETON, {"thread_id": thread_id})
+    turn = plan_retraction([_TurnRow(*r) for r in cur.fetchall()], run_id)
+    if turn is None:
+        return None, [], 0
+    run_id, keys, start = turn
+    params: dict[str, Any] = {
+        "thread_id": thread_id,
+        "run_id": run_id,
+        "start": start,
+        "namespaces": [k[0] for k in keys],
+        "ids": [k[1] for k in keys],
+    }
+    cur.execute(sql.DELETE_CHECKPOINTS_BY_KEY, params)
+    cur.execute(sql.DELETE_WRITES_OF_TURN, params)
+    return run_id, keys, cur.rowcount
+
+
+def retract(
+    cur: Cursor,
+    thread_id: str,
+    token: int,
+    run_id: str | None,
+    *,
+    now: float | None,
+    notify: bool = True,
+) -> Retraction:
+    """Remove one turn under the claim carrying `token`, logged as `retracted`."""
+    position = fence(cur, thread_id, token, now=now, require_claim=True)
+    run_id, keys, writes = remove_turn(cur, thread_id, run_id)
+    new = [retracted_event(run_id, keys, writes)] if keys or writes else []
+    seqs = append(cur, thread_id, position, new, token=token, now=now, notify=notify)
+    if not seqs:
+        return Retraction(thread_id, run_id, [], 0, None)
+    return Retraction(thread_id, run_id, keys, writes, seqs[0])

@@ -19,6 +19,7 @@ from typing import Any
 from ..claims import Claim, claim_live
 from ..errors import TenantMismatch, ThreadBusy
 from ..events import NewEvent
+from ..retention import retracted_event
 from ..runs import OPERATOR_RELEASED, OPERATOR_TOOK_OVER, RUN_STRATEGIES
 from . import removals, sql, txns
 from .events import append
@@ -126,16 +127,10 @@ def _retract(cur: Cursor, thread_id: str, run_id: str) -> tuple[list[NewEvent], 
         The `retracted` event (none when nothing was removed), and how many
         checkpoints and writes went.
     """
-    params: dict[str, Any] = {"thread_id": thread_id, "run_id": run_id}
-    cur.execute(sql.DELETE_CHECKPOINTS_OF_RUN, params)
-    removed = [(r[0], r[1]) for r in sorted(cur.fetchall(), key=lambda r: r[2])]
-    params.update(namespaces=[k[0] for k in removed], ids=[k[1] for k in removed])
-    cur.execute(sql.DELETE_WRITES_OF_RUN, params)
-    writes = cur.rowcount
+    _, removed, writes = removals.remove_turn(cur, thread_id, run_id)
     if not removed and not writes:
         return [], 0, 0
-    data = {"run_id": run_id, "checkpoints": [list(k) for k in removed], "writes": writes}
-    return [NewEvent("retracted", data)], len(removed), writes
+    return [retracted_event(run_id, removed, writes)], len(removed), writes
 
 
 def end_run(

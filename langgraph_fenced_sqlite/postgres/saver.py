@@ -46,6 +46,7 @@ from .api_retention import PgRetentionAPI
 from .api_runs import PgRunsAPI
 from .api_threads import PgReadAPI
 from .connection import PgConnection
+from .watch import PgWatchAPI
 
 __all__ = ["DatabaseClock", "FencedPostgresSaver"]
 
@@ -83,7 +84,13 @@ class DatabaseClock:
 
 
 class FencedPostgresSaver(  # type: ignore[misc]
-    PgClaimsAPI, PgRunsAPI, PgEventsAPI, PgRetentionAPI, PgReadAPI, BaseCheckpointSaver[str]
+    PgClaimsAPI,
+    PgRunsAPI,
+    PgEventsAPI,
+    PgWatchAPI,
+    PgRetentionAPI,
+    PgReadAPI,
+    BaseCheckpointSaver[str],
 ):
     """A LangGraph checkpointer on PostgreSQL with per-thread claims and fencing tokens.
 

@@ -105,6 +105,11 @@ MIGRATIONS: list[str] = [
     ALTER TABLE lgfs_threads ADD COLUMN cancel_by text;
     ALTER TABLE lgfs_threads ADD COLUMN tenant text;
     """,
+    # 4: the replay floor (`compact_events`): events below it are gone, and a
+    # reader asking from below it gets `ReplayUnavailable`, never a gap.
+    """
+    ALTER TABLE lgfs_threads ADD COLUMN floor bigint NOT NULL DEFAULT 1;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -179,7 +184,7 @@ NEW_INCARNATION = (
     "UPDATE lgfs_threads SET holder = NULL, token = NULL, expires_at = NULL, claimed_at = NULL, "
     "run_id = NULL, cancel_by = NULL, incarnation = incarnation "
     "+ CASE WHEN incarnation = 1 OR next_seq > 1 OR token IS NOT NULL THEN 1 ELSE 0 END, "
-    "next_seq = 1 WHERE thread_id = %(thread_id)s"
+    "next_seq = 1, floor = 1 WHERE thread_id = %(thread_id)s"
 )
 # A commit that appends n events took one position at the fence: give back
 # or take the difference (the row is locked, so seqs stay gap-free).
@@ -219,13 +224,23 @@ LATEST_INTERRUPTS = (
     "AND w.channel = '__interrupt__') FROM lgfs_checkpoints c "
     "WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = '' ORDER BY c.position DESC LIMIT 1"
 )
-# A superseded run's rows: its checkpoints (with every write of them) and its writes.
-DELETE_CHECKPOINTS_OF_RUN = (
-    "DELETE FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s AND run_id = %(run_id)s "
-    "RETURNING checkpoint_ns, checkpoint_id, position"
+# A turn (`retract_turn`, a "rollback" run): what `retention.plan_retraction`
+# reads of every checkpoint, by commit position; then its checkpoints by key,
+# and the writes of those, with the run's writes (or, for a turn found by its
+# input checkpoint, every write from its position on).
+TURN_SKELETON = (
+    "SELECT checkpoint_ns, checkpoint_id, position, source, run_id FROM lgfs_checkpoints "
+    "WHERE thread_id = %(thread_id)s ORDER BY position"
 )
-DELETE_WRITES_OF_RUN = (
-    "DELETE FROM lgfs_writes w WHERE w.thread_id = %(thread_id)s AND (w.run_id = %(run_id)s "
+DELETE_CHECKPOINTS_BY_KEY = (
+    "DELETE FROM lgfs_checkpoints c USING unnest(%(namespaces)s::text[], %(ids)s::text[]) "
+    "AS k(ns, id) WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = k.ns "
+    "AND c.checkpoint_id = k.id"
+)
+DELETE_WRITES_OF_TURN = (
+    "DELETE FROM lgfs_writes w WHERE w.thread_id = %(thread_id)s AND ("
+    "(%(run_id)s::text IS NOT NULL AND w.run_id = %(run_id)s) "
+    "OR (%(run_id)s::text IS NULL AND w.position >= %(start)s) "
     "OR (w.checkpoint_ns, w.checkpoint_id) IN (SELECT k.ns, k.id FROM "
     "unnest(%(namespaces)s::text[], %(ids)s::text[]) AS k(ns, id)))"
 )
@@ -258,7 +273,18 @@ EVENTS_AFTER = (
     "SELECT seq, kind, checkpoint_ns, checkpoint_id, data, token, ts, checksum FROM lgfs_events "
     "WHERE thread_id = %(thread_id)s AND seq > %(after)s ORDER BY seq LIMIT %(limit)s"
 )
-GET_INCARNATION = "SELECT incarnation FROM lgfs_threads WHERE thread_id = %(thread_id)s"
+# What a reader's position is checked against: floor and incarnation.
+GET_REPLAY_BOUNDS = "SELECT floor, incarnation FROM lgfs_threads WHERE thread_id = %(thread_id)s"
+# `compact_events`: the floor goes up to min(before, next seq), never down,
+# and only in the incarnation asked for (NULL: the current one); no row comes
+# back for an unknown thread or another incarnation.
+RAISE_FLOOR = (
+    "UPDATE lgfs_threads SET floor = GREATEST(floor, LEAST(%(before)s, next_seq)) "
+    "WHERE thread_id = %(thread_id)s "
+    "AND (%(incarnation)s::bigint IS NULL OR incarnation = %(incarnation)s) RETURNING floor"
+)
+GET_FLOOR = "SELECT floor FROM lgfs_threads WHERE thread_id = %(thread_id)s"
+DELETE_EVENTS_BELOW = "DELETE FROM lgfs_events WHERE thread_id = %(thread_id)s AND seq < %(floor)s"
 DELETE_THREAD_EVENTS = "DELETE FROM lgfs_events WHERE thread_id = %(thread_id)s"
 
 # --- checkpoints ----------------------------------------------------------------------
@@ -443,15 +469,42 @@ COPY_WRITES = (
     "ON CONFLICT DO NOTHING"
 )
 # keep_latest: every checkpoint but the latest of its namespace, with its writes.
-PRUNE_KEEP_LATEST = (
-    "DELETE FROM lgfs_checkpoints c WHERE c.thread_id = %(thread_id)s AND c.position < "
-    "(SELECT max(l.position) FROM lgfs_checkpoints l WHERE l.thread_id = c.thread_id "
-    "AND l.checkpoint_ns = c.checkpoint_ns) RETURNING c.checkpoint_ns, c.checkpoint_id, c.position"
+# What `retention.plan_prune` reasons about for each checkpoint, by position.
+# `json`, not `jsonb`: only two fields are read, and `json` takes any text
+# the store wrote (jsonb refuses a \u0000 escape).
+PRUNE_SKELETON = (
+    "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, position, source, run_id, "
+    "created_at, step, metadata::json -> 'counters_since_delta_snapshot', "
+    "envelope::json -> 'channel_versions' FROM lgfs_checkpoints "
+    "WHERE thread_id = %(thread_id)s ORDER BY position"
 )
 DELETE_WRITES_OF_PRUNED = (
     "DELETE FROM lgfs_writes w USING unnest(%(namespaces)s::text[], %(ids)s::text[]) "
     "AS k(ns, id) WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = k.ns "
     "AND w.checkpoint_id = k.id"
+)
+# The first event about a checkpoint still stored (where keep_latest's floor
+# goes), and one past the last event about a removed one (where it goes when
+# no stored checkpoint has an event left), at or above the floor.
+FIRST_EVENT_OF_STORED = (
+    "SELECT min(e.seq) FROM lgfs_events e WHERE e.thread_id = %(thread_id)s "
+    "AND e.checkpoint_id IS NOT NULL AND EXISTS (SELECT 1 FROM lgfs_checkpoints c "
+    "WHERE c.thread_id = e.thread_id AND c.checkpoint_ns = e.checkpoint_ns "
+    "AND c.checkpoint_id = e.checkpoint_id)"
+)
+PAST_LAST_EVENT_OF = (
+    "SELECT max(e.seq) + 1 FROM lgfs_events e JOIN unnest(%(namespaces)s::text[], "
+    "%(ids)s::text[]) AS k(ns, id) ON e.checkpoint_ns = k.ns AND e.checkpoint_id = k.id "
+    "WHERE e.thread_id = %(thread_id)s AND e.seq >= %(floor)s"
+)
+# Orphan writes (as the SQLite store's): their checkpoint is not stored, and
+# they were committed before the latest checkpoint of their namespace.
+DELETE_ORPHAN_WRITES = (
+    "DELETE FROM lgfs_writes w WHERE w.thread_id = %(thread_id)s AND NOT EXISTS (SELECT 1 "
+    "FROM lgfs_checkpoints c WHERE c.thread_id = w.thread_id AND c.checkpoint_ns = "
+    "w.checkpoint_ns AND c.checkpoint_id = w.checkpoint_id) AND w.position < (SELECT "
+    "max(l.position) FROM lgfs_checkpoints l WHERE l.thread_id = w.thread_id "
+    "AND l.checkpoint_ns = w.checkpoint_ns)"
 )
 DELETE_ALL_RETURNING = (
     "DELETE FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s "
@@ -532,17 +585,17 @@ LIST_CLAIMS = (
     "WHERE token IS NOT NULL ORDER BY thread_id"
 )
 # A thread row that is more than what `delete_thread` leaves of a thread (the
-# SQLite store's `_NOT_TOMBSTONE`; this store has no event floor): in its
-# first incarnation, or claimed, or holding events or checkpoints.
+# SQLite store's `_NOT_TOMBSTONE`): in its first incarnation, or claimed,
+# compacted, or holding events or checkpoints.
 _NOT_TOMBSTONE = (
-    "(t.incarnation = 1 OR t.token IS NOT NULL "
+    "(t.incarnation = 1 OR t.token IS NOT NULL OR t.floor > 1 "
     "OR EXISTS (SELECT 1 FROM lgfs_events e WHERE e.thread_id = t.thread_id) "
     "OR EXISTS (SELECT 1 FROM lgfs_checkpoints c WHERE c.thread_id = t.thread_id))"
 )
 # The columns `api_threads._summaries` reads, in the SQLite store's
-# `THREAD_SUMMARIES` order; the floor is always 1 (no event is compacted here).
+# `THREAD_SUMMARIES` order.
 _SUMMARIES = (
-    "SELECT t.thread_id, t.holder, t.token, t.expires_at, 1::bigint, t.next_seq, "
+    "SELECT t.thread_id, t.holder, t.token, t.expires_at, t.floor, t.next_seq, "
     "(SELECT count(*) FROM lgfs_checkpoints c WHERE c.thread_id = t.thread_id), "
     "(SELECT string_agg(DISTINCT c.checkpoint_ns, ',') FROM lgfs_checkpoints c "
     " WHERE c.thread_id = t.thread_id), "
@@ -558,9 +611,9 @@ THREAD_SUMMARY = f"{_SUMMARIES} AND t.thread_id = %(thread_id)s"
 THREAD_EXISTS = (
     f"SELECT 1 FROM lgfs_threads t WHERE t.thread_id = %(thread_id)s AND {_NOT_TOMBSTONE}"
 )
-# In `claims.ThreadRow`'s order (the floor, always 1, is not stored).
+# In `claims.ThreadRow`'s order.
 GET_THREAD_ROW = (
-    "SELECT next_seq, holder, token, expires_at, run_id, incarnation FROM lgfs_threads "
+    "SELECT next_seq, floor, holder, token, expires_at, run_id, incarnation FROM lgfs_threads "
     "WHERE thread_id = %(thread_id)s"
 )
 THREAD_NAMESPACES = (

@@ -218,12 +218,13 @@ class PostgresServer:
         Much faster than a database per test (no template copy), and just as
         separate for a store whose SQL names no schema.
         """
-        import uuid
+        import secrets
 
         import psycopg
         from psycopg.conninfo import make_conninfo
 
-        name = f"t_{uuid.uuid4().hex[:16]}"
+        # Not uuid4: a test under test may patch it (LangGraph's do).
+        name = f"t_{secrets.token_hex(8)}"
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             conn.execute(f"CREATE SCHEMA {name}")
         return make_conninfo(self.dsn, options=f"-c search_path={name}")

@@ -13,14 +13,18 @@ function, unchanged, and two names are ours:
 
 - `fenced`: `with FencedSqliteSaver.from_conn_string(path) as saver`
 - `fenced_aio`: `async with FencedSqliteSaver.from_conn_string(path) as saver`
+- `fenced_pg` / `fenced_pg_aio`: the same with `FencedPostgresSaver` and its
+  `setup()` / `asetup()`, on the server `LGFS_SUITE_PG_DSN` names (which
+  `run_suite.py --store postgres` starts), each in a fresh schema
 
-each on a fresh file, exactly as our README tells a user to open it. Our saver
+each on a fresh file (or schema), exactly as our README tells a user to open it. Our saver
 keeps its own data-only serializer in strict mode too (LangGraph's conftest
 would swap in `JsonPlusSerializer`, which would no longer test our saver).
 
 Environment:
     LGFS_SUITE_SYNC: comma-separated sync checkpointer names (default `fenced`).
     LGFS_SUITE_ASYNC: comma-separated async checkpointer names (default `fenced_aio`).
+    LGFS_SUITE_PG_DSN: the PostgreSQL server for `fenced_pg` / `fenced_pg_aio`.
     LGFS_SUITE_ALL_TESTS: `1` keeps tests that use no checkpointer; by default
         they are deselected (they do not exercise a saver).
 """
@@ -39,6 +43,8 @@ from langgraph_fenced_sqlite import FencedSqliteSaver
 
 SYNC_NAME = "fenced"
 ASYNC_NAME = "fenced_aio"
+PG_SYNC_NAME = "fenced_pg"
+PG_ASYNC_NAME = "fenced_pg_aio"
 FIXTURES = ("sync_checkpointer", "async_checkpointer")
 
 
@@ -60,6 +66,24 @@ def _unwrap(fixture: Any) -> Callable[..., Any]:
     if wrapped is not None:
         return wrapped.obj
     return fixture
+
+
+def _fresh_pg_dsn() -> str:
+    """A DSN whose connections use a new, empty schema of `LGFS_SUITE_PG_DSN`'s server."""
+    import secrets
+
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    server = os.environ.get("LGFS_SUITE_PG_DSN")
+    if not server:
+        raise pytest.UsageError("fenced_pg needs LGFS_SUITE_PG_DSN (run_suite.py --store postgres)")
+    # Not uuid4: LangGraph's tests patch it (test_root_graph's ids count up
+    # from zero), which made two tests' schemas the same name.
+    name = f"t_{secrets.token_hex(8)}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {name}")
+    return make_conninfo(server, options=f"-c search_path={name}")
 
 
 class _TempFile:
@@ -93,6 +117,13 @@ def install(namespace: dict[str, Any]) -> None:
 
     @pytest.fixture(scope="function", params=_names("LGFS_SUITE_SYNC", SYNC_NAME))
     def sync_checkpointer(request: pytest.FixtureRequest) -> Iterator[Any]:
+        if request.param == PG_SYNC_NAME:
+            from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
+
+            with FencedPostgresSaver.from_conn_string(_fresh_pg_dsn()) as pg_saver:
+                pg_saver.setup()
+                yield pg_saver
+            return
         if request.param != SYNC_NAME:
             yield from theirs_sync(request)
             return
@@ -101,6 +132,13 @@ def install(namespace: dict[str, Any]) -> None:
 
     @pytest.fixture(scope="function", params=_names("LGFS_SUITE_ASYNC", ASYNC_NAME))
     async def async_checkpointer(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+        if request.param == PG_ASYNC_NAME:
+            from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
+
+            async with FencedPostgresSaver.from_conn_string(_fresh_pg_dsn()) as pg_saver:
+                await pg_saver.asetup()
+                yield pg_saver
+            return
         if request.param != ASYNC_NAME:
             async for checkpointer in theirs_async(request):
                 yield checkpointer

@@ -4,6 +4,7 @@ Reproducible from a fresh clone::
 
     python tests/langgraph_suite/run_suite.py            # our saver, both modes
     python tests/langgraph_suite/run_suite.py --control  # InMemorySaver + SqliteSaver
+    python tests/langgraph_suite/run_suite.py --store postgres  # FencedPostgresSaver
 
 Steps: download (or reuse a cached copy of) the sdist of the *installed*
 langgraph version with `pip download`, extract its `tests/` into a build dir,
@@ -11,8 +12,13 @@ add `lgfs_checkpointer.py` as conftest glue (one line appended to LangGraph's
 conftest; their test files are not touched), install what their tests import
 that is missing, and run them in LangGraph's default mode and in strict mode
 (`LANGGRAPH_STRICT_MSGPACK=true`). Each mode prints one line
-`langgraph suite (MODE): N passed, M failed` and its failing test ids with the
-first line of each failure.
+`langgraph suite (MODE): N passed, M failed` (`(MODE, postgres)` with
+`--store postgres`) and its failing test ids with the first line of each failure.
+
+`--store postgres` runs `FencedPostgresSaver` instead, on a throwaway server
+that it starts itself (`langgraph_fenced_sqlite.testing.postgres_server`: the
+system's binaries, else the pgserver wheel of the dev extra), a fresh schema
+per test, and stops afterwards.
 
 A test named on a `flaky` line of `known_failures.txt` that fails is run again
 alone, up to three times, and counts as passed (printed as FLAKY) if it passes
@@ -201,6 +207,8 @@ def run_pytest(
         LGFS_SUITE_SYNC=args.sync,
         LGFS_SUITE_ASYNC=args.async_,
     )
+    if args.pg_dsn:
+        env["LGFS_SUITE_PG_DSN"] = args.pg_dsn
     junit = log.with_suffix(".xml")
     junit.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", *targets, "-q", "-p", "no:cacheprovider",
@@ -240,7 +248,8 @@ def run_mode(
                 notes.append(f"  FLAKY, passed on rerun {attempt}: {test_id} - {cause}")
                 passed += 1
         retry = [t for t in retry if t in still]
-    print(f"langgraph suite ({mode}): {passed} passed, {len(failed)} failed{tail} in {took:.0f}s")
+    label = mode if args.store == "sqlite" else f"{mode}, {args.store}"
+    print(f"langgraph suite ({label}): {passed} passed, {len(failed)} failed{tail} in {took:.0f}s")
     print("\n".join(notes), end="\n" if notes else "")
     for test_id, cause in sorted(failed.items()):
         print(f"  FAILED {test_id} - {cause}")
@@ -258,14 +267,24 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="LangGraph's own variants instead of ours (InMemorySaver, SqliteSaver)",
     )
+    parser.add_argument(
+        "--store",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="whose saver: FencedSqliteSaver, or FencedPostgresSaver on a server started here",
+    )
     parser.add_argument("--workers", type=int, default=1, help="pytest-xdist workers")
     parser.add_argument("--cache-dir", type=Path, default=default_cache())
     parser.add_argument("--build-dir", type=Path, default=REPO / "build" / "langgraph-suite")
     parser.add_argument("--no-install", action="store_true", help="never pip install")
     parser.add_argument("pytest_args", nargs="*", help="passed on to pytest (after --)")
     args = parser.parse_args(argv)
+    if args.control and args.store != "sqlite":
+        parser.error("--control runs LangGraph's own savers; it takes no --store")
     if args.control:
         args.sync, args.async_ = "memory,sqlite,sqlite_aes", "memory,sqlite_aio"
+    elif args.store == "postgres":
+        args.sync, args.async_ = "fenced_pg", "fenced_pg_aio"
     modes = [m for m in args.modes.split(",") if m]
     if not set(modes) <= set(MODES):
         parser.error(f"--modes takes {','.join(MODES)}")
@@ -281,15 +300,37 @@ def main(argv: list[str] | None = None) -> int:
     recorded = (args.sync, args.async_) == ("fenced", "fenced_aio") and not args.pytest_args
     known, flaky = read_known()
     ok = True
-    for mode in modes:
-        failed = set(run_mode(root, mode, args, out, flaky))
-        expected = known[mode] if recorded else set()
-        for test_id in sorted(failed - expected):
-            print(f"  NEW FAILURE ({mode}): {test_id}")
-        for test_id in sorted(expected - failed):
-            print(f"  NOW PASSES ({mode}), remove it from {KNOWN.name}: {test_id}")
-        ok = ok and failed == expected
+    server = None
+    args.pg_dsn = None
+    if args.store == "postgres":
+        from langgraph_fenced_sqlite.testing.postgres_server import start_server
+
+        server = start_server()
+        args.pg_dsn = server.dsn
+    try:
+        for mode in modes:
+            ok = check_mode(root, mode, args, out, flaky, known[mode] if recorded else set()) and ok
+    finally:
+        if server is not None:
+            server.stop()
     return 0 if ok else 1
+
+
+def check_mode(
+    root: Path,
+    mode: str,
+    args: argparse.Namespace,
+    out: Path,
+    flaky: list[re.Pattern[str]],
+    expected: set[str],
+) -> bool:
+    """Run `mode`; print what differs from the `expected` failures; return whether none does."""
+    failed = set(run_mode(root, mode, args, out, flaky))
+    for test_id in sorted(failed - expected):
+        print(f"  NEW FAILURE ({mode}): {test_id}")
+    for test_id in sorted(expected - failed):
+        print(f"  NOW PASSES ({mode}), remove it from {KNOWN.name}: {test_id}")
+    return failed == expected
 
 
 if __name__ == "__main__":
