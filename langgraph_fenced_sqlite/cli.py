@@ -39,6 +39,7 @@ from .cli_io import (
     plural,
 )
 from .cli_ops import add_claims_command, add_db_option, parse_claims_words, resolve_file
+from .cli_pg import check_store, is_pg_url, open_pg
 from .cli_render import claim_cell, diff_text, event_line, show_text, status_cell
 from .cli_retention import add_prune_command, add_vacuum_command
 from .cli_text import Fit, stamp
@@ -57,57 +58,11 @@ _STATUS = Fit(squeeze=30)
 # --- opening --------------------------------------------------------------------------------
 
 
-# The commands that also read a PostgreSQL store (`--db postgresql://...`): the
-# read-only ones whose every call `FencedPostgresSaver` has (`events` without
-# `--follow`, which needs `watch`). Every other command refuses such a URL.
-PG_COMMANDS = ("threads", "history", "show", "diff", "events")
-
-
-def is_pg_url(path: str | None) -> bool:
-    """Whether `--db` names a PostgreSQL database (a `postgresql://` or `postgres://` URL)."""
-    return isinstance(path, str) and path.startswith(("postgresql://", "postgres://"))
-
-
 def _open(path: str) -> FencedSqliteSaver:
     # Every command reads with the allow-list the command line gave.
     if is_pg_url(path):
-        return _open_pg(path)  # the same reads, on PostgreSQL
+        return open_pg(path)  # the same reads, on PostgreSQL (cli_pg.PG_COMMANDS only)
     return open_existing(path, serde=cli_serde())
-
-
-def _open_pg(url: str) -> Any:
-    """Connect to a PostgreSQL store for reading (never `setup()`: nothing is created)."""
-    import psycopg
-
-    from .errors import StoreError
-    from .postgres import FencedPostgresSaver
-
-    try:
-        conn = psycopg.connect(url, autocommit=True)
-    except psycopg.Error as exc:
-        # psycopg's message names the host and port, never the password.
-        message = f"connect failed: {' '.join(str(exc).split())}"
-        raise StoreError("connect", "postgresql", message=message) from exc
-    try:
-        return FencedPostgresSaver(conn, serde=cli_serde(), _owned=True)
-    except BaseException:
-        conn.close()
-        raise
-
-
-def _check_store(args: argparse.Namespace) -> None:
-    """Refuse a PostgreSQL URL for a command (or option) that does not read one yet."""
-    if not is_pg_url(getattr(args, "path", None)):
-        return
-    what = args.command
-    if args.command == "events" and args.follow:
-        what = "events --follow"
-    elif args.command in PG_COMMANDS:
-        return
-    raise CliError(
-        "usage",
-        f"{what}: not available on a PostgreSQL store yet; these are: {', '.join(PG_COMMANDS)}",
-    )
 
 
 # The one summary lookup (a missing thread is `thread_not_found`).
@@ -511,7 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "claims":
             parse_claims_words(args)
         resolve_file(args)
-        _check_store(args)
+        check_store(args)
         allow_from_args(args)
         return args.func(args, Out(args))
     except SystemExit as exc:  # --help, --version

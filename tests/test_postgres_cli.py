@@ -18,7 +18,7 @@ import pytest
 from _ops import lgfs, same_ids, write_threads
 
 from langgraph_fenced_sqlite import FencedSqliteSaver, ManualClock
-from langgraph_fenced_sqlite.cli import PG_COMMANDS
+from langgraph_fenced_sqlite.cli_pg import PG_COMMANDS
 from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
 
 # The exit codes the tests expect (cli_io.EXIT_CODES documents them).
