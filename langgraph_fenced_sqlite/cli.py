@@ -39,6 +39,7 @@ from .cli_io import (
     plural,
 )
 from .cli_ops import add_claims_command, add_db_option, parse_claims_words, resolve_file
+from .cli_pg import check_store, is_pg_url, open_pg
 from .cli_render import claim_cell, diff_text, event_line, show_text, status_cell
 from .cli_retention import add_prune_command, add_vacuum_command
 from .cli_text import Fit, stamp
@@ -59,6 +60,8 @@ _STATUS = Fit(squeeze=30)
 
 def _open(path: str) -> FencedSqliteSaver:
     # Every command reads with the allow-list the command line gave.
+    if is_pg_url(path):
+        return open_pg(path)  # the same reads, on PostgreSQL (cli_pg.PG_COMMANDS only)
     return open_existing(path, serde=cli_serde())
 
 
@@ -463,6 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "claims":
             parse_claims_words(args)
         resolve_file(args)
+        check_store(args)
         allow_from_args(args)
         return args.func(args, Out(args))
     except SystemExit as exc:  # --help, --version

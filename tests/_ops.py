@@ -14,8 +14,10 @@ writes threads in every status through the real runner and LangGraph:
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -141,3 +143,67 @@ def python(script: str, *args: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+# --- the same threads in either store (tests/test_postgres_*.py compare the stores) ---------
+
+# Checkpoint, task and run ids, and LangGraph's interrupt ids (32 hex digits, not all digits).
+_UUID = re.compile(
+    r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\b(?=[0-9]*[a-f])[0-9a-f]{32}\b"
+)
+# A channel version: a counter, then a random suffix (`get_next_version`).
+_VERSION = re.compile(r"\b(\d{32})\.[0-9.]+")
+
+
+def same_ids(value: Any) -> Any:
+    """Replace every id and random version suffix in `value` (nested, dataclasses too).
+
+    Two stores given the same runs differ in these only: LangGraph and the
+    runner draw them at random. Dataclasses (`Interrupt`, `CheckpointDiff`...)
+    become their type's name and fields.
+    """
+    if isinstance(value, str):
+        return _UUID.sub("<id>", _VERSION.sub(r"\1.<random>", value))
+    if isinstance(value, dict):
+        return {same_ids(k): same_ids(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [same_ids(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return {"type": type(value).__name__, **same_ids(fields)}
+    return value
+
+
+def write_threads(saver: Any, clock: ManualClock) -> None:
+    """Write threads in every status through the runner (as `make_ops_file` does into a file).
+
+    `old` 40 days ago (its events below seq 4 compacted); then `done`
+    (resumed to the end), `waiting` (at the
+    interrupt), `broken` (its node raised), `plain` (no runner), `busy`
+    (claimed live for an hour), `released` (claimed and released, nothing
+    written) and `deleted` (written, then deleted: not a thread any more).
+    Every run is durable per step ("sync"), so commits come in one order and
+    their positions are the same in any store.
+    """
+    graph = build_graph(saver)
+    runner = FencedRunner(graph, saver, holder="worker-1")
+    runner.invoke({"count": 0}, config("old"), durability="sync")
+    runner.invoke(Command(resume="ok"), config("old"), durability="sync")
+    saver.compact_events("old", 4)  # its floor: 4
+    clock.advance(40 * DAY)
+    runner.invoke({"count": 0}, config("done"), durability="sync")
+    runner.invoke(Command(resume="ok"), config("done"), durability="sync")
+    clock.advance(5)
+    runner.invoke({"count": 2}, config("waiting"), durability="sync")
+    clock.advance(5)
+    with pytest.raises(ValueError):
+        runner.invoke({"boom": True}, config("broken"), durability="sync")
+    graph.invoke({"count": 3}, config("plain"), durability="sync")
+    graph.invoke(Command(resume="fine"), config("plain"), durability="sync")
+    clock.advance(5)
+    claim = saver.claim("busy", "worker-9", 3600)
+    graph.invoke({"count": 4}, claim.config(), durability="sync")
+    saver.release("released", saver.claim("released", "worker-2", 60).token)
+    runner.invoke({"count": 5}, config("deleted"), durability="sync")
+    saver.delete_thread("deleted")
+    clock.advance(5)

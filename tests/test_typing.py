@@ -5,8 +5,9 @@
 - `mypy --strict` passes on every Python snippet of README.md and on
   `examples/`, and on a probe of the runner's and the opener's types:
   `stream`/`astream` are generators that `contextlib.closing`/`aclosing`
-  take, the runner's results are typed as LangGraph's, and a misspelt
-  keyword of `from_conn_string` is a type error.
+  take, the runner's results are typed as LangGraph's, a misspelt
+  keyword of `from_conn_string` is a type error, and the PostgreSQL saver's
+  reads (the SQLite saver's methods, inherited) type-check on it.
 - At run time a misspelt keyword is an `InvalidArgument` naming it.
 """
 
@@ -46,7 +47,10 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph import START, StateGraph
 from typing_extensions import TypedDict, assert_type
 
-from langgraph_fenced_sqlite import FencedRunner, FencedSqliteSaver
+from langgraph.checkpoint.base import CheckpointTuple
+
+from langgraph_fenced_sqlite import CheckpointDiff, FencedRunner, FencedSqliteSaver, ThreadStatus
+from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
 
 
 class State(TypedDict):
@@ -73,6 +77,16 @@ async def main(path: str) -> None:
         assert_type(asaver, FencedSqliteSaver)
     FencedSqliteSaver.from_conn_string(path, busy_timout=1.0)  # error: call-arg
     FencedSqliteSaver(path, busy_timout=1.0)  # error: call-arg
+
+
+def pg_reads(pg: FencedPostgresSaver) -> None:
+    assert_type(pg.history("t", limit=2), list[CheckpointTuple])
+    assert_type(pg.history_records("t", before="c1"), list[dict[str, Any]])
+    assert_type(pg.inspect_checkpoint("t", checkpoint_id="c1"), dict[str, Any] | None)
+    assert_type(pg.diff_checkpoints("t"), CheckpointDiff | None)
+    assert_type(pg.threads(status="idle", inactive_for=60), list[dict[str, Any]])
+    assert_type(pg.thread_status("t"), ThreadStatus | None)
+    assert_type(pg.resolve_namespace("t", "sub"), str)
 """
 
 

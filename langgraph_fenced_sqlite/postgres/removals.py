@@ -162,8 +162,15 @@ def prune(
     event when anything went, at the seq the fence took (the floor stops
     there, so the event itself is never below it).
     """
-    position = fence(cur, thread_id, token, now=now, require_claim=require_claim)
     params: dict[str, Any] = {"thread_id": thread_id}
+    if token is None:
+        # An unknown thread holds nothing to remove: an unfenced prune passes
+        # it by without creating its row (as SQLite's `fence_existing`); a
+        # token is checked even there (StaleClaim).
+        cur.execute(sql.GET_FLOOR, params)
+        if cur.fetchone() is None:
+            return PruneResult(thread_id)
+    position = fence(cur, thread_id, token, now=now, require_claim=require_claim)
     cur.execute(sql.GET_FLOOR, params)
     before = int(cur.fetchone()[0])
     writes = orphans = 0

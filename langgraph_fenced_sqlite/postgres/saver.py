@@ -29,6 +29,7 @@ from . import sql, txns
 from .api_claims import PgClaimsAPI
 from .api_events import PgEventsAPI
 from .api_retention import PgRetentionAPI
+from .api_threads import PgReadAPI
 from .connection import PgConnection
 
 __all__ = ["DatabaseClock", "FencedPostgresSaver"]
@@ -71,6 +72,7 @@ class FencedPostgresSaver(  # type: ignore[misc]
     PgClaimsAPI,
     PgEventsAPI,
     PgRetentionAPI,
+    PgReadAPI,
     FencedSaverBase,
 ):
     """A LangGraph checkpointer on PostgreSQL with per-thread claims and fencing tokens.

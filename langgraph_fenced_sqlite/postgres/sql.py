@@ -189,12 +189,15 @@ GET_LAST_CLAIM = (
     "SELECT token, last_holder, last_token FROM lgfs_threads WHERE thread_id = %(thread_id)s"
 )
 # delete_thread: the claim goes with the thread (its holder is fenced off), and
-# a thread that held anything starts its next incarnation, numbered from 1
-# again, so a reader of the old one is told (ReplayUnavailable), not misled.
+# a thread that is more than a tombstone (in its first incarnation, claimed, or
+# holding anything: the SQLite store's `TOMBSTONE_THREAD` rule) starts its next
+# incarnation, numbered from 1 again, so a reader of the old one is told
+# (ReplayUnavailable), not misled. A thread claimed and released with nothing
+# written counts too: else it would stay listed by `threads()` once deleted.
 NEW_INCARNATION = (
     "UPDATE lgfs_threads SET holder = NULL, token = NULL, expires_at = NULL, claimed_at = NULL, "
     "run_id = NULL, cancel_by = NULL, incarnation = incarnation "
-    "+ CASE WHEN next_seq > 1 OR token IS NOT NULL THEN 1 ELSE 0 END, "
+    "+ CASE WHEN incarnation = 1 OR next_seq > 1 OR token IS NOT NULL THEN 1 ELSE 0 END, "
     "next_seq = 1, floor = 1 WHERE thread_id = %(thread_id)s"
 )
 # A commit that appends n events took one position at the fence: give back
@@ -643,3 +646,70 @@ def list_checkpoints(
         "ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC LIMIT %(limit)s"
     )
     return sql, params
+
+
+# --- reads: history, inspection, threads (`api_inspect.py`, `api_threads.py`) ---------------
+
+# The first statement of every multi-statement read: one snapshot for all its
+# statements, as the SQLite store's read transaction gives (under READ
+# COMMITTED each statement would see the commits made since the one before).
+READ_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+GET_POSITION = (
+    "SELECT position FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s "
+    "AND checkpoint_ns = %(checkpoint_ns)s AND checkpoint_id = %(checkpoint_id)s"
+)
+# One page of `history`: newest commit first, below `start` (a position).
+HISTORY_PAGE = (
+    f"SELECT {CHECKPOINT_COLUMNS} FROM lgfs_checkpoints WHERE {_KEY} "
+    "AND position < %(start)s ORDER BY position DESC LIMIT %(limit)s"
+)
+LIST_CLAIMS = (
+    "SELECT thread_id, holder, token, expires_at, claimed_at FROM lgfs_threads "
+    "WHERE token IS NOT NULL ORDER BY thread_id"
+)
+# A thread row that is more than what `delete_thread` leaves of a thread (the
+# SQLite store's `_NOT_TOMBSTONE`): in its first incarnation, or claimed,
+# compacted, or holding events or checkpoints.
+_NOT_TOMBSTONE = (
+    "(t.incarnation = 1 OR t.token IS NOT NULL OR t.floor > 1 "
+    "OR EXISTS (SELECT 1 FROM lgfs_events e WHERE e.thread_id = t.thread_id) "
+    "OR EXISTS (SELECT 1 FROM lgfs_checkpoints c WHERE c.thread_id = t.thread_id))"
+)
+# The columns `api_threads._summaries` reads, in the SQLite store's
+# `THREAD_SUMMARIES` order.
+_SUMMARIES = (
+    "SELECT t.thread_id, t.holder, t.token, t.expires_at, t.floor, t.next_seq, "
+    "(SELECT count(*) FROM lgfs_checkpoints c WHERE c.thread_id = t.thread_id), "
+    "(SELECT string_agg(DISTINCT c.checkpoint_ns, ',') FROM lgfs_checkpoints c "
+    " WHERE c.thread_id = t.thread_id), "
+    "(SELECT count(*) FROM lgfs_events e WHERE e.thread_id = t.thread_id), "
+    "(SELECT max(c.created_at) FROM lgfs_checkpoints c WHERE c.thread_id = t.thread_id), "
+    "(SELECT c.step FROM lgfs_checkpoints c WHERE c.thread_id = t.thread_id "
+    " AND c.checkpoint_ns = '' ORDER BY c.position DESC LIMIT 1), "
+    "(SELECT max(e.ts) FROM lgfs_events e WHERE e.thread_id = t.thread_id) "
+    f"FROM lgfs_threads t WHERE {_NOT_TOMBSTONE}"
+)
+THREAD_SUMMARIES = f"{_SUMMARIES} ORDER BY t.thread_id"
+THREAD_SUMMARY = f"{_SUMMARIES} AND t.thread_id = %(thread_id)s"
+THREAD_EXISTS = (
+    f"SELECT 1 FROM lgfs_threads t WHERE t.thread_id = %(thread_id)s AND {_NOT_TOMBSTONE}"
+)
+# In `claims.ThreadRow`'s order.
+GET_THREAD_ROW = (
+    "SELECT next_seq, floor, holder, token, expires_at, run_id, incarnation FROM lgfs_threads "
+    "WHERE thread_id = %(thread_id)s"
+)
+THREAD_NAMESPACES = (
+    "SELECT DISTINCT checkpoint_ns FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s "
+    "ORDER BY checkpoint_ns"
+)
+# A thread's status: its latest event of the kinds given (`status.RUN_EVENTS`),
+# and whether a root checkpoint was committed after it under another token.
+LAST_EVENT_OF_KINDS = (
+    "SELECT seq FROM lgfs_events WHERE thread_id = %(thread_id)s AND kind = ANY(%(kinds)s) "
+    "ORDER BY seq DESC LIMIT 1"
+)
+ROOT_CHECKPOINT_AFTER = (
+    "SELECT 1 FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s AND checkpoint_ns = '' "
+    "AND position > %(seq)s AND token IS DISTINCT FROM %(token)s LIMIT 1"
+)
