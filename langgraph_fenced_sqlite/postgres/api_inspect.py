@@ -40,7 +40,7 @@ def read_snapshot(engine: PgConnection, op: str, job: Callable[[Cursor], T]) -> 
     """Run `job(cursor)` in one read-only transaction whose statements share one snapshot."""
 
     def snapshot_job(cur: Cursor) -> T:
-        cur.execute(sql.READ_SNAPSHOT)  # must be the transaction's first statement
+        cur.execute(sql.SNAPSHOT_IN_TRANSACTION)  # must be the transaction's first statement
         return job(cur)
 
     return engine.run(op, snapshot_job)

@@ -650,10 +650,11 @@ def list_checkpoints(
 
 # --- reads: history, inspection, threads (`api_inspect.py`, `api_threads.py`) ---------------
 
-# The first statement of every multi-statement read: one snapshot for all its
-# statements, as the SQLite store's read transaction gives (under READ
-# COMMITTED each statement would see the commits made since the one before).
-READ_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+# The first statement of every multi-statement read inside `PgConnection.run`'s
+# transaction: one snapshot for all its statements, as the SQLite store's read
+# transaction gives (under READ COMMITTED each statement would see the commits
+# made since the one before). `READ_SNAPSHOT` (above) opens the same for a batch.
+SNAPSHOT_IN_TRANSACTION = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 GET_POSITION = (
     "SELECT position FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s "
     "AND checkpoint_ns = %(checkpoint_ns)s AND checkpoint_id = %(checkpoint_id)s"
