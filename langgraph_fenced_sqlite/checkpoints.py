@@ -322,14 +322,14 @@ def split_tuple(rows: Sequence[Row]) -> tuple[Row, list[WriteRow]] | None:
     """
     if not rows:
         return None
-    row = rows[0]
-    if row[12] != 0:
+    row: Row | None = rows[0]
+    if row is not None and row[12] != 0:
         # SQLite runs a UNION ALL's arms in order, so this is a result with
         # no checkpoint (writes of one not stored); the search only makes
         # that order no assumption.
         row = next((r for r in rows if r[12] == 0), None)
-        if row is None:
-            return None
+    if row is None:
+        return None
     writes = [r[:7] for r in rows if r is not row]
     if len(writes) > 1:
         sort_writes(writes)
@@ -552,7 +552,7 @@ def decode_tuple(
             }
         }
     # `tuple.__new__` is what the named tuple's own (Python) `__new__` calls.
-    return _new_tuple(CheckpointTuple, (config, env, md, parent, pending))  # type: ignore[no-any-return]
+    return _new_tuple(CheckpointTuple, (config, env, md, parent, pending))
 
 
 # A retention skeleton row: ns, id, parent, position, source, run_id,

@@ -122,7 +122,7 @@ def _refuse_constant(name: str) -> Any:
 # call, which doubled the cost of a `get_tuple`.
 _JSON_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 # Its scanner: `(value, end)` of the JSON value at an index (C, when CPython has it).
-_SCAN = _JSON_DECODER.scan_once
+_SCAN: Any = _JSON_DECODER.scan_once  # type: ignore[attr-defined]
 
 
 def _too_deep(what: str) -> SerializationError:
