@@ -33,7 +33,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 import zlib
@@ -55,7 +54,7 @@ from _common import (
 )
 
 from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
-from langgraph_fenced_sqlite.testing.postgres_server import start_server
+from langgraph_fenced_sqlite.testing.postgres_server import round_trips, start_server
 
 WORKERS = 8
 
@@ -102,23 +101,6 @@ class _Chain:
         for _ in range(n):
             self.put_writes()
         return time.perf_counter() - started
-
-
-def round_trips(conn: Any, call: Callable[[], Any]) -> int:
-    """Run `call`; return how many times the client waited for the server on `conn`."""
-    fd, path = tempfile.mkstemp(suffix=".trace")
-    try:
-        conn.pgconn.trace(fd)
-        try:
-            call()
-        finally:
-            conn.pgconn.untrace()
-        with open(path) as f:
-            senders = [line.split("\t")[1] for line in f if line.count("\t") >= 2]
-    finally:
-        os.close(fd)
-        os.unlink(path)
-    return sum(1 for a, b in zip(senders, senders[1:], strict=False) if (a, b) == ("F", "B"))
 
 
 def _backend_cpu(conn: Any) -> float | None:

@@ -202,35 +202,7 @@ class InspectionAPI:
         )
         if found is None:
             return None
-        row, write_rows = found
-        cid = row[2]
-        out: dict[str, Any] = {
-            "thread_id": thread_id,
-            "checkpoint_ns": row[1],
-            "checkpoint_id": cid,
-            "parent_checkpoint_id": row[3],
-            "position": row[8],
-            "token": row[9],
-            "created_at": row[10],
-            "checkpoint": None,
-            "metadata": None,
-            "error": None,
-            "writes": [],
-        }
-        try:
-            decoded = cps.decode_tuple(self.serde, row, [])
-            out["checkpoint"], out["metadata"] = decoded.checkpoint, decoded.metadata
-        except UndecodableRow as exc:
-            out["error"] = exc.to_dict()
-            try:
-                # Only from a row whose checksum holds: damaged metadata shown
-                # as if it were stored would be a different value.
-                cps.check_row(row)
-                out["metadata"] = cps.decode_metadata(row)
-            except UndecodableRow:
-                pass
-        out["writes"] = decode_writes(self.serde, thread_id, cid, write_rows)
-        return out
+        return shown_checkpoint(self.serde, thread_id, *found)
 
     def diff_checkpoints(
         self,
@@ -328,3 +300,37 @@ def decode_values(serde: Any, row: Any) -> dict[str, Any] | None:
     except UndecodableRow:
         return None
     return values
+
+
+def shown_checkpoint(serde: Any, thread_id: str, row: Any, write_rows: Any) -> dict[str, Any]:
+    """Decode a checkpoint row and its writes for display, each on its own
+    (`inspect_checkpoint` of both stores, after their fetch): a part that
+    does not decode is shown as its error, the rest still shown."""
+    cid = row[2]
+    out: dict[str, Any] = {
+        "thread_id": thread_id,
+        "checkpoint_ns": row[1],
+        "checkpoint_id": cid,
+        "parent_checkpoint_id": row[3],
+        "position": row[8],
+        "token": row[9],
+        "created_at": row[10],
+        "checkpoint": None,
+        "metadata": None,
+        "error": None,
+        "writes": [],
+    }
+    try:
+        decoded = cps.decode_tuple(serde, row, [])
+        out["checkpoint"], out["metadata"] = decoded.checkpoint, decoded.metadata
+    except UndecodableRow as exc:
+        out["error"] = exc.to_dict()
+        try:
+            # Only from a row whose checksum holds: damaged metadata shown
+            # as if it were stored would be a different value.
+            cps.check_row(row)
+            out["metadata"] = cps.decode_metadata(row)
+        except UndecodableRow:
+            pass
+    out["writes"] = decode_writes(serde, thread_id, cid, write_rows)
+    return out

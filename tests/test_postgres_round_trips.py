@@ -11,9 +11,6 @@ in pipeline mode) and a get_tuple 4.
 
 from __future__ import annotations
 
-import os
-import tempfile
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -24,6 +21,7 @@ from psycopg_pool import ConnectionPool
 
 from langgraph_fenced_sqlite import CheckpointConflict, StaleClaim, StoreBusy
 from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
+from langgraph_fenced_sqlite.testing.postgres_server import round_trips
 
 
 def _config(thread_id: str, token: int | None = None, **extra: Any) -> Any:
@@ -40,23 +38,6 @@ def _put(
     extra = {} if parent is None else {"checkpoint_id": parent["id"]}
     saver.put(_config(thread_id, token, **extra), cp, {"source": "loop", "step": 1}, {})
     return cp
-
-
-def round_trips(conn: psycopg.Connection[Any], call: Callable[[], Any]) -> int:
-    """Run `call`; return how many times the client waited for the server on `conn`."""
-    fd, path = tempfile.mkstemp(suffix=".trace")
-    try:
-        conn.pgconn.trace(fd)
-        try:
-            call()
-        finally:
-            conn.pgconn.untrace()
-        with open(path) as f:
-            senders = [line.split("\t")[1] for line in f if line.count("\t") >= 2]
-    finally:
-        os.close(fd)
-        os.unlink(path)
-    return sum(1 for a, b in zip(senders, senders[1:], strict=False) if (a, b) == ("F", "B"))
 
 
 def test_a_fenced_put_put_writes_get_tuple_and_list_page_are_one_round_trip_each(

@@ -18,10 +18,9 @@ import builtins
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .. import checkpoints as cps
-from ..api_inspect import InspectionAPI, decode_writes
+from ..api_inspect import InspectionAPI, shown_checkpoint
 from ..claims import Claim, claim_row
-from ..errors import CheckpointNotFound, UndecodableRow
+from ..errors import CheckpointNotFound
 from ..validation import check_int, check_name
 from . import sql, txns
 from .connection import PgConnection
@@ -138,40 +137,3 @@ class PgInspectionAPI(InspectionAPI):
         if found is None:
             return None
         return shown_checkpoint(self.serde, thread_id, *found)
-
-
-def shown_checkpoint(serde: Any, thread_id: str, row: Any, write_rows: Any) -> dict[str, Any]:
-    """Decode a checkpoint row and its writes for display, each on its own.
-
-    The body of the SQLite saver's `inspect_checkpoint` after its fetch
-    (api_inspect.py), which has no function of its own to call yet: keep
-    the two alike until the store-neutral layer gives them one.
-    """
-    cid = row[2]
-    out: dict[str, Any] = {
-        "thread_id": thread_id,
-        "checkpoint_ns": row[1],
-        "checkpoint_id": cid,
-        "parent_checkpoint_id": row[3],
-        "position": row[8],
-        "token": row[9],
-        "created_at": row[10],
-        "checkpoint": None,
-        "metadata": None,
-        "error": None,
-        "writes": [],
-    }
-    try:
-        decoded = cps.decode_tuple(serde, row, [])
-        out["checkpoint"], out["metadata"] = decoded.checkpoint, decoded.metadata
-    except UndecodableRow as exc:
-        out["error"] = exc.to_dict()
-        try:
-            # Only from a row whose checksum holds: damaged metadata shown
-            # as if it were stored would be a different value.
-            cps.check_row(row)
-            out["metadata"] = cps.decode_metadata(row)
-        except UndecodableRow:
-            pass
-    out["writes"] = decode_writes(serde, thread_id, cid, write_rows)
-    return out

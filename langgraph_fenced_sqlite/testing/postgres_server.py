@@ -26,9 +26,11 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["PostgresServer", "find_pg_bin", "start_server"]
+__all__ = ["PostgresServer", "find_pg_bin", "round_trips", "start_server"]
 
 # The settings a test server runs with. fsync=off trades durability across an
 # OS crash (which no test makes) for speed; a killed postmaster loses nothing,
@@ -290,3 +292,25 @@ def start_server(bindir: str | None = None, *, attempts: int = 3) -> PostgresSer
         raise
     atexit.register(server.stop)
     return server
+
+
+def round_trips(conn: Any, call: Callable[[], Any]) -> int:
+    """Run `call`; return how many times the client waited for the server on `conn`.
+
+    Counted from libpq's protocol trace (a frontend message followed by a
+    backend one is one wait), so the figure does not depend on load; the
+    tests pin it and `benchmarks/bench_postgres.py` reports it.
+    """
+    fd, path = tempfile.mkstemp(suffix=".trace")
+    try:
+        conn.pgconn.trace(fd)
+        try:
+            call()
+        finally:
+            conn.pgconn.untrace()
+        with open(path) as f:
+            senders = [line.split("\t")[1] for line in f if line.count("\t") >= 2]
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return sum(1 for a, b in zip(senders, senders[1:], strict=False) if (a, b) == ("F", "B"))
