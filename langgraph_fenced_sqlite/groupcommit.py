@@ -26,16 +26,21 @@ costs one commit, not one per call. The wait is bounded and adapts:
 - at most `FOLLOW_FACTOR` times the gap the awaited puts usually took to
   arrive (an EWMA of the gaps seen), within `FOLLOW_MIN_S`..`FOLLOW_MAX_S`,
   and never past the write's own deadline;
-- when a batch is committing as the write arrives, the wait starts at that
-  commit's expected end (the put awaited may be queued behind it: LangGraph
-  sends a thread's puts one after another);
+- while a batch is committing, the bound does not run down: the write
+  could not lead before that commit ends anyway, and the put awaited may be
+  queued behind it (LangGraph sends a thread's puts one after another, and a
+  step's first writes often arrive while the previous put commits); the
+  bound counts from the end of the last commit, or the write's arrival if
+  later;
 - it ends the moment the put is queued, or another caller leads the batch;
 - per thread, a wait that ran out (no put followed: a caller that writes
   and then puts from the same thread, a slow sibling task, or a write to a
   `DeltaChannel`, whose put LangGraph sends only after the write returned)
-  backs off: that thread's next 1, 2, 4, ... up to `MAX_BACKOFF` awaited
-  writes lead at once, so a caller whose put never follows pays one bound in
-  hundreds; a wait that was joined halves the back-off;
+  backs off: after a second one in a row, that thread's next 2, 4, 8, ...
+  up to `MAX_BACKOFF` awaited writes lead at once, so a caller whose put
+  never follows pays one bound in hundreds; a wait that was joined halves
+  the back-off. The first is forgiven: a put that came late once (a busy
+  machine) costs that step one commit, not the next step's as well;
 - at most `MAX_WAITING` writes wait at once, so writes queued on a bounded
   executor cannot occupy every worker its put needs.
 
@@ -147,8 +152,10 @@ class GroupCommit:
         self._commit_s = INITIAL_COMMIT_S
         self._gap_s = INITIAL_GAP_S
         self._waiting = 0
-        # When the batch being committed now was taken (None: none is).
+        # When the batch being committed now was taken (None: none is), and
+        # when the last one ended.
         self._leading_since: float | None = None
+        self._ended = 0.0
         # thread_id -> [awaited writes still to lead at once, next back-off]
         self._backoff: dict[str, list[int]] = {}
         # Counters for tests and benchmarks (see `stats`).
@@ -278,7 +285,9 @@ class GroupCommit:
                 with contextlib.suppress(sqlite3.Error):
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
-            self._leading_since = None
+            if self._leading_since is not None:
+                self._ended = time.monotonic()
+                self._leading_since = None
             engine._restore_busy_wait()
             engine._owner = None
             lock.release()
@@ -353,17 +362,18 @@ class GroupCommit:
         backoff = self._backoff.get(thread_id)
         bound = self._bound()
         self._stats["waited"] += 1
-        until = job.arrived + bound
-        if self._leading_since is not None:
-            # A batch is committing: the put awaited may itself wait for it
-            # (LangGraph sends a thread's puts one after another), so the
-            # wait counts from that commit's expected end.
-            until += max(0.0, self._leading_since + self._commit_s - job.arrived)
-        until = min(until, job.deadline)
         self._waiting += 1
         try:
             while job.state == PENDING and not job.followed:
-                left = until - time.monotonic()
+                now = time.monotonic()
+                if self._leading_since is not None:
+                    # A batch is committing: waiting costs nothing until it
+                    # ends (this write could not lead before), and the put
+                    # awaited may be queued behind it. Look again later.
+                    until = now + bound
+                else:
+                    until = max(job.arrived, self._ended) + bound
+                left = min(until, job.deadline) - now
                 if left <= 0:
                     break
                 self._changed.wait(left)
@@ -386,8 +396,11 @@ class GroupCommit:
             self._stats["ran_out"] += 1
             if len(self._backoff) >= _MAX_REMEMBERED:
                 self._backoff.clear()
-            step = 1 if backoff is None else min(backoff[1] * 2, MAX_BACKOFF)
-            self._backoff[thread_id] = [step, step]
+            if backoff is None:
+                self._backoff[thread_id] = [0, 1]  # remembered, none skipped yet
+            else:
+                step = min(backoff[1] * 2, MAX_BACKOFF)
+                self._backoff[thread_id] = [step, step]
 
     def lead(self, own: Job) -> None:
         """Commit every queued write in one transaction (the caller holds the lock)."""
@@ -427,6 +440,7 @@ class GroupCommit:
             )
             raise
         finally:
+            self._ended = time.monotonic()
             self._leading_since = None
             self._engine._restore_busy_wait()
 
