@@ -387,6 +387,7 @@ class Engine:
 
             self._retry_busy("open", set_pragma)
         conn.execute(schema.set_pragma("busy_timeout", self._busy_ms))
+        conn.execute(schema.set_pragma("wal_autocheckpoint", schema.WAL_AUTOCHECKPOINT))
 
     def _retry_busy(self, op: str, fn: Callable[[], T]) -> T:
         started = time.monotonic()

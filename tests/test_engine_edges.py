@@ -386,6 +386,29 @@ def test_the_wal_shrinks_back_after_a_reader_held_it(open_store: Any, db_path: s
     assert lgfs_schema.JOURNAL_SIZE_LIMIT == WAL_LIMIT
 
 
+def test_the_wal_stays_under_the_limit_between_checkpoints(open_store: Any, db_path: str) -> None:
+    """Small commits with no reader in the way: the WAL never grows past the limit.
+
+    The store checkpoints every `schema.WAL_AUTOCHECKPOINT` pages (more than
+    SQLite's default, to halve the syncs checkpoints cost); that must stay
+    inside `JOURNAL_SIZE_LIMIT`, or every restart of the WAL would truncate it.
+    """
+    store = open_store()
+    wal, largest, cycles = db_path + "-wal", 0, set()
+    i = 0
+    while len(cycles) < 3:  # two restarts: filled, checkpointed, restarted, twice
+        _put(store, f"c{i}", "v" * 3000)
+        largest = max(largest, os.path.getsize(wal))
+        with open(wal, "rb") as f:
+            cycles.add(f.read(16)[12:16])  # the WAL header's checkpoint sequence
+        i += 1
+        assert i < 20 * lgfs_schema.WAL_AUTOCHECKPOINT, "the WAL never restarted"
+    page = store._engine._conn.execute("PRAGMA page_size").fetchone()[0]
+    assert largest <= WAL_LIMIT
+    # It filled to WAL_AUTOCHECKPOINT frames (not SQLite's 1000) before restarting.
+    assert largest >= 32 + lgfs_schema.WAL_AUTOCHECKPOINT * (page + 24)
+
+
 # --- 9. the SQLite version ---------------------------------------------------------------------
 
 
