@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from . import maintenance, retention
 from .base_retention import RemovalsBase
 from .clock import read_now
-from .errors import ReadOnlyStore, bad_argument
+from .errors import ReadOnlyStore
 from .maintenance import VacuumReport
 from .retention import PruneResult, RetentionPolicy, Retraction
 from .twins import async_twin
@@ -60,21 +60,14 @@ class RetentionAPI(RemovalsBase):
         )
 
     def _prune_plan(
-        self, strategy: Any, dry_run: bool
+        self, strategy: str | RetentionPolicy
     ) -> tuple[RetentionPolicy | None, bool, bool]:
         """Return `(policy, latest_only, per_thread)` for `strategy`."""
         if isinstance(strategy, RetentionPolicy):
             return strategy, False, True
         if strategy == "keep_latest":
             return RetentionPolicy(), True, False
-        if strategy == "delete":
-            if dry_run:
-                raise bad_argument("dry_run", "not supported with strategy='delete'")
-            return None, False, False
-        raise bad_argument(
-            "strategy",
-            f"expected 'keep_latest', 'delete' or a RetentionPolicy, got {strategy!r}",
-        )
+        return None, False, False  # "delete"
 
     def _prune(
         self,

@@ -133,7 +133,7 @@ class RemovalsBase:
         refusal changes nothing on any thread, and append one `pruned` event
         per thread they removed anything from (`strategy`, the removed
         `checkpoints` and the number of `writes`). A `RetentionPolicy`
-        (`FencedSqliteSaver` only) keeps the latest checkpoint of each
+        keeps the latest checkpoint of each
         namespace, so no owner's next write depends on what it removes: it
         needs no claim (a given `token` is checked all the same) and runs one
         transaction per thread, so a long list never holds the write lock
@@ -144,8 +144,8 @@ class RemovalsBase:
             thread_ids: The threads to prune.
             strategy: `"keep_latest"` (the latest checkpoint of each namespace
                 and what it needs), `"delete"` (every checkpoint and event),
-                or a `RetentionPolicy` where the store takes one.
-            dry_run: Only report what would be removed.
+                or a `RetentionPolicy`.
+            dry_run: Only report what would be removed (not with `"delete"`).
             token: The caller's claim on the (one) thread, if any.
 
         Returns:
@@ -160,7 +160,14 @@ class RemovalsBase:
         check_bool(dry_run, "dry_run")
         if token is not None:
             check_int(token, "token")
-        plan = self._prune_plan(strategy, dry_run)
+        if not isinstance(strategy, RetentionPolicy) and strategy not in ("keep_latest", "delete"):
+            raise bad_argument(
+                "strategy",
+                f"expected 'keep_latest', 'delete' or a RetentionPolicy, got {strategy!r}",
+            )
+        if strategy == "delete" and dry_run:
+            raise bad_argument("dry_run", "not supported with strategy='delete'")
+        plan = self._prune_plan(strategy)
         if not ids:
             return []
         return self._prune(ids, plan, dry_run, token)
@@ -253,8 +260,8 @@ class RemovalsBase:
     def _copy_thread(self, source: str, target: str, token: int | None) -> None:
         raise NotImplementedError
 
-    def _prune_plan(self, strategy: Any, dry_run: bool) -> Any:
-        """Check `strategy` (with `dry_run`) as this store takes it; return what `_prune` runs."""
+    def _prune_plan(self, strategy: str | RetentionPolicy) -> Any:
+        """Return what `_prune` runs for `strategy` (checked already)."""
         raise NotImplementedError
 
     def _prune(

@@ -211,6 +211,9 @@ def test_bad_arguments_are_invalid_argument_naming_them(open_pg: Any) -> None:
         saver.renew("t", "1", 1)
     with pytest.raises(InvalidArgument, match="strategy"):
         saver.prune(["t"], strategy="everything")
+    # As on SQLite: a dry run of "delete" is refused (it ran, rolled back, before).
+    with pytest.raises(InvalidArgument, match="dry_run"):
+        saver.prune(["t"], strategy="delete", dry_run=True)
     with pytest.raises(InvalidArgument, match="__fence_token__"):
         _put(saver, "t", "7")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="thread_id"):

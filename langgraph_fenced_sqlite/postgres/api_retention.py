@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 from ..base_retention import RemovalsBase
-from ..errors import bad_argument
 from ..retention import PruneResult, RetentionPolicy, Retraction
 from . import removals, sql
 from .half import PgHalf
@@ -55,13 +54,8 @@ class PgRetentionAPI(RemovalsBase, PgHalf):
             ),
         )
 
-    def _prune_plan(self, strategy: Any, dry_run: bool) -> str | RetentionPolicy:
-        if not isinstance(strategy, RetentionPolicy) and strategy not in ("keep_latest", "delete"):
-            raise bad_argument(
-                "strategy",
-                f"expected 'keep_latest', 'delete' or a RetentionPolicy, got {strategy!r}",
-            )
-        return strategy if isinstance(strategy, RetentionPolicy) else str(strategy)
+    def _prune_plan(self, strategy: str | RetentionPolicy) -> str | RetentionPolicy:
+        return strategy
 
     def _prune(
         self, thread_ids: _list[str], plan: str | RetentionPolicy, dry_run: bool, token: int | None
