@@ -440,3 +440,28 @@ def test_an_envelope_with_float_versions_is_stored_as_json_writes_it(
     assert '"a":1e+16' in envelope and '"score":1e-05' in metadata
     got = store.get_tuple(plain_config("t"))
     assert got is not None and got.checkpoint["channel_versions"] == {"a": 1e16, "b": 0.5}
+
+
+def test_identity_adapters_bind_the_same_values_and_keep_the_applications() -> None:
+    """The package registers adapters for bytes and None (a faster bind, see
+    connection.py); they change nothing bound, and never replace an application's."""
+    from langgraph_fenced_sqlite.connection import install_identity_adapters
+
+    key = (type(None), sqlite3.PrepareProtocol)
+    saved = dict(sqlite3.adapters)
+    try:
+        sqlite3.adapters.pop(key, None)
+        sqlite3.adapters.pop((bytes, sqlite3.PrepareProtocol), None)
+        sqlite3.register_adapter(type(None), lambda _none: "app's own")
+        install_identity_adapters()
+        conn = sqlite3.connect(":memory:")
+        try:
+            blob = b"\x00\xff"
+            row = conn.execute("SELECT typeof(?), ?, ?", (blob, blob, None)).fetchone()
+        finally:
+            conn.close()
+        assert row == ("blob", b"\x00\xff", "app's own")
+        assert sqlite3.adapters[(bytes, sqlite3.PrepareProtocol)] is bytes
+    finally:
+        sqlite3.adapters.clear()
+        sqlite3.adapters.update(saved)
