@@ -465,3 +465,43 @@ def test_identity_adapters_bind_the_same_values_and_keep_the_applications() -> N
     finally:
         sqlite3.adapters.clear()
         sqlite3.adapters.update(saved)
+
+
+def _outcome(read: Any, text: Any) -> Any:
+    try:
+        return ("ok", repr(read(text, "v")))  # repr: 1 is not 1.0, -0.0 is not 0.0
+    except SerializationError:
+        return ("error", None)
+
+
+_TRICKY_TEXTS = st.sampled_from(
+    [
+        "18446744073709551616",  # orjson: a float
+        "[-9223372036854775809]",
+        '{"a":123456789012345678901234567890}',
+        "-0",  # orjson: 0
+        "[-0.0,0.00001,1e+16,1e16]",
+        '{"a":1,"a":2}',
+        '{"b":1,"a":2}',
+        '"\\ud800"',
+        '"\\u00e9\\n"',
+        "[" * 250 + "]" * 250,
+        "1" * 5000,
+        "1E400",
+        "NaN",
+        "",
+    ]
+)
+
+
+@given(
+    _ANY_JSON.map(lambda v: _reference_text(v))
+    | _FLOATS_JSON.map(lambda v: __import__("orjson").dumps(v).decode())
+    | _TRICKY_TEXTS
+    | st.text(max_size=30)
+)
+def test_loads_json_orjson_path_gives_the_decoders_value_or_error(text: str) -> None:
+    """`loads_json` takes orjson's value only when orjson writes it back as the very
+    text; whatever the text, the value (types included) or the error is that of
+    `json`'s decoder alone (`_loads_scanned`)."""
+    assert _outcome(loads_json, text) == _outcome(stored_json._loads_scanned, text)
