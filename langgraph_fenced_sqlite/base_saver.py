@@ -241,8 +241,10 @@ class FencedSaverBase(BaseCheckpointSaver[str]):
         """
         thread_id, ns, _ = config_target(config)
         token = token_from_config(config)
-        check_checkpoint(checkpoint, metadata)
-        enc = cps.encode_checkpoint(self.serde, config, checkpoint, metadata, thread_id, ns)
+        plain = check_checkpoint(checkpoint, metadata)
+        enc = cps.encode_checkpoint(
+            self.serde, config, checkpoint, metadata, thread_id, ns, plain_envelope=plain
+        )
         self._put(enc, token)
         return {
             "configurable": {

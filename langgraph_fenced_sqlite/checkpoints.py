@@ -32,7 +32,7 @@ from . import claims, events, schema
 from .checksums import checkpoint_checksum, write_checksum
 from .errors import CheckpointConflict, FencedSqliteError, SerializationError, UndecodableRow
 from .serde import write_context
-from .stored_json import dumps_json, loads_json
+from .stored_json import NOT_FINE, PLAIN, dumps_json, loads_json
 
 ENVELOPE_FORMAT = 1
 _FENCED_SOURCES = frozenset({"input", "loop"})
@@ -77,15 +77,24 @@ def encode_checkpoint(
     metadata: CheckpointMetadata,
     thread_id: str,
     checkpoint_ns: str,
+    *,
+    plain_envelope: bool | None = None,
 ) -> EncodedCheckpoint:
-    """Encode a `put`'s arguments; raises `SerializationError` on non-data."""
+    """Encode a `put`'s arguments; raises `SerializationError` on non-data.
+
+    `plain_envelope` is what `check_checkpoint` found (True: `PLAIN` JSON,
+    encoded by orjson; False: not, encoded by `json`), so the envelope is not
+    walked twice; None: walked here.
+    """
     envelope = {k: v for k, v in checkpoint.items() if k != "channel_values"}
     envelope["format"] = ENVELOPE_FORMAT
     values_type, values_blob = serde.dumps_typed(checkpoint.get("channel_values", {}))
     md = get_serializable_checkpoint_metadata(config, metadata)
     run_id = md.get("run_id")
     step = md.get("step")
-    envelope_text = dumps_json(envelope, "checkpoint")
+    # "format" is an int: a plain envelope stays plain.
+    kind = None if plain_envelope is None else PLAIN if plain_envelope else NOT_FINE
+    envelope_text = dumps_json(envelope, "checkpoint", kind=kind)
     metadata_text = dumps_json(md, "metadata")
     return EncodedCheckpoint(
         thread_id=thread_id,

@@ -22,15 +22,14 @@ from langchain_core.runnables import RunnableConfig
 
 from .errors import bad_argument
 
-# One bound for JSON nesting, on arguments and on stored cells alike.
-from .stored_json import MAX_JSON_DEPTH
+# One bound for JSON nesting and integers, on arguments and on stored cells
+# alike; one quick walk (`json_kind`) for both.
+from .stored_json import MAX_INT, MAX_JSON_DEPTH, MIN_INT, NOT_FINE, PLAIN, json_kind
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 MAX_ID_LENGTH = 1024
-# SQLite's INTEGER is a signed 64-bit number; a bigger Python int overflows at bind time.
-MIN_INT, MAX_INT = -(2**63), 2**63 - 1
 
 
 def _has_surrogate(value: str) -> bool:
@@ -161,31 +160,13 @@ def check_json(value: Any, name: str, *, strict: bool = False) -> Any:
     return value
 
 
-def _json_fine(item: Any, depth: int, strict: bool) -> bool:
-    """Whether `check_json` would accept `item` at `depth` (exact types first, fast)."""
-    kind = type(item)
-    if kind is str:
-        return item.isascii() or not _has_surrogate(item)
-    if kind is dict:
-        if depth >= MAX_JSON_DEPTH:
-            return False
-        for key, sub in item.items():
-            if type(key) is not str or not (key.isascii() or not _has_surrogate(key)):
-                return False
-            if not _json_fine(sub, depth + 1, strict):
-                return False
-        return True
-    if kind is list or kind is tuple:
-        if depth >= MAX_JSON_DEPTH:
-            return False
-        return all(_json_fine(sub, depth + 1, strict) for sub in item)
-    if kind is int:
-        return MIN_INT <= item <= MAX_INT
-    if kind is float:
-        return not strict or math.isfinite(item)
-    if item is None or kind is bool:
-        return True
-    return False  # a subclass, a Mapping, or other data: the full walk decides
+def _json_fine(item: Any, depth: int, strict: bool) -> int:
+    """Whether `check_json` would accept `item` at `depth` (exact types first, fast).
+
+    Truthy (`FINE` or `PLAIN`, see `stored_json.json_kind`) if it would;
+    `NOT_FINE` means the full walk decides.
+    """
+    return json_kind(item, depth, strict)
 
 
 def check_dict(value: Any, name: str, *, optional: bool = False) -> Mapping[str, Any]:
@@ -257,10 +238,15 @@ def config_target(
     return thread_id, ns, cid
 
 
-def check_checkpoint(checkpoint: Any, metadata: Any) -> None:
+def check_checkpoint(checkpoint: Any, metadata: Any) -> bool:
     """Check a `put`'s checkpoint envelope and metadata can be stored and read back.
 
     Channel values are the serializer's to judge; everything else is JSON.
+
+    Returns:
+        Whether the envelope (the checkpoint without its channel values) is
+        `PLAIN` JSON, which `dumps_json(..., kind=PLAIN)` then encodes with
+        no second walk.
 
     Raises:
         InvalidArgument: naming `checkpoint` or `metadata` and the bad part.
@@ -271,13 +257,15 @@ def check_checkpoint(checkpoint: Any, metadata: Any) -> None:
     # One quick walk of the whole envelope (its parts one level down, as
     # below); the walk that names the bad part only when it is not fine.
     envelope = {k: v for k, v in checkpoint.items() if k != "channel_values"}
-    if _json_fine(envelope, -1, False):
+    kind = json_kind(envelope, -1, False)
+    if kind != NOT_FINE:
         check_json(check_dict(metadata, "metadata"), "metadata")
-        return
+        return kind == PLAIN
     for key, value in checkpoint.items():
         if key != "channel_values":
             check_json(value, f"checkpoint[{key!r}]")
     check_json(check_dict(metadata, "metadata"), "metadata")
+    return False
 
 
 def check_writes(writes: Any) -> list[tuple[str, Any]]:

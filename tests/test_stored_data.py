@@ -344,3 +344,164 @@ def test_loads_json_fast_path_gives_the_decoders_value_or_error(value: Any, edge
         except SerializationError:
             got = ("error", None)
         assert got == expected, candidate
+
+
+def _reference_text(value: Any) -> Any:
+    """What the stored text must be: `json.dumps` with the documented options (or its error)."""
+    import json
+
+    try:
+        return json.dumps(
+            value, separators=(",", ":"), sort_keys=True, allow_nan=False, ensure_ascii=False
+        )
+    except (TypeError, ValueError, RecursionError):
+        return "error"
+
+
+class _Str(str):
+    pass
+
+
+_TEXT = st.text() | st.sampled_from(["\x00\x1f\x7f\u2028\ufeff", "😀", '\\"/'])
+_ANY_TEXT = _TEXT | st.just("\ud800")
+# JSON data with floats (orjson writes 1e-05 as 0.00001 and NaN as null:
+# `json` must encode these) or without (orjson does).
+_FLOATS_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats()
+    | _TEXT,
+    lambda kids: (
+        st.lists(kids, max_size=4)
+        | st.lists(kids, max_size=3).map(tuple)
+        | st.dictionaries(_TEXT, kids, max_size=4)
+    ),
+    max_leaves=15,
+)
+# And anything else: ints beyond 64 bits, lone surrogates, a str subclass.
+_ANY_JSON = _FLOATS_JSON | st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats()
+    | _ANY_TEXT
+    | _ANY_TEXT.map(_Str),
+    lambda kids: (
+        st.lists(kids, max_size=4)
+        | st.lists(kids, max_size=3).map(tuple)
+        | st.dictionaries(_ANY_TEXT, kids, max_size=4)
+    ),
+    max_leaves=25,
+)
+
+
+@given(_ANY_JSON)
+def test_dumps_json_writes_exactly_the_json_modules_text(value: Any) -> None:
+    """orjson encodes what `json_kind` calls plain, `json` the rest: the stored text is
+    `json.dumps`'s either way, byte for byte (checksums and metadata filters compare it)."""
+    expected = _reference_text(value)
+    try:
+        got = dumps_json(value, "v")
+    except SerializationError:
+        got = "error"
+    assert got == expected
+    if stored_json.json_kind(value) == stored_json.PLAIN:
+        import orjson
+
+        assert orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode() == expected
+
+
+def test_json_kind_calls_only_exact_float_free_json_plain() -> None:
+    plain, fine, no = stored_json.PLAIN, stored_json.FINE, stored_json.NOT_FINE
+    assert stored_json.json_kind({"a": [1, "é", None, True, (2,)], "b": {}}) == plain
+    assert stored_json.json_kind({"a": [1, {"x": 1.5}]}) == fine
+    assert stored_json.json_kind({"a": 1.0, "b": _Str("s")}) == no
+    assert stored_json.json_kind({"a": "\ud800"}) == no
+    assert stored_json.json_kind([2**63]) == no
+    assert stored_json.json_kind({1: "a"}) == no
+    assert stored_json.json_kind(float("nan"), strict=True) == no
+
+
+def test_an_envelope_with_float_versions_is_stored_as_json_writes_it(
+    open_store: Any, db_path: str
+) -> None:
+    # LangGraph allows float channel versions; orjson would write 1e16 as "1e16".
+    store = open_store()
+    checkpoint = values_checkpoint({"a": 1})
+    checkpoint["channel_versions"] = {"a": 1e16, "b": 0.5}
+    store.put(plain_config("t"), checkpoint, {"source": "input", "step": -1, "score": 1e-05}, {})
+    conn = sqlite3.connect(db_path)
+    try:
+        envelope, metadata = conn.execute("SELECT envelope, metadata FROM checkpoints").fetchone()
+    finally:
+        conn.close()
+    assert '"a":1e+16' in envelope and '"score":1e-05' in metadata
+    got = store.get_tuple(plain_config("t"))
+    assert got is not None and got.checkpoint["channel_versions"] == {"a": 1e16, "b": 0.5}
+
+
+def test_identity_adapters_bind_the_same_values_and_keep_the_applications() -> None:
+    """The package registers adapters for bytes and None (a faster bind, see
+    connection.py); they change nothing bound, and never replace an application's."""
+    from langgraph_fenced_sqlite.connection import install_identity_adapters
+
+    key = (type(None), sqlite3.PrepareProtocol)
+    saved = dict(sqlite3.adapters)
+    try:
+        sqlite3.adapters.pop(key, None)
+        sqlite3.adapters.pop((bytes, sqlite3.PrepareProtocol), None)
+        sqlite3.register_adapter(type(None), lambda _none: "app's own")
+        install_identity_adapters()
+        conn = sqlite3.connect(":memory:")
+        try:
+            blob = b"\x00\xff"
+            row = conn.execute("SELECT typeof(?), ?, ?", (blob, blob, None)).fetchone()
+        finally:
+            conn.close()
+        assert row == ("blob", b"\x00\xff", "app's own")
+        assert sqlite3.adapters[(bytes, sqlite3.PrepareProtocol)] is bytes
+    finally:
+        sqlite3.adapters.clear()
+        sqlite3.adapters.update(saved)
+
+
+def _outcome(read: Any, text: Any) -> Any:
+    try:
+        return ("ok", repr(read(text, "v")))  # repr: 1 is not 1.0, -0.0 is not 0.0
+    except SerializationError:
+        return ("error", None)
+
+
+_TRICKY_TEXTS = st.sampled_from(
+    [
+        "18446744073709551616",  # orjson: a float
+        "[-9223372036854775809]",
+        '{"a":123456789012345678901234567890}',
+        "-0",  # orjson: 0
+        "[-0.0,0.00001,1e+16,1e16]",
+        '{"a":1,"a":2}',
+        '{"b":1,"a":2}',
+        '"\\ud800"',
+        '"\\u00e9\\n"',
+        "[" * 250 + "]" * 250,
+        "1" * 5000,
+        "1E400",
+        "NaN",
+        "",
+    ]
+)
+
+
+@given(
+    _ANY_JSON.map(lambda v: _reference_text(v))
+    | _FLOATS_JSON.map(lambda v: __import__("orjson").dumps(v).decode())
+    | _TRICKY_TEXTS
+    | st.text(max_size=30)
+)
+def test_loads_json_orjson_path_gives_the_decoders_value_or_error(text: str) -> None:
+    """`loads_json` takes orjson's value only when orjson writes it back as the very
+    text; whatever the text, the value (types included) or the error is that of
+    `json`'s decoder alone (`_loads_scanned`)."""
+    assert _outcome(loads_json, text) == _outcome(stored_json._loads_scanned, text)
