@@ -22,6 +22,7 @@ return `(sql, params)`; nothing here executes anything.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -123,6 +124,110 @@ MIGRATIONS: list[str] = [
     CREATE OR REPLACE FUNCTION lgfs_refuse(reason text) RETURNS bigint
     LANGUAGE plpgsql AS $$
     BEGIN RAISE EXCEPTION USING ERRCODE = '{REFUSED}', MESSAGE = 'lgfs: ' || reason; END $$;
+    """,
+    # 6: a fenced put and put_writes as one statement each (`PUT_AT_FENCE`,
+    # `PUT_WRITES_AT_FENCE`): psycopg's cost is per statement, and the server's
+    # per round trip. The bodies are `txns.put`'s and `txns.put_writes`'
+    # statements in their order: the fence's UPDATE first (the row lock), then
+    # the rest; a VOLATILE function takes a fresh snapshot for each statement
+    # it runs, so under READ COMMITTED the version check sees every commit
+    # made before the lock was had, as the statement-by-statement path does
+    # (one data-modifying CTE would read with the snapshot taken before it
+    # waited for the lock). Anything but a new checkpoint whose parent passes
+    # the check, or writes under the current token, refuses (`lgfs_refuse`).
+    # The last-writer-wins rule is `_LAST_WINS`'s (written out: a migration's
+    # text is frozen).
+    """
+    CREATE OR REPLACE FUNCTION lgfs_put(
+        p_thread_id text, p_checkpoint_ns text, p_checkpoint_id text, p_parent_id text,
+        p_envelope text, p_values_type text, p_values_blob bytea, p_metadata text,
+        p_source text, p_step bigint, p_run_id text, p_token bigint, p_now float8,
+        p_checksum bigint, p_event_data text, p_event_checksum bigint,
+        p_check_version boolean, p_notify boolean
+    ) RETURNS void LANGUAGE plpgsql AS $$
+    DECLARE
+        v_position bigint;
+        v_now float8 := coalesce(p_now, extract(epoch FROM clock_timestamp())::float8);
+    BEGIN
+        UPDATE lgfs_threads SET next_seq = next_seq + 1
+            WHERE thread_id = p_thread_id AND token = p_token
+            RETURNING next_seq - 1 INTO v_position;
+        IF NOT FOUND THEN PERFORM lgfs_refuse('put: stale token'); END IF;
+        INSERT INTO lgfs_checkpoints (thread_id, checkpoint_ns, checkpoint_id, position,
+            parent_checkpoint_id, envelope, values_type, values_blob, metadata, source, step,
+            run_id, token, created_at, checksum)
+            VALUES (p_thread_id, p_checkpoint_ns, p_checkpoint_id, v_position, p_parent_id,
+            p_envelope, p_values_type, p_values_blob, p_metadata, p_source, p_step, p_run_id,
+            p_token, v_now, p_checksum) ON CONFLICT DO NOTHING;
+        IF NOT FOUND THEN PERFORM lgfs_refuse('put: not stored'); END IF;
+        IF p_check_version AND (SELECT c.checkpoint_id FROM lgfs_checkpoints c
+                WHERE c.thread_id = p_thread_id AND c.checkpoint_ns = p_checkpoint_ns
+                AND c.position < v_position ORDER BY c.position DESC LIMIT 1)
+                IS DISTINCT FROM p_parent_id THEN
+            PERFORM lgfs_refuse('put: parent not latest');
+        END IF;
+        INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data,
+            token, ts, checksum) VALUES (p_thread_id, v_position, 'checkpoint', p_checkpoint_ns,
+            p_checkpoint_id, p_event_data, p_token, v_now, p_event_checksum);
+        IF p_notify THEN PERFORM pg_notify('lgfs_events', p_thread_id); END IF;
+    END $$;
+    CREATE OR REPLACE FUNCTION lgfs_put_writes(
+        p_thread_id text, p_checkpoint_ns text, p_checkpoint_id text, p_run_id text,
+        p_token bigint, p_now float8, p_event_data text, p_event_checksum bigint,
+        p_task_ids text[], p_idxs int[], p_task_paths text[], p_channels text[],
+        p_types text[], p_blobs bytea[], p_sums bigint[], p_specials boolean[],
+        p_notify boolean
+    ) RETURNS bigint LANGUAGE plpgsql AS $$
+    DECLARE
+        v_position bigint;
+        v_first bigint := 0;
+        v_last bigint := 0;
+    BEGIN
+        UPDATE lgfs_threads SET next_seq = next_seq + 1
+            WHERE thread_id = p_thread_id AND token = p_token
+            RETURNING next_seq - 1 INTO v_position;
+        IF NOT FOUND THEN PERFORM lgfs_refuse('put_writes: stale token'); END IF;
+        -- Each INSERT only if it has rows (an empty one costs a statement).
+        IF false = ANY(p_specials) THEN
+            INSERT INTO lgfs_writes AS w (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,
+                task_path, channel, type, blob, position, run_id, token, checksum)
+                SELECT p_thread_id, p_checkpoint_ns, p_checkpoint_id, r.task_id, r.idx, r.task_path,
+                r.channel, r.type, r.blob, v_position, p_run_id, p_token, r.checksum
+                FROM unnest(p_task_ids, p_idxs, p_task_paths, p_channels, p_types, p_blobs, p_sums,
+                p_specials) AS r(task_id, idx, task_path, channel, type, blob, checksum, special)
+                WHERE NOT r.special ON CONFLICT DO NOTHING;
+            GET DIAGNOSTICS v_first = ROW_COUNT;
+        END IF;
+        IF true = ANY(p_specials) THEN
+            INSERT INTO lgfs_writes AS w (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,
+                task_path, channel, type, blob, position, run_id, token, checksum)
+                SELECT p_thread_id, p_checkpoint_ns, p_checkpoint_id, r.task_id, r.idx, r.task_path,
+                r.channel, r.type, r.blob, v_position, p_run_id, p_token, r.checksum
+                FROM unnest(p_task_ids, p_idxs, p_task_paths, p_channels, p_types, p_blobs, p_sums,
+                p_specials) AS r(task_id, idx, task_path, channel, type, blob, checksum, special)
+                WHERE r.special
+                ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+                DO UPDATE SET task_path = excluded.task_path, channel = excluded.channel,
+                type = excluded.type, blob = excluded.blob, position = excluded.position,
+                run_id = excluded.run_id, token = excluded.token, checksum = excluded.checksum
+                WHERE coalesce(excluded.token, 0) >= coalesce(w.token, 0)
+                AND (w.channel IS DISTINCT FROM excluded.channel
+                OR w.type IS DISTINCT FROM excluded.type OR w.blob IS DISTINCT FROM excluded.blob
+                OR w.task_path IS DISTINCT FROM excluded.task_path);
+            GET DIAGNOSTICS v_last = ROW_COUNT;
+        END IF;
+        IF v_first + v_last = 0 THEN
+            -- A retry that changed nothing: the position is given back.
+            UPDATE lgfs_threads SET next_seq = next_seq - 1 WHERE thread_id = p_thread_id;
+            RETURN 0;
+        END IF;
+        INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data,
+            token, ts, checksum) VALUES (p_thread_id, v_position, 'writes', p_checkpoint_ns,
+            p_checkpoint_id, p_event_data, p_token,
+            coalesce(p_now, extract(epoch FROM clock_timestamp())::float8), p_event_checksum);
+        IF p_notify THEN PERFORM pg_notify('lgfs_events', p_thread_id); END IF;
+        RETURN v_first + v_last;
+    END $$;
     """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -316,37 +421,16 @@ INSERT_CHECKPOINT = (
     "%(values_blob)s, %(metadata)s, %(source)s, %(step)s, %(run_id)s, %(token)s, "
     f"{NOW}, %(checksum)s) ON CONFLICT DO NOTHING"
 )
-# The fenced put's batch (`txns.put_batch`): `FENCE`, then this, in one round
-# trip and one transaction. Sent after `FENCE` had the row lock, this
-# statement's snapshot sees every commit made before this one's position, so
-# its version check is the slow path's. It stores the checkpoint at that
-# position and its event, or, when the fence failed (no row at the token), the
-# id is already stored, or (`check_version`) the parent is not the latest,
-# calls `lgfs_refuse`: the whole transaction rolls back and `txns.put` decides
-# (which error, or an identical retry) in a transaction of its own. A batch
-# refuses only in its last statement, so no statement after it is skipped.
-_PUT_AT_FENCE = (
-    "WITH t AS (SELECT next_seq - 1 AS position FROM lgfs_threads "
-    "WHERE thread_id = %(thread_id)s AND token = %(token)s), "
-    "ins AS (INSERT INTO lgfs_checkpoints (thread_id, checkpoint_ns, checkpoint_id, position, "
-    "parent_checkpoint_id, envelope, values_type, values_blob, metadata, source, step, "
-    "run_id, token, created_at, checksum) SELECT %(thread_id)s, %(checkpoint_ns)s, "
-    "%(checkpoint_id)s, t.position, %(parent_id)s, %(envelope)s, %(values_type)s, "
-    "%(values_blob)s, %(metadata)s, %(source)s, %(step)s, %(run_id)s, %(token)s, "
-    f"{NOW}, %(checksum)s FROM t ON CONFLICT DO NOTHING RETURNING position), "
-    "ev AS (INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data, "
-    "token, ts, checksum) SELECT %(thread_id)s, ins.position, 'checkpoint', %(checkpoint_ns)s, "
-    f"%(checkpoint_id)s, %(event_data)s, %(token)s, {NOW}, %(event_checksum)s FROM ins{{notify}}) "
-    "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM ins) THEN lgfs_refuse('put: not stored') "
-    "WHEN %(check_version)s AND (SELECT c.checkpoint_id FROM lgfs_checkpoints c, t "
-    "WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s "
-    "AND c.position < t.position ORDER BY c.position DESC LIMIT 1) "
-    "IS DISTINCT FROM %(parent_id)s::text THEN lgfs_refuse('put: parent not latest') END"
-)
-PUT_AT_FENCE = _PUT_AT_FENCE.format(notify="")
-# (PostgreSQL folds identical notifications of one transaction into one.)
-PUT_AT_FENCE_NOTIFY = _PUT_AT_FENCE.format(
-    notify=" WHERE pg_notify('lgfs_events', %(thread_id)s) IS NOT NULL"
+# The fenced put's batch (`txns.put_batch`), one statement: `lgfs_put`
+# (migration 6) stores the checkpoint at the position its fence took, with
+# its event (and NOTIFY), or refuses (`lgfs_refuse`): the token is not the
+# claim's, the id is already stored, or (`check_version`) the parent is not
+# the latest. `txns.put` then decides in a transaction of its own.
+PUT_AT_FENCE = (
+    "SELECT lgfs_put(%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_id)s, "
+    "%(envelope)s, %(values_type)s, %(values_blob)s, %(metadata)s, %(source)s, "
+    "%(step)s::bigint, %(run_id)s, %(token)s, %(now)s::float8, %(checksum)s, %(event_data)s, "
+    "%(event_checksum)s, %(check_version)s, %(notify)s)"
 )
 
 _KEY = "thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s"
@@ -395,43 +479,45 @@ _LAST_WINS = (
     "OR w.blob IS DISTINCT FROM excluded.blob OR w.task_path IS DISTINCT FROM excluded.task_path)"
 )
 UPSERT_WRITE_LAST_WINS = _WRITE_INSERT + _LAST_WINS
-# The fenced put_writes' batch (`txns.put_writes_batch`): `FENCE`, then this.
-# Sent after `FENCE` had the lock, it stores every write at the position
-# `FENCE` took (regular channels first-writer-wins, special ones
-# `_LAST_WINS`), then the one `writes` event if a row changed, else (a retry
-# changed nothing) gives the position back, so the commit spends no seq; a
-# fence that failed (no row at the token) refuses the batch. Returns how many
-# rows changed. The writes travel as arrays, so any number is one statement;
-# a call writing one special (task, idx) twice goes statement by statement
-# (one INSERT cannot update a row twice).
-_WRITE_COLUMNS_IN = (
-    "INSERT INTO lgfs_writes AS w (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
-    "task_path, channel, type, blob, position, run_id, token, checksum) SELECT "
-    "%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, r.task_id, r.idx, r.task_path, "
-    "r.channel, r.type, r.blob, t.position, %(run_id)s, %(token)s, r.checksum FROM r, t "
+# The fenced put_writes' batch (`txns.put_writes_batch`), one statement:
+# `lgfs_put_writes` (migration 6) stores every write at the position its fence
+# took (regular channels first-writer-wins, special ones `_LAST_WINS`), then
+# the one `writes` event if a row changed, else gives the position back, so
+# the commit spends no seq; a stale token refuses. Returns how many rows
+# changed. The writes travel as arrays, so any number is one statement; a call
+# writing one special (task, idx) twice goes statement by statement (one
+# INSERT cannot update a row twice).
+_PUT_WRITES_ARRAYS = (
+    ("task_id", "text"),
+    ("idx", "int"),
+    ("task_path", "text"),
+    ("channel", "text"),
+    ("type", "text"),
+    ("blob", "bytea"),
+    ("sum", "bigint"),
+    ("special", "bool"),
 )
-_PUT_WRITES_AT_FENCE = (
-    "WITH t AS (SELECT next_seq - 1 AS position FROM lgfs_threads "
-    "WHERE thread_id = %(thread_id)s AND token = %(token)s), "
-    "r AS (SELECT * FROM unnest(%(task_ids)s::text[], %(idxs)s::int[], %(task_paths)s::text[], "
-    "%(channels)s::text[], %(types)s::text[], %(blobs)s::bytea[], %(sums)s::bigint[], "
-    "%(specials)s::bool[]) AS r(task_id, idx, task_path, channel, type, blob, checksum, special)), "
-    f"first AS ({_WRITE_COLUMNS_IN}WHERE NOT r.special ON CONFLICT DO NOTHING RETURNING 1), "
-    f"last AS ({_WRITE_COLUMNS_IN}WHERE r.special {_LAST_WINS} RETURNING 1), "
-    "n AS (SELECT (SELECT count(*) FROM first) + (SELECT count(*) FROM last) AS changed), "
-    "ev AS (INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data, "
-    "token, ts, checksum) SELECT %(thread_id)s, t.position, 'writes', %(checkpoint_ns)s, "
-    f"%(checkpoint_id)s, %(event_data)s, %(token)s, {NOW}, %(event_checksum)s FROM t, n "
-    "WHERE n.changed > 0{notify} RETURNING seq), "
-    "back AS (UPDATE lgfs_threads SET next_seq = next_seq - 1 WHERE thread_id = %(thread_id)s "
-    "AND token = %(token)s AND (SELECT changed FROM n) = 0 RETURNING 1) "
-    "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM t) THEN lgfs_refuse('put_writes: stale token') "
-    "END, (SELECT changed FROM n), (SELECT count(*) FROM back), (SELECT count(*) FROM ev)"
-)
-PUT_WRITES_AT_FENCE = _PUT_WRITES_AT_FENCE.format(notify="")
-PUT_WRITES_AT_FENCE_NOTIFY = _PUT_WRITES_AT_FENCE.format(
-    notify=" AND pg_notify('lgfs_events', %(thread_id)s) IS NOT NULL"
-)
+
+
+@functools.lru_cache(maxsize=32)
+def put_writes_at_fence(n: int) -> str:
+    """Build the fenced put_writes' statement for `n` writes (params `task_id0`, `idx0`, ...).
+
+    Each array is spelled `ARRAY[%(task_id0)s::text, ...]` of one parameter per
+    write: psycopg dumps a list in Python (about 20 us for each of the eight
+    arrays, half a put_writes' client CPU), a scalar in C.
+    """
+    arrays = ", ".join(
+        "ARRAY[" + ", ".join(f"%({name}{i})s::{cast}" for i in range(n)) + "]"
+        for name, cast in _PUT_WRITES_ARRAYS
+    )
+    return (
+        "SELECT lgfs_put_writes(%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, "
+        f"%(run_id)s, %(token)s, %(now)s::float8, %(event_data)s, %(event_checksum)s, {arrays}, "
+        "%(notify)s)"
+    )
+
+
 # The writes of a page of checkpoints, in `writes_sort_key` order.
 _WRITE_COLUMNS = (
     "w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.channel, w.type, "
