@@ -227,8 +227,9 @@ def _send(
 ) -> Callable[[], T] | None:
     """Send `batch` in one round trip; return its reader, or None if the server refused it.
 
-    A batch of one statement (a fenced put or put_writes) is sent as it is,
-    in autocommit: its own transaction, one round trip, and about 100 us of
+    A batch of one statement (a fenced put or put_writes, `events_after`) is
+    sent as it is, in autocommit: its own transaction and snapshot, one
+    round trip, and about 100 us of
     client CPU less than the same statement in a pipeline (psycopg's pipeline
     costs that much to enter, sync and leave). More statements travel in one
     pipeline, whose exit is the only sync (psycopg's `transaction()` and its
@@ -264,7 +265,7 @@ def _send(
     if toggled:
         conn.autocommit = True
     try:
-        if len(queued) == 1 and not read_only:
+        if len(queued) == 1:  # one statement is one snapshot, and its own transaction
             cur, query, params = queued[0]
             cur.execute(query, params)
             return finish

@@ -394,6 +394,15 @@ EVENTS_AFTER = (
 )
 # What a reader's position is checked against: floor and incarnation.
 GET_REPLAY_BOUNDS = "SELECT floor, incarnation FROM lgfs_threads WHERE thread_id = %(thread_id)s"
+# `events_after` in one statement (one snapshot, one round trip): the bounds
+# on every row, then `EVENTS_AFTER`'s columns (NULL on the one row of a
+# thread with no event after the position); no row for an unknown thread.
+EVENTS_AFTER_WITH_BOUNDS = (
+    "SELECT t.floor, t.incarnation, e.seq, e.kind, e.checkpoint_ns, e.checkpoint_id, e.data, "
+    "e.token, e.ts, e.checksum FROM lgfs_threads t LEFT JOIN LATERAL (SELECT * FROM lgfs_events "
+    "e WHERE e.thread_id = t.thread_id AND e.seq > %(after)s ORDER BY e.seq LIMIT %(limit)s) e "
+    "ON true WHERE t.thread_id = %(thread_id)s ORDER BY e.seq"
+)
 # `compact_events`: the floor goes up to min(before, next seq), never down,
 # and only in the incarnation asked for (NULL: the current one); no row comes
 # back for an unknown thread or another incarnation.
