@@ -539,16 +539,27 @@ WRITES_OF_CHECKPOINTS = (
     "AS k(t, ns, id) ON w.thread_id = k.t AND w.checkpoint_ns = k.ns AND w.checkpoint_id = k.id "
     f"{_WRITES_ORDER}"
 )
-# `get_tuple`'s second statement, sent with its first in one round trip and
-# one snapshot (`READ_SNAPSHOT`): the writes of the checkpoint it reads.
-_WRITES_OF = (
-    f"SELECT {_WRITE_COLUMNS} FROM lgfs_writes w WHERE w.thread_id = %(thread_id)s "
-    "AND w.checkpoint_ns = %(checkpoint_ns)s AND w.checkpoint_id = "
+# `get_tuple` in one statement (one snapshot, one round trip, no pipeline):
+# the checkpoint's row (`CHECKPOINT_COLUMNS`, then 7 NULLs) first, then each of
+# its writes (12 NULLs, then `WRITES_OF_CHECKPOINTS`' columns after the key)
+# in `_WRITES_ORDER` (output columns 17, 13, 18: task_path, task_id, idx). No
+# row: no such checkpoint.
+_NO_CHECKPOINT = (
+    "NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::bytea, "
+    "NULL::text, NULL::bigint, NULL::bigint, NULL::float8, NULL::bigint"
 )
-WRITES_OF_ID = f"{_WRITES_OF}%(checkpoint_id)s {_WRITES_ORDER}"
-WRITES_OF_LATEST = (
-    f"{_WRITES_OF}(SELECT checkpoint_id FROM lgfs_checkpoints WHERE {_KEY} "
-    f"ORDER BY position DESC LIMIT 1) {_WRITES_ORDER}"
+_NO_WRITE = "NULL::text, NULL::text, NULL::text, NULL::bytea, NULL::text, NULL::int, NULL::bigint"
+_TUPLE_OF = (
+    "WITH c AS ({found}) SELECT c.*, {no_write} FROM c UNION ALL SELECT {no_checkpoint}, "
+    "w.task_id, w.channel, w.type, w.blob, w.task_path, w.idx, w.checksum FROM c JOIN "
+    "lgfs_writes w ON w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns "
+    "AND w.checkpoint_id = c.checkpoint_id ORDER BY 1, 17, 13, 18"
+)
+TUPLE_BY_ID = _TUPLE_OF.format(
+    found=GET_CHECKPOINT_BY_ID, no_write=_NO_WRITE, no_checkpoint=_NO_CHECKPOINT
+)
+TUPLE_LATEST = _TUPLE_OF.format(
+    found=GET_LATEST_CHECKPOINT, no_write=_NO_WRITE, no_checkpoint=_NO_CHECKPOINT
 )
 # A read batch's transaction: its statements share one snapshot, so a commit
 # between them cannot pair a checkpoint with another's writes.

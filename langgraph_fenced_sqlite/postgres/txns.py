@@ -464,23 +464,27 @@ def fetch_writes_for(
 def fetch_tuple_batch(
     thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
 ) -> Send[tuple[Row, list[WriteRow]] | None]:
-    """`fetch_tuple` as one round trip (run it with `read_only=True`: one snapshot)."""
+    """`fetch_tuple` as one statement, one round trip (`sql.TUPLE_BY_ID`/`TUPLE_LATEST`)."""
     key = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id}
-    by_id = checkpoint_id is not None
+    statement = sql.TUPLE_BY_ID if checkpoint_id is not None else sql.TUPLE_LATEST
 
     def send(execute: Execute) -> Callable[[], tuple[Row, list[WriteRow]] | None]:
-        found = execute(sql.GET_CHECKPOINT_BY_ID if by_id else sql.GET_LATEST_CHECKPOINT, key)
-        writes = execute(sql.WRITES_OF_ID if by_id else sql.WRITES_OF_LATEST, key)
+        found = execute(statement, key)
 
         def finish() -> tuple[Row, list[WriteRow]] | None:
-            row = found.fetchone()
-            if row is None:
+            rows = found.fetchall()
+            if not rows:
                 return None
-            return tuple(row), [tuple(w[3:]) for w in writes.fetchall()]
+            return tuple(rows[0][:_CHECKPOINT_WIDTH]), [
+                tuple(w[_CHECKPOINT_WIDTH:]) for w in rows[1:]
+            ]
 
         return finish
 
     return send
+
+
+_CHECKPOINT_WIDTH = len(sql.CHECKPOINT_COLUMNS.split(","))
 
 
 def list_page_batch(
