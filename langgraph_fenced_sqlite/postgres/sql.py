@@ -509,6 +509,12 @@ _PUT_WRITES_ARRAYS = (
 
 
 @functools.lru_cache(maxsize=32)
+def put_writes_param_names(n: int) -> tuple[tuple[str, ...], ...]:
+    """The parameter names of `put_writes_at_fence(n)`, per write, in `_PUT_WRITES_ARRAYS` order."""
+    return tuple(tuple(f"{name}{i}" for name, _ in _PUT_WRITES_ARRAYS) for i in range(n))
+
+
+@functools.lru_cache(maxsize=32)
 def put_writes_at_fence(n: int) -> str:
     """Build the fenced put_writes' statement for `n` writes (params `task_id0`, `idx0`, ...).
 

@@ -387,15 +387,9 @@ def put_writes_batch(
     text = dumps_json(data, "event data")
     params = {**base, "event_data": text, "event_checksum": Int8(checksum("writes", text))}
     params.update(now=now, notify=notify)
-    for i, w in enumerate(writes):
-        params[f"task_id{i}"] = w.task_id
-        params[f"idx{i}"] = Int8(w.idx)
-        params[f"task_path{i}"] = w.task_path
-        params[f"channel{i}"] = w.channel
-        params[f"type{i}"] = w.type
-        params[f"blob{i}"] = w.blob
-        params[f"sum{i}"] = Int8(w.checksum)
-        params[f"special{i}"] = w.special
+    for w, names in zip(writes, sql.put_writes_param_names(len(writes)), strict=True):
+        values = (w.task_id, Int8(w.idx), w.task_path, w.channel, w.type, w.blob)
+        params.update(zip(names, (*values, Int8(w.checksum), w.special), strict=True))
     statement = sql.put_writes_at_fence(len(writes))
 
     def send(execute: Execute) -> Callable[[], int]:
