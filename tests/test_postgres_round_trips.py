@@ -77,6 +77,31 @@ def test_events_after_is_one_round_trip_and_a_waiter_reads_in_one(open_pg: Any) 
     assert got[-1] == []
 
 
+def test_a_run_begins_in_4_round_trips_and_ends_in_2(open_pg: Any) -> None:
+    """`begin_run` and `end_run` run in a pipeline: their statements travel together up to
+    each result they read (begin_run 6 round trips before, end_run 6), so a FencedRunner
+    invoke costs 6 round trips more than the plain invoke, not 12. On a loaded host each
+    round trip is a wait for the scheduler, and 8 workers taking turns on one thread
+    wait on each other's."""
+    saver = open_pg()
+    conn = saver._engine._conn
+    box: dict[str, Any] = {}
+
+    def begin() -> None:
+        box["run"] = saver.begin_run("t", "w", 60, run_id="r1", strategy="enqueue")
+
+    assert round_trips(conn, begin) == 4
+    token = box["run"].token
+    _put(saver, token)
+    done = "run_completed"
+    assert round_trips(conn, lambda: saver.end_run("t", token, done, {"run_id": "r1"})) == 2
+    assert saver.current_claim("t") is None
+    kinds = [e.kind for e in saver.events_after("t")]
+    assert kinds == ["run_started", "checkpoint", "run_completed"]
+    with pytest.raises(StaleClaim):  # the run no longer holds the thread
+        saver.end_run("t", token, done, {"run_id": "r1"}, raise_stale=True)
+
+
 def test_refused_batches_decide_as_before_and_leave_the_seqs_gap_free(open_pg: Any) -> None:
     """Each way the one-round-trip put can refuse itself ends as the statement-by-statement
     path decides: the right error, or an identical retry accepted, and no seq spent."""

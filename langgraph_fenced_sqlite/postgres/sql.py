@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..stored_json import dumps_json
+from .sql_functions import FENCED_WRITES
 
 # The SQLSTATE `lgfs_refuse` raises (migration 4): a batch that refused itself.
 REFUSED = "LGFS1"
@@ -125,110 +126,9 @@ MIGRATIONS: list[str] = [
     LANGUAGE plpgsql AS $$
     BEGIN RAISE EXCEPTION USING ERRCODE = '{REFUSED}', MESSAGE = 'lgfs: ' || reason; END $$;
     """,
-    # 6: a fenced put and put_writes as one statement each (`PUT_AT_FENCE`,
-    # `PUT_WRITES_AT_FENCE`): psycopg's cost is per statement, and the server's
-    # per round trip. The bodies are `txns.put`'s and `txns.put_writes`'
-    # statements in their order: the fence's UPDATE first (the row lock), then
-    # the rest; a VOLATILE function takes a fresh snapshot for each statement
-    # it runs, so under READ COMMITTED the version check sees every commit
-    # made before the lock was had, as the statement-by-statement path does
-    # (one data-modifying CTE would read with the snapshot taken before it
-    # waited for the lock). Anything but a new checkpoint whose parent passes
-    # the check, or writes under the current token, refuses (`lgfs_refuse`).
-    # The last-writer-wins rule is `_LAST_WINS`'s (written out: a migration's
-    # text is frozen).
-    """
-    CREATE OR REPLACE FUNCTION lgfs_put(
-        p_thread_id text, p_checkpoint_ns text, p_checkpoint_id text, p_parent_id text,
-        p_envelope text, p_values_type text, p_values_blob bytea, p_metadata text,
-        p_source text, p_step bigint, p_run_id text, p_token bigint, p_now float8,
-        p_checksum bigint, p_event_data text, p_event_checksum bigint,
-        p_check_version boolean, p_notify boolean
-    ) RETURNS void LANGUAGE plpgsql AS $$
-    DECLARE
-        v_position bigint;
-        v_now float8 := coalesce(p_now, extract(epoch FROM clock_timestamp())::float8);
-    BEGIN
-        UPDATE lgfs_threads SET next_seq = next_seq + 1
-            WHERE thread_id = p_thread_id AND token = p_token
-            RETURNING next_seq - 1 INTO v_position;
-        IF NOT FOUND THEN PERFORM lgfs_refuse('put: stale token'); END IF;
-        INSERT INTO lgfs_checkpoints (thread_id, checkpoint_ns, checkpoint_id, position,
-            parent_checkpoint_id, envelope, values_type, values_blob, metadata, source, step,
-            run_id, token, created_at, checksum)
-            VALUES (p_thread_id, p_checkpoint_ns, p_checkpoint_id, v_position, p_parent_id,
-            p_envelope, p_values_type, p_values_blob, p_metadata, p_source, p_step, p_run_id,
-            p_token, v_now, p_checksum) ON CONFLICT DO NOTHING;
-        IF NOT FOUND THEN PERFORM lgfs_refuse('put: not stored'); END IF;
-        IF p_check_version AND (SELECT c.checkpoint_id FROM lgfs_checkpoints c
-                WHERE c.thread_id = p_thread_id AND c.checkpoint_ns = p_checkpoint_ns
-                AND c.position < v_position ORDER BY c.position DESC LIMIT 1)
-                IS DISTINCT FROM p_parent_id THEN
-            PERFORM lgfs_refuse('put: parent not latest');
-        END IF;
-        INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data,
-            token, ts, checksum) VALUES (p_thread_id, v_position, 'checkpoint', p_checkpoint_ns,
-            p_checkpoint_id, p_event_data, p_token, v_now, p_event_checksum);
-        IF p_notify THEN PERFORM pg_notify('lgfs_events', p_thread_id); END IF;
-    END $$;
-    CREATE OR REPLACE FUNCTION lgfs_put_writes(
-        p_thread_id text, p_checkpoint_ns text, p_checkpoint_id text, p_run_id text,
-        p_token bigint, p_now float8, p_event_data text, p_event_checksum bigint,
-        p_task_ids text[], p_idxs int[], p_task_paths text[], p_channels text[],
-        p_types text[], p_blobs bytea[], p_sums bigint[], p_specials boolean[],
-        p_notify boolean
-    ) RETURNS bigint LANGUAGE plpgsql AS $$
-    DECLARE
-        v_position bigint;
-        v_first bigint := 0;
-        v_last bigint := 0;
-    BEGIN
-        UPDATE lgfs_threads SET next_seq = next_seq + 1
-            WHERE thread_id = p_thread_id AND token = p_token
-            RETURNING next_seq - 1 INTO v_position;
-        IF NOT FOUND THEN PERFORM lgfs_refuse('put_writes: stale token'); END IF;
-        -- Each INSERT only if it has rows (an empty one costs a statement).
-        IF false = ANY(p_specials) THEN
-            INSERT INTO lgfs_writes AS w (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,
-                task_path, channel, type, blob, position, run_id, token, checksum)
-                SELECT p_thread_id, p_checkpoint_ns, p_checkpoint_id, r.task_id, r.idx, r.task_path,
-                r.channel, r.type, r.blob, v_position, p_run_id, p_token, r.checksum
-                FROM unnest(p_task_ids, p_idxs, p_task_paths, p_channels, p_types, p_blobs, p_sums,
-                p_specials) AS r(task_id, idx, task_path, channel, type, blob, checksum, special)
-                WHERE NOT r.special ON CONFLICT DO NOTHING;
-            GET DIAGNOSTICS v_first = ROW_COUNT;
-        END IF;
-        IF true = ANY(p_specials) THEN
-            INSERT INTO lgfs_writes AS w (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,
-                task_path, channel, type, blob, position, run_id, token, checksum)
-                SELECT p_thread_id, p_checkpoint_ns, p_checkpoint_id, r.task_id, r.idx, r.task_path,
-                r.channel, r.type, r.blob, v_position, p_run_id, p_token, r.checksum
-                FROM unnest(p_task_ids, p_idxs, p_task_paths, p_channels, p_types, p_blobs, p_sums,
-                p_specials) AS r(task_id, idx, task_path, channel, type, blob, checksum, special)
-                WHERE r.special
-                ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
-                DO UPDATE SET task_path = excluded.task_path, channel = excluded.channel,
-                type = excluded.type, blob = excluded.blob, position = excluded.position,
-                run_id = excluded.run_id, token = excluded.token, checksum = excluded.checksum
-                WHERE coalesce(excluded.token, 0) >= coalesce(w.token, 0)
-                AND (w.channel IS DISTINCT FROM excluded.channel
-                OR w.type IS DISTINCT FROM excluded.type OR w.blob IS DISTINCT FROM excluded.blob
-                OR w.task_path IS DISTINCT FROM excluded.task_path);
-            GET DIAGNOSTICS v_last = ROW_COUNT;
-        END IF;
-        IF v_first + v_last = 0 THEN
-            -- A retry that changed nothing: the position is given back.
-            UPDATE lgfs_threads SET next_seq = next_seq - 1 WHERE thread_id = p_thread_id;
-            RETURN 0;
-        END IF;
-        INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data,
-            token, ts, checksum) VALUES (p_thread_id, v_position, 'writes', p_checkpoint_ns,
-            p_checkpoint_id, p_event_data, p_token,
-            coalesce(p_now, extract(epoch FROM clock_timestamp())::float8), p_event_checksum);
-        IF p_notify THEN PERFORM pg_notify('lgfs_events', p_thread_id); END IF;
-        RETURN v_first + v_last;
-    END $$;
-    """,
+    # 6: a fenced put and put_writes as one statement each: the functions
+    # `lgfs_put` and `lgfs_put_writes` (`sql_functions.FENCED_WRITES`).
+    FENCED_WRITES,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
