@@ -18,10 +18,11 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import run_together
-from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 from psycopg_pool import ConnectionPool
 
-from langgraph_fenced_sqlite import StaleClaim
+from langgraph_fenced_sqlite import CheckpointConflict, StaleClaim
+from langgraph_fenced_sqlite import checkpoints as cps
 from langgraph_fenced_sqlite.postgres import FencedPostgresSaver, txns
 
 CHILD = str(Path(__file__).with_name("_pg_child.py"))
@@ -171,6 +172,15 @@ def _grant_while_queued(pg_dsn: str, work: Any, holder: str, what: str) -> Any:
     """Hold thread "t"'s row lock while `work` runs in a thread; once it waits for the
     lock, take the thread over (as `holder`) in the lock's transaction, commit, and
     return the claim granted (after `work` has ended)."""
+    return _while_queued(
+        pg_dsn, work, what, lambda cur: txns.grant(cur, "t", holder, 30, now=None, force=True)
+    )
+
+
+def _while_queued(pg_dsn: str, work: Any, what: str, then: Any) -> Any:
+    """Hold thread "t"'s row lock while `work` runs in a thread; once it waits for the
+    lock, run `then(cursor)` in the lock's transaction, commit, and return what it
+    returned (after `work` has ended)."""
     with psycopg.connect(pg_dsn) as lock_conn, psycopg.connect(pg_dsn) as watch:
         cur = lock_conn.cursor()
         cur.execute("SELECT 1 FROM lgfs_threads WHERE thread_id = 't' FOR UPDATE")
@@ -183,10 +193,10 @@ def _grant_while_queued(pg_dsn: str, work: Any, holder: str, what: str) -> Any:
         ).fetchone()[0]:  # type: ignore[index]
             assert time.monotonic() < deadline, f"the {what} never waited for the lock"
             time.sleep(0.005)
-        granted = txns.grant(cur, "t", holder, 30, now=None, force=True)
+        done = then(cur)
         lock_conn.commit()
         worker.join(timeout=30)
-    return granted
+    return done
 
 
 def test_a_take_over_that_waited_for_the_row_lock_draws_its_token_after_it(pg_dsn: str) -> None:
@@ -244,3 +254,52 @@ def test_a_write_that_waited_for_the_row_lock_behind_a_take_over_is_refused(pg_d
         seen = (refused.token, refused.current_token, refused.holder)
         assert seen == (old.token, new.token, "new")
         assert [r[1] for r in _rows(pg_dsn, "t")] == [old.token]
+
+
+def test_a_put_that_waited_for_the_row_lock_checks_its_parent_against_what_committed_meanwhile(
+    pg_dsn: str,
+) -> None:
+    """Two puts of one claim, both children of the latest: the one that waited for the
+    row lock is refused (CheckpointConflict), so the thread never forks.
+
+    Deterministic: the test holds the row lock, the worker's put (parent c0) queues
+    behind it, and the test's transaction stores another child of c0 and commits.
+    The fenced put is one statement (`lgfs_put`), and its version check must read
+    after the lock: one data-modifying CTE would have read with the snapshot taken
+    before it waited, not seen the other child, and stored a second one.
+    """
+    with FencedPostgresSaver.from_conn_string(pg_dsn) as saver:
+        saver.setup()
+        claim = saver.claim("t", "w", 30)
+        c0 = empty_checkpoint()
+        saver.put(_loop_config(claim.token), c0, {"source": "loop", "step": 0}, {})
+        outcome: list[Any] = []
+
+        def late_child() -> None:
+            try:
+                cp = create_checkpoint(c0, None, 1)
+                config = _loop_config(claim.token, c0["id"])
+                outcome.append(saver.put(config, cp, {"source": "loop", "step": 1}, {}))
+            except CheckpointConflict as exc:
+                outcome.append(exc)
+
+        def other_child(cur: Any) -> str:
+            cp = create_checkpoint(c0, None, 1)
+            config = _loop_config(claim.token, c0["id"])
+            meta = {"source": "loop", "step": 1}
+            enc = cps.encode_checkpoint(saver.serde, config, cp, meta, "t", "")
+            assert txns.put(cur, enc, claim.token, now=None, require_claim=False)
+            return str(cp["id"])
+
+        other = _while_queued(pg_dsn, late_child, "put", other_child)
+        [refused] = outcome
+        assert isinstance(refused, CheckpointConflict)
+        assert (refused.expected, refused.actual) == (c0["id"], other)
+        assert [r[0] for r in _rows(pg_dsn, "t")] == [c0["id"], other]
+
+
+def _loop_config(token: int, parent: str | None = None) -> Any:
+    conf: dict[str, Any] = {"thread_id": "t", "checkpoint_ns": "", "__fence_token__": token}
+    if parent is not None:
+        conf["checkpoint_id"] = parent
+    return {"configurable": conf}

@@ -6,7 +6,8 @@ depend on the machine's load. Each commit's latency on a network is its
 round trips; LangGraph's `PostgresSaver` spends one per put, and a fenced put
 that spends more cannot approach its speed. Before the batches, a fenced put
 or put_writes took 5 (psycopg's `transaction()` syncs when entered and left
-in pipeline mode) and a get_tuple 4.
+in pipeline mode) and a get_tuple 4; an `events_after` took 4 (BEGIN, bounds,
+events, COMMIT) until it became one statement.
 """
 
 from __future__ import annotations
@@ -58,6 +59,47 @@ def test_a_fenced_put_put_writes_get_tuple_and_list_page_are_one_round_trip_each
     assert round_trips(conn, lambda: got.append(list(saver.list(_config("t"))))) == 1
     assert [t.checkpoint["id"] for t in got[1]] == [box["cp"]["id"], first["id"]]
     assert [(w[1], w[2]) for w in got[1][0].pending_writes] == [("a", 1), ("b", 2)]
+
+
+def test_events_after_is_one_round_trip_and_a_waiter_reads_in_one(open_pg: Any) -> None:
+    """A waiter woken by a NOTIFY reads the log: one statement (the bounds and the events
+    in one snapshot), where BEGIN, bounds, events and COMMIT took 4 round trips."""
+    saver = open_pg()
+    conn = saver._engine._conn
+    claim = saver.claim("t", "w", 60)
+    _put(saver, claim.token)
+    got: list[Any] = []
+    assert round_trips(conn, lambda: got.append(saver.events_after("t"))) == 1
+    assert round_trips(conn, lambda: got.append(saver.wait_events("t", 0, timeout=1))) == 1
+    assert round_trips(conn, lambda: got.append(saver.events_after("t", 1))) == 1
+    assert [[e.seq for e in page] for page in got] == [[1], [1], []]
+    assert round_trips(conn, lambda: got.append(saver.events_after("unknown"))) == 1
+    assert got[-1] == []
+
+
+def test_a_run_begins_in_4_round_trips_and_ends_in_2(open_pg: Any) -> None:
+    """`begin_run` and `end_run` run in a pipeline: their statements travel together up to
+    each result they read (begin_run 6 round trips before, end_run 6), so a FencedRunner
+    invoke costs 6 round trips more than the plain invoke, not 12. On a loaded host each
+    round trip is a wait for the scheduler, and 8 workers taking turns on one thread
+    wait on each other's."""
+    saver = open_pg()
+    conn = saver._engine._conn
+    box: dict[str, Any] = {}
+
+    def begin() -> None:
+        box["run"] = saver.begin_run("t", "w", 60, run_id="r1", strategy="enqueue")
+
+    assert round_trips(conn, begin) == 4
+    token = box["run"].token
+    _put(saver, token)
+    done = "run_completed"
+    assert round_trips(conn, lambda: saver.end_run("t", token, done, {"run_id": "r1"})) == 2
+    assert saver.current_claim("t") is None
+    kinds = [e.kind for e in saver.events_after("t")]
+    assert kinds == ["run_started", "checkpoint", "run_completed"]
+    with pytest.raises(StaleClaim):  # the run no longer holds the thread
+        saver.end_run("t", token, done, {"run_id": "r1"}, raise_stale=True)
 
 
 def test_refused_batches_decide_as_before_and_leave_the_seqs_gap_free(open_pg: Any) -> None:

@@ -17,7 +17,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "langgraph_fenced_sqlite"
 
 
-@pytest.mark.parametrize("module", ["schema.py", "postgres/sql.py"])
+@pytest.mark.parametrize("module", ["schema.py", "postgres/sql.py", "postgres/sql_functions.py"])
 def test_every_statement_name_is_assigned_once(module: str) -> None:
     """No module-level name of a store's SQL module is assigned twice."""
     tree = ast.parse((PACKAGE / module).read_text())

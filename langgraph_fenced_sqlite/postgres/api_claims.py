@@ -62,6 +62,8 @@ class PgClaimsAPI(ClaimsBase, PgHalf):
             lambda cur: runs.begin_run(
                 cur, thread_id, holder, ttl, now=self._now(), notify=self._notify, **run
             ),
+            # 4 round trips, not 6; a "rollback" retracts, reading rowcounts.
+            pipelined=run["strategy"] != "rollback",
         )
 
     def _renew_run(self, thread_id: str, token: int, ttl: float) -> tuple[Claim, str | None]:
@@ -83,6 +85,7 @@ class PgClaimsAPI(ClaimsBase, PgHalf):
             lambda cur: runs.end_run(
                 cur, thread_id, token, kind, data, now=self._now(), notify=self._notify, **flags
             ),
+            pipelined=True,  # runs.end_run reads no rowcount: 2 round trips, not 6
         )
 
     def _delete_unclaimed(

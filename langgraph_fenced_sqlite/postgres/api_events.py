@@ -36,9 +36,10 @@ class PgEventsAPI(EventsBase, PgHalf):
     def _events_after(
         self, thread_id: str, seq: int, limit: int, incarnation: int | None
     ) -> list[Event]:
-        return self._engine.run(
-            "events_after", lambda cur: events.read_after(cur, thread_id, seq, limit, incarnation)
-        )
+        # One round trip: a waiter woken by a NOTIFY reads its events in one.
+        batch = events.read_after_batch(thread_id, seq, limit, incarnation)
+        got: list[Event] = self._engine.run("events_after", batch=batch, read_only=True)
+        return got
 
     def _check_usable(self, op: str) -> None:
         self._engine._check(op)

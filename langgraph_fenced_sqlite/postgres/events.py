@@ -22,6 +22,7 @@ from ..errors import ReplayUnavailable
 from ..events import Event, NewEvent, decode_event
 from ..stored_json import dumps_json
 from . import sql
+from .connection import Execute, Send
 
 Cursor = Any
 
@@ -85,6 +86,41 @@ def read_after(
     if row is None:
         return []
     floor, current = int(row[0]), int(row[1])
+    _check_position(thread_id, after_seq, incarnation, floor, current)
+    cur.execute(sql.EVENTS_AFTER, {"thread_id": thread_id, "after": after_seq, "limit": limit})
+    return [decode_event(thread_id, tuple(r), current) for r in cur.fetchall()]
+
+
+def read_after_batch(
+    thread_id: str, after_seq: int, limit: int, incarnation: int | None
+) -> Send[list[Event]]:
+    """`read_after` as one statement, one round trip (`PgConnection.run`'s `batch`).
+
+    The same checks and errors as `read_after`'s, on the bounds the statement
+    read in the events' snapshot (the reader raises them).
+    """
+    params = {"thread_id": thread_id, "after": after_seq, "limit": limit}
+
+    def send(execute: Execute) -> Callable[[], list[Event]]:
+        found = execute(sql.EVENTS_AFTER_WITH_BOUNDS, params)
+
+        def finish() -> list[Event]:
+            rows = found.fetchall()
+            if not rows:
+                return []
+            floor, current = int(rows[0][0]), int(rows[0][1])
+            _check_position(thread_id, after_seq, incarnation, floor, current)
+            found_rows = [r[2:] for r in rows if r[2] is not None]
+            return [decode_event(thread_id, tuple(r), current) for r in found_rows]
+
+        return finish
+
+    return send
+
+
+def _check_position(
+    thread_id: str, after_seq: int, incarnation: int | None, floor: int, current: int
+) -> None:
     wanted = incarnation if incarnation is not None else (1 if after_seq > 0 else current)
     if wanted != current:
         raise ReplayUnavailable(
@@ -99,8 +135,6 @@ def read_after(
         )
     if after_seq + 1 < floor:
         raise ReplayUnavailable(thread_id, floor, current)
-    cur.execute(sql.EVENTS_AFTER, {"thread_id": thread_id, "after": after_seq, "limit": limit})
-    return [decode_event(thread_id, tuple(r), current) for r in cur.fetchall()]
 
 
 def raise_floor(cur: Cursor, thread_id: str, before_seq: int, incarnation: int | None) -> int:

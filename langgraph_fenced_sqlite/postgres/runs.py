@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from psycopg.rows import tuple_row
+
 from ..claims import Claim, claim_live
 from ..errors import TenantMismatch, ThreadBusy
 from ..events import NewEvent
@@ -143,14 +145,21 @@ def end_run(
     Returns False when the run was superseded (nothing logged or released),
     or raises `StaleClaim` instead with `raise_stale`.
     """
-    found = txns._one(cur, sql.FENCE, {"thread_id": thread_id, "token": token})
+    cur.execute(sql.FENCE, {"thread_id": thread_id, "token": token})
+    interrupts = None
+    if kind == "run_completed":
+        # Sent before the fence's result is read (one round trip for both in
+        # a pipeline), and run after the fence took the lock; unused if stale.
+        interrupts = cur.connection.cursor(row_factory=tuple_row)
+        interrupts.execute(sql.LATEST_INTERRUPTS, {"thread_id": thread_id})
+    found = cur.fetchone()
     if found is None:
         if raise_stale:
             raise txns.stale(cur, thread_id, token)
         return False
     latest = None
-    if kind == "run_completed":
-        row = txns._one(cur, sql.LATEST_INTERRUPTS, {"thread_id": thread_id})
+    if interrupts is not None:
+        row = interrupts.fetchone()
         latest = (row[0], int(row[1])) if row else None
     event = end_event(kind, data, latest=latest, static_interrupt=static_interrupt)
     append(cur, thread_id, int(found[0]), [event], token=token, now=now, notify=notify)

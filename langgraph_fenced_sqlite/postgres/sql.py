@@ -22,10 +22,12 @@ return `(sql, params)`; nothing here executes anything.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 from ..stored_json import dumps_json
+from .sql_functions import FENCED_WRITES
 
 # The SQLSTATE `lgfs_refuse` raises (migration 4): a batch that refused itself.
 REFUSED = "LGFS1"
@@ -124,6 +126,9 @@ MIGRATIONS: list[str] = [
     LANGUAGE plpgsql AS $$
     BEGIN RAISE EXCEPTION USING ERRCODE = '{REFUSED}', MESSAGE = 'lgfs: ' || reason; END $$;
     """,
+    # 6: a fenced put and put_writes as one statement each: the functions
+    # `lgfs_put` and `lgfs_put_writes` (`sql_functions.FENCED_WRITES`).
+    FENCED_WRITES,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -289,6 +294,15 @@ EVENTS_AFTER = (
 )
 # What a reader's position is checked against: floor and incarnation.
 GET_REPLAY_BOUNDS = "SELECT floor, incarnation FROM lgfs_threads WHERE thread_id = %(thread_id)s"
+# `events_after` in one statement (one snapshot, one round trip): the bounds
+# on every row, then `EVENTS_AFTER`'s columns (NULL on the one row of a
+# thread with no event after the position); no row for an unknown thread.
+EVENTS_AFTER_WITH_BOUNDS = (
+    "SELECT t.floor, t.incarnation, e.seq, e.kind, e.checkpoint_ns, e.checkpoint_id, e.data, "
+    "e.token, e.ts, e.checksum FROM lgfs_threads t LEFT JOIN LATERAL (SELECT * FROM lgfs_events "
+    "e WHERE e.thread_id = t.thread_id AND e.seq > %(after)s ORDER BY e.seq LIMIT %(limit)s) e "
+    "ON true WHERE t.thread_id = %(thread_id)s ORDER BY e.seq"
+)
 # `compact_events`: the floor goes up to min(before, next seq), never down,
 # and only in the incarnation asked for (NULL: the current one); no row comes
 # back for an unknown thread or another incarnation.
@@ -316,37 +330,16 @@ INSERT_CHECKPOINT = (
     "%(values_blob)s, %(metadata)s, %(source)s, %(step)s, %(run_id)s, %(token)s, "
     f"{NOW}, %(checksum)s) ON CONFLICT DO NOTHING"
 )
-# The fenced put's batch (`txns.put_batch`): `FENCE`, then this, in one round
-# trip and one transaction. Sent after `FENCE` had the row lock, this
-# statement's snapshot sees every commit made before this one's position, so
-# its version check is the slow path's. It stores the checkpoint at that
-# position and its event, or, when the fence failed (no row at the token), the
-# id is already stored, or (`check_version`) the parent is not the latest,
-# calls `lgfs_refuse`: the whole transaction rolls back and `txns.put` decides
-# (which error, or an identical retry) in a transaction of its own. A batch
-# refuses only in its last statement, so no statement after it is skipped.
-_PUT_AT_FENCE = (
-    "WITH t AS (SELECT next_seq - 1 AS position FROM lgfs_threads "
-    "WHERE thread_id = %(thread_id)s AND token = %(token)s), "
-    "ins AS (INSERT INTO lgfs_checkpoints (thread_id, checkpoint_ns, checkpoint_id, position, "
-    "parent_checkpoint_id, envelope, values_type, values_blob, metadata, source, step, "
-    "run_id, token, created_at, checksum) SELECT %(thread_id)s, %(checkpoint_ns)s, "
-    "%(checkpoint_id)s, t.position, %(parent_id)s, %(envelope)s, %(values_type)s, "
-    "%(values_blob)s, %(metadata)s, %(source)s, %(step)s, %(run_id)s, %(token)s, "
-    f"{NOW}, %(checksum)s FROM t ON CONFLICT DO NOTHING RETURNING position), "
-    "ev AS (INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data, "
-    "token, ts, checksum) SELECT %(thread_id)s, ins.position, 'checkpoint', %(checkpoint_ns)s, "
-    f"%(checkpoint_id)s, %(event_data)s, %(token)s, {NOW}, %(event_checksum)s FROM ins{{notify}}) "
-    "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM ins) THEN lgfs_refuse('put: not stored') "
-    "WHEN %(check_version)s AND (SELECT c.checkpoint_id FROM lgfs_checkpoints c, t "
-    "WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s "
-    "AND c.position < t.position ORDER BY c.position DESC LIMIT 1) "
-    "IS DISTINCT FROM %(parent_id)s::text THEN lgfs_refuse('put: parent not latest') END"
-)
-PUT_AT_FENCE = _PUT_AT_FENCE.format(notify="")
-# (PostgreSQL folds identical notifications of one transaction into one.)
-PUT_AT_FENCE_NOTIFY = _PUT_AT_FENCE.format(
-    notify=" WHERE pg_notify('lgfs_events', %(thread_id)s) IS NOT NULL"
+# The fenced put's batch (`txns.put_batch`), one statement: `lgfs_put`
+# (migration 6) stores the checkpoint at the position its fence took, with
+# its event (and NOTIFY), or refuses (`lgfs_refuse`): the token is not the
+# claim's, the id is already stored, or (`check_version`) the parent is not
+# the latest. `txns.put` then decides in a transaction of its own.
+PUT_AT_FENCE = (
+    "SELECT lgfs_put(%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_id)s, "
+    "%(envelope)s, %(values_type)s, %(values_blob)s, %(metadata)s, %(source)s, "
+    "%(step)s::bigint, %(run_id)s, %(token)s, %(now)s::float8, %(checksum)s, %(event_data)s, "
+    "%(event_checksum)s, %(check_version)s, %(notify)s)"
 )
 
 _KEY = "thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s"
@@ -395,43 +388,51 @@ _LAST_WINS = (
     "OR w.blob IS DISTINCT FROM excluded.blob OR w.task_path IS DISTINCT FROM excluded.task_path)"
 )
 UPSERT_WRITE_LAST_WINS = _WRITE_INSERT + _LAST_WINS
-# The fenced put_writes' batch (`txns.put_writes_batch`): `FENCE`, then this.
-# Sent after `FENCE` had the lock, it stores every write at the position
-# `FENCE` took (regular channels first-writer-wins, special ones
-# `_LAST_WINS`), then the one `writes` event if a row changed, else (a retry
-# changed nothing) gives the position back, so the commit spends no seq; a
-# fence that failed (no row at the token) refuses the batch. Returns how many
-# rows changed. The writes travel as arrays, so any number is one statement;
-# a call writing one special (task, idx) twice goes statement by statement
-# (one INSERT cannot update a row twice).
-_WRITE_COLUMNS_IN = (
-    "INSERT INTO lgfs_writes AS w (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
-    "task_path, channel, type, blob, position, run_id, token, checksum) SELECT "
-    "%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, r.task_id, r.idx, r.task_path, "
-    "r.channel, r.type, r.blob, t.position, %(run_id)s, %(token)s, r.checksum FROM r, t "
+# The fenced put_writes' batch (`txns.put_writes_batch`), one statement:
+# `lgfs_put_writes` (migration 6) stores every write at the position its fence
+# took (regular channels first-writer-wins, special ones `_LAST_WINS`), then
+# the one `writes` event if a row changed, else gives the position back, so
+# the commit spends no seq; a stale token refuses. Returns how many rows
+# changed. The writes travel as arrays, so any number is one statement; a call
+# writing one special (task, idx) twice goes statement by statement (one
+# INSERT cannot update a row twice).
+_PUT_WRITES_ARRAYS = (
+    ("task_id", "text"),
+    ("idx", "int"),
+    ("task_path", "text"),
+    ("channel", "text"),
+    ("type", "text"),
+    ("blob", "bytea"),
+    ("sum", "bigint"),
+    ("special", "bool"),
 )
-_PUT_WRITES_AT_FENCE = (
-    "WITH t AS (SELECT next_seq - 1 AS position FROM lgfs_threads "
-    "WHERE thread_id = %(thread_id)s AND token = %(token)s), "
-    "r AS (SELECT * FROM unnest(%(task_ids)s::text[], %(idxs)s::int[], %(task_paths)s::text[], "
-    "%(channels)s::text[], %(types)s::text[], %(blobs)s::bytea[], %(sums)s::bigint[], "
-    "%(specials)s::bool[]) AS r(task_id, idx, task_path, channel, type, blob, checksum, special)), "
-    f"first AS ({_WRITE_COLUMNS_IN}WHERE NOT r.special ON CONFLICT DO NOTHING RETURNING 1), "
-    f"last AS ({_WRITE_COLUMNS_IN}WHERE r.special {_LAST_WINS} RETURNING 1), "
-    "n AS (SELECT (SELECT count(*) FROM first) + (SELECT count(*) FROM last) AS changed), "
-    "ev AS (INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data, "
-    "token, ts, checksum) SELECT %(thread_id)s, t.position, 'writes', %(checkpoint_ns)s, "
-    f"%(checkpoint_id)s, %(event_data)s, %(token)s, {NOW}, %(event_checksum)s FROM t, n "
-    "WHERE n.changed > 0{notify} RETURNING seq), "
-    "back AS (UPDATE lgfs_threads SET next_seq = next_seq - 1 WHERE thread_id = %(thread_id)s "
-    "AND token = %(token)s AND (SELECT changed FROM n) = 0 RETURNING 1) "
-    "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM t) THEN lgfs_refuse('put_writes: stale token') "
-    "END, (SELECT changed FROM n), (SELECT count(*) FROM back), (SELECT count(*) FROM ev)"
-)
-PUT_WRITES_AT_FENCE = _PUT_WRITES_AT_FENCE.format(notify="")
-PUT_WRITES_AT_FENCE_NOTIFY = _PUT_WRITES_AT_FENCE.format(
-    notify=" AND pg_notify('lgfs_events', %(thread_id)s) IS NOT NULL"
-)
+
+
+@functools.lru_cache(maxsize=32)
+def put_writes_param_names(n: int) -> tuple[tuple[str, ...], ...]:
+    """The parameter names of `put_writes_at_fence(n)`, per write, in `_PUT_WRITES_ARRAYS` order."""
+    return tuple(tuple(f"{name}{i}" for name, _ in _PUT_WRITES_ARRAYS) for i in range(n))
+
+
+@functools.lru_cache(maxsize=32)
+def put_writes_at_fence(n: int) -> str:
+    """Build the fenced put_writes' statement for `n` writes (params `task_id0`, `idx0`, ...).
+
+    Each array is spelled `ARRAY[%(task_id0)s::text, ...]` of one parameter per
+    write: psycopg dumps a list in Python (about 20 us for each of the eight
+    arrays, half a put_writes' client CPU), a scalar in C.
+    """
+    arrays = ", ".join(
+        "ARRAY[" + ", ".join(f"%({name}{i})s::{cast}" for i in range(n)) + "]"
+        for name, cast in _PUT_WRITES_ARRAYS
+    )
+    return (
+        "SELECT lgfs_put_writes(%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, "
+        f"%(run_id)s, %(token)s, %(now)s::float8, %(event_data)s, %(event_checksum)s, {arrays}, "
+        "%(notify)s)"
+    )
+
+
 # The writes of a page of checkpoints, in `writes_sort_key` order.
 _WRITE_COLUMNS = (
     "w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.channel, w.type, "
@@ -444,16 +445,27 @@ WRITES_OF_CHECKPOINTS = (
     "AS k(t, ns, id) ON w.thread_id = k.t AND w.checkpoint_ns = k.ns AND w.checkpoint_id = k.id "
     f"{_WRITES_ORDER}"
 )
-# `get_tuple`'s second statement, sent with its first in one round trip and
-# one snapshot (`READ_SNAPSHOT`): the writes of the checkpoint it reads.
-_WRITES_OF = (
-    f"SELECT {_WRITE_COLUMNS} FROM lgfs_writes w WHERE w.thread_id = %(thread_id)s "
-    "AND w.checkpoint_ns = %(checkpoint_ns)s AND w.checkpoint_id = "
+# `get_tuple` in one statement (one snapshot, one round trip, no pipeline):
+# the checkpoint's row (`CHECKPOINT_COLUMNS`, then 7 NULLs) first, then each of
+# its writes (12 NULLs, then `WRITES_OF_CHECKPOINTS`' columns after the key)
+# in `_WRITES_ORDER` (output columns 17, 13, 18: task_path, task_id, idx). No
+# row: no such checkpoint.
+_NO_CHECKPOINT = (
+    "NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::bytea, "
+    "NULL::text, NULL::bigint, NULL::bigint, NULL::float8, NULL::bigint"
 )
-WRITES_OF_ID = f"{_WRITES_OF}%(checkpoint_id)s {_WRITES_ORDER}"
-WRITES_OF_LATEST = (
-    f"{_WRITES_OF}(SELECT checkpoint_id FROM lgfs_checkpoints WHERE {_KEY} "
-    f"ORDER BY position DESC LIMIT 1) {_WRITES_ORDER}"
+_NO_WRITE = "NULL::text, NULL::text, NULL::text, NULL::bytea, NULL::text, NULL::int, NULL::bigint"
+_TUPLE_OF = (
+    "WITH c AS ({found}) SELECT c.*, {no_write} FROM c UNION ALL SELECT {no_checkpoint}, "
+    "w.task_id, w.channel, w.type, w.blob, w.task_path, w.idx, w.checksum FROM c JOIN "
+    "lgfs_writes w ON w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns "
+    "AND w.checkpoint_id = c.checkpoint_id ORDER BY 1, 17, 13, 18"
+)
+TUPLE_BY_ID = _TUPLE_OF.format(
+    found=GET_CHECKPOINT_BY_ID, no_write=_NO_WRITE, no_checkpoint=_NO_CHECKPOINT
+)
+TUPLE_LATEST = _TUPLE_OF.format(
+    found=GET_LATEST_CHECKPOINT, no_write=_NO_WRITE, no_checkpoint=_NO_CHECKPOINT
 )
 # A read batch's transaction: its statements share one snapshot, so a commit
 # between them cannot pair a checkpoint with another's writes.

@@ -42,6 +42,8 @@ from .connection import Execute, Send
 from .events import append
 
 Cursor = Any  # a psycopg cursor returning tuples
+# Eight parameters a write (`sql.put_writes_at_fence`), 65535 a statement.
+_MAX_BATCH_WRITES = 4096
 # Checksums are sent as int8 whatever their size: psycopg picks int2/4/8 by
 # value and keys its prepared statements by the types it sent, so a checksum
 # that fit int4 one time and not the next kept a statement from ever being
@@ -243,12 +245,12 @@ def put(
 def put_batch(
     enc: EncodedCheckpoint, token: int | None, *, now: float | None, notify: bool = True
 ) -> Send[bool] | None:
-    """Return a fenced put as one round trip (`PgConnection.run`'s `batch`); None if unfenced.
+    """Return a fenced put as one statement in one round trip (a `batch`); None if unfenced.
 
-    `FENCE` first, then `PUT_AT_FENCE`: the checkpoint, its event and the
-    version check in one statement. The batch commits only a new checkpoint
-    whose parent passes the check; anything else (a stale token, a stored
-    id, a parent not the latest) refuses it, and `put` decides.
+    `PUT_AT_FENCE` runs `put`'s statements in the server (`lgfs_put`): the
+    fence, the checkpoint, the version check and its event. It commits only a
+    new checkpoint whose parent passes the check; anything else (a stale
+    token, a stored id, a parent not the latest) refuses it, and `put` decides.
     """
     if token is None:
         return None
@@ -259,12 +261,11 @@ def put_batch(
         event_data=data,
         event_checksum=Int8(checksum(event.kind, data)),
         check_version=needs_version_check(enc.source, token),
+        notify=notify,
     )
-    statement = sql.PUT_AT_FENCE_NOTIFY if notify else sql.PUT_AT_FENCE
 
     def send(execute: Execute) -> Callable[[], bool]:
-        execute(sql.FENCE, params)
-        execute(statement, params)
+        execute(sql.PUT_AT_FENCE, params)
         return _stored
 
     return send
@@ -335,16 +336,24 @@ def put_writes(
     call that changes nothing appends no event and spends no seq. A fenced
     call first tries `put_writes_batch`, and comes here only when it refused.
     """
-    data, base, rows = _write_params(thread_id, checkpoint_ns, checkpoint_id, writes, token, run_id)
+    data, base = _write_params(thread_id, checkpoint_ns, checkpoint_id, writes, token, run_id)
     position = fence(cur, thread_id, token, now=now, require_claim=require_claim)
     changed = 0
-    for params in rows:
-        statement = (
-            sql.UPSERT_WRITE_LAST_WINS
-            if params["channel"] in WRITES_IDX_MAP
-            else (sql.INSERT_WRITE_FIRST_WINS)
-        )
-        cur.execute(statement, {**params, "position": position})
+    for w in writes:
+        last_wins = w.channel in WRITES_IDX_MAP
+        statement = sql.UPSERT_WRITE_LAST_WINS if last_wins else sql.INSERT_WRITE_FIRST_WINS
+        params = {
+            **base,
+            "task_id": w.task_id,
+            "idx": w.idx,
+            "task_path": w.task_path,
+            "channel": w.channel,
+            "type": w.type,
+            "blob": w.blob,
+            "checksum": Int8(w.checksum),
+            "position": position,
+        }
+        cur.execute(statement, params)
         changed += cur.rowcount
     new = [NewEvent("writes", data, checkpoint_ns, checkpoint_id)] if changed else []
     append(cur, thread_id, position, new, token=token, now=now, notify=notify)
@@ -362,42 +371,34 @@ def put_writes_batch(
     now: float | None,
     notify: bool = True,
 ) -> Send[int] | None:
-    """Return a fenced `put_writes` as one round trip (a `batch`); None if unfenced.
+    """Return a fenced `put_writes` as one statement, one round trip (a `batch`); None if unfenced.
 
-    `FENCE`, then `PUT_WRITES_AT_FENCE` (the writes, and the event or the
-    position given back when nothing changed; a stale token refuses the
-    batch, and `put_writes` raises). The reader returns how many rows changed.
-    None too for a call that writes one special (task, idx) twice.
+    `sql.put_writes_at_fence` runs `put_writes`' statements in the server
+    (`lgfs_put_writes`: the fence, the writes, and the event or the position
+    given back when nothing changed; a stale token refuses the batch, and
+    `put_writes` raises). The reader returns how many rows changed.
+    None too for a call that writes one special (task, idx) twice, or more
+    than `_MAX_BATCH_WRITES` writes (a statement takes at most 65535 parameters).
     """
     specials = [(w.task_id, w.idx) for w in writes if w.special]
-    if token is None or len(set(specials)) < len(specials):
+    if token is None or len(set(specials)) < len(specials) or len(writes) > _MAX_BATCH_WRITES:
         return None
-    data, base, _ = _write_params(thread_id, checkpoint_ns, checkpoint_id, writes, token, run_id)
+    data, base = _write_params(thread_id, checkpoint_ns, checkpoint_id, writes, token, run_id)
     text = dumps_json(data, "event data")
-    params = {
-        **base,
-        "event_data": text,
-        "event_checksum": Int8(checksum("writes", text)),
-        "now": now,
-        "task_ids": [w.task_id for w in writes],
-        "idxs": [Int8(w.idx) for w in writes],
-        "task_paths": [w.task_path for w in writes],
-        "channels": [w.channel for w in writes],
-        "types": [w.type for w in writes],
-        "blobs": [w.blob for w in writes],
-        "sums": [Int8(w.checksum) for w in writes],
-        "specials": [w.special for w in writes],
-    }
-    statement = sql.PUT_WRITES_AT_FENCE_NOTIFY if notify else sql.PUT_WRITES_AT_FENCE
+    params = {**base, "event_data": text, "event_checksum": Int8(checksum("writes", text))}
+    params.update(now=now, notify=notify)
+    for w, names in zip(writes, sql.put_writes_param_names(len(writes)), strict=True):
+        values = (w.task_id, Int8(w.idx), w.task_path, w.channel, w.type, w.blob)
+        params.update(zip(names, (*values, Int8(w.checksum), w.special), strict=True))
+    statement = sql.put_writes_at_fence(len(writes))
 
     def send(execute: Execute) -> Callable[[], int]:
-        execute(sql.FENCE, base)
         done = execute(statement, params)
 
         def changed() -> int:
             row = done.fetchone()
             assert row is not None  # the statement returns one row
-            return int(row[1])
+            return int(row[0])
 
         return changed
 
@@ -411,7 +412,7 @@ def _write_params(
     writes: Sequence[EncodedWrite],
     token: int | None,
     run_id: str | None,
-) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+) -> tuple[dict[str, Any], dict[str, Any]]:
     data = {
         "task_id": writes[0].task_id,
         "task_path": writes[0].task_path,
@@ -425,20 +426,7 @@ def _write_params(
         "token": token,
         "unfenced": token is None,
     }
-    rows = [
-        {
-            **base,
-            "task_id": w.task_id,
-            "idx": w.idx,
-            "task_path": w.task_path,
-            "channel": w.channel,
-            "type": w.type,
-            "blob": w.blob,
-            "checksum": Int8(w.checksum),
-        }
-        for w in writes
-    ]
-    return data, base, rows
+    return data, base
 
 
 def fetch_tuple(
@@ -470,23 +458,27 @@ def fetch_writes_for(
 def fetch_tuple_batch(
     thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
 ) -> Send[tuple[Row, list[WriteRow]] | None]:
-    """`fetch_tuple` as one round trip (run it with `read_only=True`: one snapshot)."""
+    """`fetch_tuple` as one statement, one round trip (`sql.TUPLE_BY_ID`/`TUPLE_LATEST`)."""
     key = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id}
-    by_id = checkpoint_id is not None
+    statement = sql.TUPLE_BY_ID if checkpoint_id is not None else sql.TUPLE_LATEST
 
     def send(execute: Execute) -> Callable[[], tuple[Row, list[WriteRow]] | None]:
-        found = execute(sql.GET_CHECKPOINT_BY_ID if by_id else sql.GET_LATEST_CHECKPOINT, key)
-        writes = execute(sql.WRITES_OF_ID if by_id else sql.WRITES_OF_LATEST, key)
+        found = execute(statement, key)
 
         def finish() -> tuple[Row, list[WriteRow]] | None:
-            row = found.fetchone()
-            if row is None:
+            rows = found.fetchall()
+            if not rows:
                 return None
-            return tuple(row), [tuple(w[3:]) for w in writes.fetchall()]
+            return tuple(rows[0][:_CHECKPOINT_WIDTH]), [
+                tuple(w[_CHECKPOINT_WIDTH:]) for w in rows[1:]
+            ]
 
         return finish
 
     return send
+
+
+_CHECKPOINT_WIDTH = len(sql.CHECKPOINT_COLUMNS.split(","))
 
 
 def list_page_batch(

@@ -1,0 +1,118 @@
+"""The PostgreSQL store's server-side functions: a fenced put and put_writes in one statement.
+
+Invariant: each function runs `txns.put`'s or `txns.put_writes`' statements
+in their order, the fence's `UPDATE ... WHERE thread_id = ... AND token = ...`
+first (the row lock); a VOLATILE function takes a fresh snapshot for each
+statement it runs, so under READ COMMITTED the statements after the fence
+see every commit made before the lock was had, as the statement-by-statement
+path does (one data-modifying CTE would read with the snapshot taken before
+it waited for the lock, and its version check would miss a checkpoint
+committed meanwhile: tests/test_postgres_fencing.py). Anything but a new
+checkpoint whose parent passes the version check, or writes under the
+current token, refuses (`lgfs_refuse`): the caller then decides statement
+by statement. psycopg's cost is per statement (about 100 us of client CPU
+each, in a pipeline), the server's per round trip.
+
+`FENCED_WRITES` is migration 6 of `sql.MIGRATIONS`: its text is frozen once
+released (a change is a new migration). The last-writer-wins rule is
+`sql._LAST_WINS`'s, written out.
+"""
+
+from __future__ import annotations
+
+FENCED_WRITES = """
+    CREATE OR REPLACE FUNCTION lgfs_put(
+        p_thread_id text, p_checkpoint_ns text, p_checkpoint_id text, p_parent_id text,
+        p_envelope text, p_values_type text, p_values_blob bytea, p_metadata text,
+        p_source text, p_step bigint, p_run_id text, p_token bigint, p_now float8,
+        p_checksum bigint, p_event_data text, p_event_checksum bigint,
+        p_check_version boolean, p_notify boolean
+    ) RETURNS void LANGUAGE plpgsql AS $$
+    DECLARE
+        v_position bigint;
+        v_now float8 := coalesce(p_now, extract(epoch FROM clock_timestamp())::float8);
+    BEGIN
+        UPDATE lgfs_threads SET next_seq = next_seq + 1
+            WHERE thread_id = p_thread_id AND token = p_token
+            RETURNING next_seq - 1 INTO v_position;
+        IF NOT FOUND THEN PERFORM lgfs_refuse('put: stale token'); END IF;
+        -- The checkpoint (if its id is new and, with p_check_version, its
+        -- parent is the latest before its position) and its event: one
+        -- statement, whose snapshot is taken after the lock was had.
+        WITH ins AS (
+            INSERT INTO lgfs_checkpoints (thread_id, checkpoint_ns, checkpoint_id, position,
+                parent_checkpoint_id, envelope, values_type, values_blob, metadata, source,
+                step, run_id, token, created_at, checksum)
+            SELECT p_thread_id, p_checkpoint_ns, p_checkpoint_id, v_position, p_parent_id,
+                p_envelope, p_values_type, p_values_blob, p_metadata, p_source, p_step,
+                p_run_id, p_token, v_now, p_checksum
+            WHERE NOT p_check_version OR (SELECT c.checkpoint_id FROM lgfs_checkpoints c
+                WHERE c.thread_id = p_thread_id AND c.checkpoint_ns = p_checkpoint_ns
+                AND c.position < v_position ORDER BY c.position DESC LIMIT 1)
+                IS NOT DISTINCT FROM p_parent_id
+            ON CONFLICT DO NOTHING RETURNING position
+        )
+        INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data,
+            token, ts, checksum) SELECT p_thread_id, ins.position, 'checkpoint', p_checkpoint_ns,
+            p_checkpoint_id, p_event_data, p_token, v_now, p_event_checksum FROM ins;
+        IF NOT FOUND THEN PERFORM lgfs_refuse('put: id stored, or parent not latest'); END IF;
+        IF p_notify THEN PERFORM pg_notify('lgfs_events', p_thread_id); END IF;
+    END $$;
+    CREATE OR REPLACE FUNCTION lgfs_put_writes(
+        p_thread_id text, p_checkpoint_ns text, p_checkpoint_id text, p_run_id text,
+        p_token bigint, p_now float8, p_event_data text, p_event_checksum bigint,
+        p_task_ids text[], p_idxs int[], p_task_paths text[], p_channels text[],
+        p_types text[], p_blobs bytea[], p_sums bigint[], p_specials boolean[],
+        p_notify boolean
+    ) RETURNS bigint LANGUAGE plpgsql AS $$
+    DECLARE
+        v_position bigint;
+        v_first bigint := 0;
+        v_last bigint := 0;
+    BEGIN
+        UPDATE lgfs_threads SET next_seq = next_seq + 1
+            WHERE thread_id = p_thread_id AND token = p_token
+            RETURNING next_seq - 1 INTO v_position;
+        IF NOT FOUND THEN PERFORM lgfs_refuse('put_writes: stale token'); END IF;
+        -- Each INSERT only if it has rows (an empty one costs a statement).
+        IF false = ANY(p_specials) THEN
+            INSERT INTO lgfs_writes AS w (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,
+                task_path, channel, type, blob, position, run_id, token, checksum)
+                SELECT p_thread_id, p_checkpoint_ns, p_checkpoint_id, r.task_id, r.idx, r.task_path,
+                r.channel, r.type, r.blob, v_position, p_run_id, p_token, r.checksum
+                FROM unnest(p_task_ids, p_idxs, p_task_paths, p_channels, p_types, p_blobs, p_sums,
+                p_specials) AS r(task_id, idx, task_path, channel, type, blob, checksum, special)
+                WHERE NOT r.special ON CONFLICT DO NOTHING;
+            GET DIAGNOSTICS v_first = ROW_COUNT;
+        END IF;
+        IF true = ANY(p_specials) THEN
+            INSERT INTO lgfs_writes AS w (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,
+                task_path, channel, type, blob, position, run_id, token, checksum)
+                SELECT p_thread_id, p_checkpoint_ns, p_checkpoint_id, r.task_id, r.idx, r.task_path,
+                r.channel, r.type, r.blob, v_position, p_run_id, p_token, r.checksum
+                FROM unnest(p_task_ids, p_idxs, p_task_paths, p_channels, p_types, p_blobs, p_sums,
+                p_specials) AS r(task_id, idx, task_path, channel, type, blob, checksum, special)
+                WHERE r.special
+                ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+                DO UPDATE SET task_path = excluded.task_path, channel = excluded.channel,
+                type = excluded.type, blob = excluded.blob, position = excluded.position,
+                run_id = excluded.run_id, token = excluded.token, checksum = excluded.checksum
+                WHERE coalesce(excluded.token, 0) >= coalesce(w.token, 0)
+                AND (w.channel IS DISTINCT FROM excluded.channel
+                OR w.type IS DISTINCT FROM excluded.type OR w.blob IS DISTINCT FROM excluded.blob
+                OR w.task_path IS DISTINCT FROM excluded.task_path);
+            GET DIAGNOSTICS v_last = ROW_COUNT;
+        END IF;
+        IF v_first + v_last = 0 THEN
+            -- A retry that changed nothing: the position is given back.
+            UPDATE lgfs_threads SET next_seq = next_seq - 1 WHERE thread_id = p_thread_id;
+            RETURN 0;
+        END IF;
+        INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data,
+            token, ts, checksum) VALUES (p_thread_id, v_position, 'writes', p_checkpoint_ns,
+            p_checkpoint_id, p_event_data, p_token,
+            coalesce(p_now, extract(epoch FROM clock_timestamp())::float8), p_event_checksum);
+        IF p_notify THEN PERFORM pg_notify('lgfs_events', p_thread_id); END IF;
+        RETURN v_first + v_last;
+    END $$;
+"""
