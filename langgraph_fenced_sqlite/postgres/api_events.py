@@ -37,7 +37,9 @@ class PgEventsAPI(EventsBase, PgHalf):
         self, thread_id: str, seq: int, limit: int, incarnation: int | None
     ) -> list[Event]:
         return self._engine.run(
-            "events_after", lambda cur: events.read_after(cur, thread_id, seq, limit, incarnation)
+            "events_after",
+            lambda cur: events.read_after(cur, thread_id, seq, limit, incarnation),
+            read_only=True,
         )
 
     def _check_usable(self, op: str) -> None:
