@@ -124,7 +124,7 @@ class PgRetentionAPI(RemovalsBase, PgHalf):
             return rolled_back.results[0]
 
     def _sweep_thread_ids(self) -> _list[str]:
-        # A read, as on SQLite: a read-only store refuses the first thread's prune.
+        # A read (as on SQLite): `RemovalsBase.sweep` refused a read-only store already.
         rows = self._engine.run(
             "sweep", lambda cur: cur.execute(sql.SWEEP_THREAD_IDS).fetchall(), read_only=True
         )
