@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from .api_threads import inactive_for_seconds
-from .errors import UndecodableRow, bad_argument
+from .errors import ReadOnlyStore, UndecodableRow, bad_argument
 from .maintenance import SweepResult
 from .retention import PruneResult, RetentionPolicy, Retraction
 from .twins import async_twin
@@ -35,6 +35,8 @@ class RemovalsBase:
     A store implements the `_`-prefixed primitives below; everything public
     is written here once.
     """
+
+    _engine: Any  # the store's engine: `readonly` and `path` (see `sweep`)
 
     def delete_thread(self, thread_id: str) -> None:
         """Remove a thread's checkpoints, writes, events, floor and claim.
@@ -204,6 +206,10 @@ class RemovalsBase:
         Returns:
             The threads swept, those left alone under a live claim, and those
             whose rows do not decode.
+
+        Raises:
+            ReadOnlyStore: the store was opened with `readonly=True` (also
+                for a dry run, and when there is nothing to sweep).
         """
         if not isinstance(policy, RetentionPolicy):
             raise bad_argument("policy", f"expected a RetentionPolicy, got {policy!r}")
@@ -211,6 +217,10 @@ class RemovalsBase:
         check_bool(dry_run, "dry_run")
         if on_thread is not None and not callable(on_thread):
             raise bad_argument("on_thread", "expected a callable or None")
+        if self._engine.readonly:
+            # Here, not only in each thread's write: the listing comes first,
+            # and a store with nothing to sweep would answer as if it could.
+            raise ReadOnlyStore("sweep", self._engine.path)
         result = SweepResult()
         for thread_id in self._sweep_thread_ids():
             try:

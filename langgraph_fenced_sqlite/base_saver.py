@@ -78,13 +78,18 @@ class FencedSaverBase(BaseCheckpointSaver[str]):
     this class.
     """
 
-    _engine: Any  # the store's engine: `closed`, and `arun` for async twins
+    _engine: Any  # the store's engine: `closed`, `readonly`, and `arun` for async twins
     require_claim: bool
 
     @property
     def closed(self) -> bool:
         """Whether `close()` was called."""
         return bool(self._engine.closed)
+
+    @property
+    def readonly(self) -> bool:
+        """Whether the saver was opened with `readonly=True` (its writes raise `ReadOnlyStore`)."""
+        return bool(self._engine.readonly)
 
     def close(self) -> None:
         """Close the store (each store defines it); twice is fine."""

@@ -47,9 +47,12 @@ class VacuumReport:
     """What `vacuum` reclaimed.
 
     Attributes:
-        path: The database file.
-        bytes_before: The file's size with its WAL, before.
-        bytes_after: The same, after (the WAL truncated unless a reader held it).
+        path: The database file (on PostgreSQL: the server and database).
+        bytes_before: The file's size with its WAL, before (on PostgreSQL:
+            the store's tables with their indexes and TOAST).
+        bytes_after: The same, after (the WAL truncated unless a reader held
+            it; on PostgreSQL, smaller only where whole pages at a table's
+            end were emptied, see `FencedPostgresSaver.vacuum`).
     """
 
     path: str

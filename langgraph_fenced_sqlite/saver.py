@@ -168,11 +168,6 @@ class FencedSqliteSaver(  # type: ignore[misc]
         return self._engine.path
 
     @property
-    def readonly(self) -> bool:
-        """Whether the saver was opened with `readonly=True` (its writes raise)."""
-        return self._engine.readonly
-
-    @property
     def clock(self) -> Clock:
         """The store's clock."""
         return self._engine.clock

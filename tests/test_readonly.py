@@ -17,7 +17,13 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
-from langgraph_fenced_sqlite import FencedSqliteSaver, InvalidArgument, ReadOnlyStore, StoreError
+from langgraph_fenced_sqlite import (
+    FencedSqliteSaver,
+    InvalidArgument,
+    ReadOnlyStore,
+    RetentionPolicy,
+    StoreError,
+)
 
 
 def _config(thread_id: str = "t") -> dict[str, Any]:
@@ -140,6 +146,20 @@ def test_a_readonly_store_on_a_writable_location_follows_the_writers(db_path: st
     with pytest.raises(InvalidArgument) as exc:
         FencedSqliteSaver(db_path, readonly="yes")  # type: ignore[arg-type]
     assert exc.value.argument == "readonly"
+
+
+def test_a_readonly_sweep_is_refused_even_with_nothing_to_sweep(db_path: str) -> None:
+    """`sweep` refuses before it lists threads: the same answer whatever the store holds.
+
+    Each thread's prune is a write, so a sweep of a store with threads was
+    always refused; one with none used to return an empty result instead.
+    """
+    FencedSqliteSaver(db_path).close()
+    with FencedSqliteSaver(db_path, readonly=True) as saver:
+        for dry_run in (False, True):
+            with pytest.raises(ReadOnlyStore) as exc:
+                saver.sweep(RetentionPolicy(max_checkpoints=1), dry_run=dry_run)
+            assert exc.value.op == "sweep" and exc.value.path == db_path
 
 
 def test_a_read_only_copy_with_commits_left_in_its_wal_is_refused(

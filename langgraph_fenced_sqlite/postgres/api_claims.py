@@ -54,7 +54,9 @@ class PgClaimsAPI(ClaimsBase, PgHalf):
         return self._engine.run("release", lambda cur: txns.release(cur, thread_id, token))
 
     def _current_claim(self, thread_id: str) -> Claim | None:
-        return self._engine.run("current_claim", lambda cur: txns.current_claim(cur, thread_id))
+        return self._engine.run(
+            "current_claim", lambda cur: txns.current_claim(cur, thread_id), read_only=True
+        )
 
     def _begin_run(self, thread_id: str, holder: str, ttl: float, **run: Any) -> Claim:
         return self._engine.run(

@@ -42,7 +42,7 @@ def read_snapshot(engine: PgConnection, op: str, job: Callable[[Cursor], T]) -> 
         cur.execute(sql.SNAPSHOT_IN_TRANSACTION)  # must be the transaction's first statement
         return job(cur)
 
-    return engine.run(op, snapshot_job)
+    return engine.run(op, snapshot_job, read_only=True)
 
 
 # Methods of `InspectionAPI` this class inherits as they are: they validate, page
@@ -96,7 +96,9 @@ class PgInspectionAPI(InspectionAPI):
 
     def claims(self) -> _list[Claim]:
         """Return every current claim, live or expired, by thread id."""
-        rows = self._engine.run("claims", lambda cur: cur.execute(sql.LIST_CLAIMS).fetchall())
+        rows = self._engine.run(
+            "claims", lambda cur: cur.execute(sql.LIST_CLAIMS).fetchall(), read_only=True
+        )
         out = []
         for thread_id, *cells, _ in rows:
             holder, token, expires_at = claim_row(thread_id, *cells)

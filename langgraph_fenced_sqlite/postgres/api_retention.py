@@ -1,5 +1,6 @@
 """The deletion half of `FencedPostgresSaver`: its primitives behind `RemovalsBase`
-(deletion, copies, prunes by strategy or `RetentionPolicy`, sweeps, retraction).
+(deletion, copies, prunes by strategy or `RetentionPolicy`, sweeps, retraction),
+and an operator's `vacuum`.
 
 Invariant: each primitive gets arguments `RemovalsBase` has checked and runs
 one transaction from `removals.py` that fences every thread it changes
@@ -15,7 +16,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ..base_retention import RemovalsBase
+from ..maintenance import VacuumReport
 from ..retention import PruneResult, RetentionPolicy, Retraction
+from ..twins import async_twin
+from ..validation import check_bool
 from . import removals, sql
 from .half import PgHalf
 
@@ -114,7 +118,10 @@ class PgRetentionAPI(RemovalsBase, PgHalf):
             return rolled_back.results[0]
 
     def _sweep_thread_ids(self) -> _list[str]:
-        rows = self._engine.run("sweep", lambda cur: cur.execute(sql.SWEEP_THREAD_IDS).fetchall())
+        # A read (as on SQLite): `RemovalsBase.sweep` refused a read-only store already.
+        rows = self._engine.run(
+            "sweep", lambda cur: cur.execute(sql.SWEEP_THREAD_IDS).fetchall(), read_only=True
+        )
         return [r[0] for r in rows]
 
     def _sweep_thread(
@@ -127,6 +134,59 @@ class PgRetentionAPI(RemovalsBase, PgHalf):
             lambda cur: removals.sweep_thread(cur, thread_id, policy, now=now, idle_for=idle_for),
         )
         return done
+
+    def vacuum(self, *, force: bool = False) -> VacuumReport:
+        """Run a plain `VACUUM (ANALYZE)` of the store's tables; report their size before and after.
+
+        What it reclaims: dead rows (what `prune`, `delete_thread`,
+        `compact_events` and every update leave) become space the tables
+        reuse for new rows, and the planner's statistics are refreshed.
+        Empty pages at a table's end go back to the operating system, but
+        space in the middle stays with the table: the size falls only after
+        a prune that emptied whole pages at the end, and the first vacuum of
+        a table may even grow it a little (it creates the table's free-space
+        and visibility maps). PostgreSQL's autovacuum does the same work by
+        itself; this is for right after a large prune or sweep.
+
+        What it does not do: `VACUUM FULL`, which would give all of the space
+        back by rewriting each table under an ACCESS EXCLUSIVE lock, stopping
+        every writer and reader of the store meanwhile. A plain VACUUM lets
+        writers go on (to give back empty end pages it takes that lock only
+        when free, and lets go of it as soon as someone waits), so `force` is
+        accepted for the SQLite store's signature and changes nothing.
+
+        Runs outside any transaction (VACUUM cannot run in one), on a
+        connection of the pool or the store's connection in autocommit.
+
+        Args:
+            force: Accepted for `FencedSqliteSaver.vacuum`'s signature; a
+                plain VACUUM needs no forcing.
+
+        Returns:
+            `path` (the server and database), and the tables' total size in
+            bytes with their indexes and TOAST (`pg_total_relation_size`)
+            before and after.
+
+        Raises:
+            InvalidArgument: `force` is not a bool.
+            ReadOnlyStore: the store was opened with `readonly=True`.
+            StoreBusy: a lock wait (another VACUUM, an ALTER) passed the
+                connection's `lock_timeout`.
+            StoreError: the connection is inside a transaction of yours, or
+                the database failed.
+        """
+        check_bool(force, "force")
+        tables = {"tables": _list(sql.TABLES)}
+
+        def job(cur: Any) -> VacuumReport:
+            before = int(cur.execute(sql.STORE_BYTES, tables).fetchone()[0])
+            cur.execute(sql.VACUUM_TABLES)
+            after = int(cur.execute(sql.STORE_BYTES, tables).fetchone()[0])
+            return VacuumReport(self._engine.where, before, after)
+
+        return self._engine.run_outside_transaction("vacuum", job)
+
+    avacuum = async_twin(vacuum)
 
     def _retract_turn(self, thread_id: str, token: int, run_id: str | None) -> Retraction:
         now = self._now()

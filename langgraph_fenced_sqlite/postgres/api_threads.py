@@ -132,6 +132,7 @@ class PgThreadsAPI(ThreadsAPI):
         rows = self._engine.run(
             "namespaces",
             lambda cur: cur.execute(sql.THREAD_NAMESPACES, {"thread_id": thread_id}).fetchall(),
+            read_only=True,
         )
         return [r[0] for r in rows]
 

@@ -4,9 +4,16 @@ Invariant: every call runs in one transaction of its own (`transaction()`),
 committed when the job returns and rolled back when it raises, on a
 connection used by nothing else meanwhile: a pool's connection for the
 call's length, or the one given connection under a lock. No psycopg error
-reaches the caller: a lock or statement timeout is `StoreBusy`, anything else
-`StoreError`, each naming the operation and the server (never the password).
-Async calls run the same sync function through one thread hop (`arun`).
+reaches the caller: a lock or statement timeout is `StoreBusy`, a write the
+server refused as read-only `ReadOnlyStore`, anything else `StoreError`, each
+naming the operation and the server (never the password). Async calls run
+the same sync function through one thread hop (`arun`).
+
+A `readonly` store is refused twice (docs/semantics.md §8): every call that
+is not marked `read_only` raises `ReadOnlyStore` before a connection is
+taken, and every transaction it does run is READ ONLY in the server (the
+session's `default_transaction_read_only`, or `SET TRANSACTION READ ONLY`),
+so a write on a path marked wrongly fails in the database all the same.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from psycopg.rows import tuple_row
 
 from ..errors import (
     FencedSqliteError,
+    ReadOnlyStore,
     StoreBusy,
     StoreClosed,
     StoreError,
@@ -64,13 +72,15 @@ def describe(info: Any) -> str:
 class PgConnection:
     """Run jobs in transactions on a psycopg connection or a psycopg_pool pool."""
 
-    def __init__(self, conn: Any, *, owned: bool = False) -> None:
+    def __init__(self, conn: Any, *, owned: bool = False, readonly: bool = False) -> None:
         """Wrap `conn`: a `psycopg.Connection` or a `psycopg_pool.ConnectionPool`.
 
         Args:
             conn: The connection (serialised by a lock: one call at a time)
                 or the pool (one connection per call in flight).
             owned: Close `conn` on `close()` (it was opened by the saver).
+            readonly: Refuse every call not marked `read_only`, and run the
+                others in READ ONLY transactions.
 
         Raises:
             InvalidArgument: `conn` is neither.
@@ -89,6 +99,7 @@ class PgConnection:
                 f"got {type(conn).__name__}",
             )
         self.where = where
+        self.readonly = readonly
         self._owned = owned
         self._lock = threading.Lock()
         self._inside = threading.local()
@@ -99,6 +110,11 @@ class PgConnection:
     def closed(self) -> bool:
         """Whether `close()` was called."""
         return self._closed
+
+    @property
+    def path(self) -> str:
+        """`where`, under the name the SQLite engine's has (errors carry it as `path`)."""
+        return self.where
 
     def _check(self, op: str) -> None:
         if self._closed:
@@ -143,29 +159,72 @@ class PgConnection:
         per statement. Only for jobs that read no `rowcount` (in a pipeline
         it is not known until the next sync).
 
+        `read_only` marks a call that writes nothing: the only calls a
+        `readonly` store runs (each in a READ ONLY transaction); any other
+        call raises `ReadOnlyStore` there before a connection is taken.
+
         Raises:
             StoreClosed, WrongProcess, WrongThread: the store cannot be used here.
+            ReadOnlyStore: a call that may write, on a `readonly` store; or a
+                write the server refused as read-only (a hot standby).
             StoreBusy: a lock or statement timeout ended the wait; nothing changed.
             StoreError: the database failed (the psycopg error is the cause).
         """
         if batch is not None:
-            with self._guard(op):
+            with self._guard(op, writes=not read_only):
                 with self._connection() as conn:
                     finish = _send(conn, batch, read_only=read_only, refusable=job is not None)
                     if finish is not None:
                         return finish()
         assert job is not None, "a refused batch needs its job"
-        with self._guard(op):
+        with self._guard(op, writes=not read_only):
             with self._connection() as conn:
-                if pipelined and conn.pgconn.transaction_status == _IDLE:
+                outermost = conn.pgconn.transaction_status == _IDLE
+                if pipelined and outermost and not self.readonly:
                     return _pipelined(conn, job)
                 with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+                    if self.readonly and outermost and not _session_read_only(conn):
+                        # Not in a caller's own transaction: that one is theirs.
+                        cur.execute(sql.READ_ONLY_TRANSACTION)
                     return job(cur)
 
+    def run_outside_transaction(self, op: str, job: Callable[[psycopg.Cursor[Any]], T]) -> T:
+        """Run `job(cursor)` in autocommit, outside any transaction (what VACUUM needs).
+
+        A call that may write: refused on a `readonly` store. A connection
+        not in autocommit is switched to it for the call and back.
+
+        Raises:
+            StoreError: the connection is inside a transaction of the caller's.
+            (and as `run`)
+        """
+        with self._guard(op, writes=True):
+            with self._connection() as conn:
+                if conn.pgconn.transaction_status != _IDLE:
+                    raise StoreError(
+                        op,
+                        self.where,
+                        message=(
+                            f"{op} on {self.where}: the connection is inside a transaction, "
+                            f"and {op} must run outside one; commit or roll it back first"
+                        ),
+                    )
+                toggled = not conn.autocommit
+                if toggled:
+                    conn.autocommit = True
+                try:
+                    with conn.cursor(row_factory=tuple_row) as cur:
+                        return job(cur)
+                finally:
+                    if toggled:
+                        conn.autocommit = False
+
     @contextmanager
-    def _guard(self, op: str) -> Iterator[None]:
-        """Check the store may be used, and translate what a call raises."""
+    def _guard(self, op: str, *, writes: bool) -> Iterator[None]:
+        """Check the store may be used (and may write, if `writes`); translate what it raises."""
         self._check(op)
+        if writes and self.readonly:
+            raise ReadOnlyStore(op, self.where)
         started = time.monotonic()
         self._inside.active = True
         try:
@@ -174,6 +233,9 @@ class PgConnection:
             raise
         except _BUSY as exc:
             raise StoreBusy(op, self.where, time.monotonic() - started) from exc
+        except pg_errors.ReadOnlySqlTransaction as exc:
+            message = f"{op} on {self.where}: the store is read-only ({exc}); nothing was changed"
+            raise ReadOnlyStore(op, self.where, message=message) from exc
         except psycopg.Error as exc:
             raise StoreError(
                 op, self.where, message=f"{op} failed on {self.where}: {exc}".rstrip()
@@ -228,6 +290,18 @@ class PgConnection:
         elif self._conn is not None:
             with self._lock:  # after the call in progress
                 self._conn.close()
+
+
+def _session_read_only(conn: psycopg.Connection[Any]) -> bool:
+    """Whether every transaction of `conn`'s session is read-only already (no round trip).
+
+    PostgreSQL 14 and later report both settings to the client; on an older
+    server this answers False, and the transaction is made read-only itself.
+    """
+    return "on" in (
+        conn.info.parameter_status("default_transaction_read_only"),
+        conn.info.parameter_status("in_hot_standby"),
+    )
 
 
 def _send(

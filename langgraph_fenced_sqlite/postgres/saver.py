@@ -7,6 +7,10 @@ primitives, each one transaction from `txns.py`, `runs.py`, `events.py` or
 `removals.py`; each async twin is one line that runs the sync method through
 one thread hop. This module holds the opening, `setup`, `close` and the
 primitives of `FencedSaverBase`; the other halves are mixed into the class.
+
+A `readonly` store (for a hot-standby replica, or a dashboard that must not
+write) is checked once when opened: the schema must be there, at this
+version, as a read-only SQLite store's file must be; it never migrates.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ _OPTIONS = (
     "require_claim",
     "notify",
     "poll_interval",
+    "readonly",
 )
 _list = builtins.list
 _Key = tuple[str, str, str]  # (thread_id, checkpoint_ns, checkpoint_id)
@@ -57,7 +62,9 @@ class DatabaseClock:
     def now(self) -> float:
         """Return the server's wall-clock seconds since the epoch."""
         return float(
-            self._conn.run("now", lambda cur: txns._one(cur, sql.GET_NOW, {"now": None}))[0]
+            self._conn.run(
+                "now", lambda cur: txns._one(cur, sql.GET_NOW, {"now": None}), read_only=True
+            )[0]
         )
 
     def monotonic(self) -> float:
@@ -94,6 +101,7 @@ class FencedPostgresSaver(  # type: ignore[misc]
         require_claim: bool = False,
         notify: bool = True,
         poll_interval: float | timedelta = 1.0,
+        readonly: bool = False,
         _owned: bool = False,
     ) -> None:
         """Use `conn`, a `psycopg.Connection` or a `psycopg_pool.ConnectionPool`.
@@ -115,28 +123,42 @@ class FencedPostgresSaver(  # type: ignore[misc]
                 committing transactions database-wide; with many writers,
                 pass False and waiters find commits by their safety poll.
             poll_interval: How often `wait_events` re-reads the table even
-                without a notification (the safety poll), in seconds.
+                without a notification (the safety poll), in seconds. A hot
+                standby cannot `LISTEN`: there waits find commits by this poll.
+            readonly: Only read (a hot-standby replica, say): every write
+                raises `ReadOnlyStore` before anything is sent, every
+                transaction is READ ONLY in the server, and `setup()` only
+                checks the schema. Checks the schema now, as a read-only
+                SQLite store checks its file.
 
         Raises:
             InvalidArgument: `conn` is not a connection or pool, or another
                 argument is wrong (the message names it).
+            UnsupportedFormat: `readonly`, and the schema is missing (`setup()`
+                never ran), older than this version (it needs migrating) or newer.
+            StoreError: `readonly`, and the schema could not be read.
         """
         serde = store_options(serde, allowed_types, allowed_modules, clock, require_claim)
         super().__init__(serde=serde)
         if not isinstance(notify, bool):
             raise bad_argument("notify", "expected a bool")
+        if not isinstance(readonly, bool):
+            raise bad_argument("readonly", "expected a bool")
         self._poll_interval = to_seconds(poll_interval, "poll_interval")
         self.require_claim = require_claim
         self._notify = notify
-        self._engine = PgConnection(conn, owned=_owned)
+        self._engine = PgConnection(conn, owned=_owned, readonly=readonly)
         self._clock = clock
+        if readonly:
+            self._check_schema("open")
 
     @classmethod
     def from_conn_string(cls, conn_string: str, **kwargs: Any) -> _Opener:
         """Connect to `conn_string` (a libpq DSN or URL) as a context manager, sync or async.
 
         The connection is opened with `autocommit=True` and closed on exit;
-        the keyword arguments are `__init__`'s.
+        the keyword arguments are `__init__`'s. With `readonly=True` its
+        session also sets `default_transaction_read_only`.
 
         Raises:
             InvalidArgument: `conn_string` is not a string.
@@ -166,28 +188,66 @@ class FencedPostgresSaver(  # type: ignore[misc]
     def setup(self) -> None:
         """Create or upgrade the schema; safe to call from many hosts at once.
 
+        On a `readonly` store, only check that the schema is there at this
+        version (as the SQLite store's `setup()`, which then has nothing to
+        do): nothing is created or migrated.
+
         Raises:
-            UnsupportedFormat: the database holds a newer schema than this version knows.
+            UnsupportedFormat: the database holds a newer schema than this
+                version knows; or, `readonly`, a missing or older one.
         """
+        if self.readonly:
+            self._check_schema("setup")
+            return
 
         def job(cur: Any) -> None:
             cur.execute(sql.MIGRATION_LOCK)
             cur.execute(sql.MIGRATIONS[0])
             version = txns._one(cur, sql.GET_VERSION, {})[0]
             if version > sql.SCHEMA_VERSION:
-                raise UnsupportedFormat(
-                    "setup",
-                    self.path,
-                    message=(
-                        f"setup on {self.path}: schema version {version} is newer than "
-                        f"this version of the library knows ({sql.SCHEMA_VERSION})"
-                    ),
-                )
+                raise self._unusable_schema("setup", version)
             for v in range(max(version, 1), sql.SCHEMA_VERSION):
                 cur.execute(sql.MIGRATIONS[v])
                 cur.execute(sql.SET_VERSION, (v + 1,))
 
         self._engine.run("setup", job)
+
+    def _check_schema(self, op: str) -> None:
+        """Refuse, for a read-only store, a schema that is not there at this version.
+
+        Raises:
+            UnsupportedFormat: missing, older (a migration is a write) or newer.
+        """
+
+        def job(cur: Any) -> int | None:
+            if not txns._one(cur, sql.HAS_MIGRATIONS_TABLE, {})[0]:
+                return None
+            return int(txns._one(cur, sql.GET_VERSION, {})[0])
+
+        version = self._engine.run(op, job, read_only=True)
+        if version != sql.SCHEMA_VERSION:
+            raise self._unusable_schema(op, version)
+
+    def _unusable_schema(self, op: str, version: int | None) -> UnsupportedFormat:
+        where, current = self.path, sql.SCHEMA_VERSION
+        if version is not None and version > current:
+            why = (
+                f"schema version {version} is newer than this version of the library "
+                f"knows ({current})"
+            )
+        elif version is None:
+            # As a read-only SQLite store refuses a file that was never set up.
+            why = (
+                "no langgraph-fenced-sqlite tables on this connection's search_path "
+                "(setup() has not run here), and a read-only store creates none; "
+                "run setup() once from a writable store"
+            )
+        else:
+            why = (
+                f"schema version {version} needs migrating to {current}, which a "
+                "read-only store cannot do; run setup() once from a writable store"
+            )
+        return UnsupportedFormat(op, where, message=f"{op} on {where}: {why}")
 
     def stats(self) -> dict[str, Any]:
         """Report the schema version, the last token issued and the row counts.
@@ -196,7 +256,7 @@ class FencedPostgresSaver(  # type: ignore[misc]
         `schema_version`, `token_counter` (0 before the first claim),
         `threads`, `checkpoints`, `writes`, `events`.
         """
-        row = self._engine.run("stats", lambda cur: txns._one(cur, sql.STATS, {}))
+        row = self._engine.run("stats", lambda cur: txns._one(cur, sql.STATS, {}), read_only=True)
         keys = ("schema_version", "token_counter", "threads", "checkpoints", "writes", "events")
         return {k: int(v) for k, v in zip(keys, row, strict=True)}
 
@@ -284,7 +344,14 @@ class _Opener(
         except psycopg.Error as exc:
             raise StoreError("connect", "postgresql", message=f"connect failed: {exc}") from exc
         try:
+            if self._kwargs.get("readonly") is True:
+                # The whole session read-only: no statement of it can write,
+                # and the store's transactions need no SET TRANSACTION each.
+                conn.execute(sql.READ_ONLY_SESSION)
             self._saver = self._cls(conn, _owned=True, **self._kwargs)
+        except psycopg.Error as exc:
+            conn.close()
+            raise StoreError("connect", "postgresql", message=f"connect failed: {exc}") from exc
         except BaseException:
             conn.close()
             raise

@@ -145,6 +145,26 @@ STATS = (
 )
 HAS_MIGRATIONS_TABLE = "SELECT to_regclass('lgfs_migrations') IS NOT NULL"
 
+# --- read-only stores and vacuum (`connection.py`, `api_retention.py`) -----------------
+
+# The first statement of a `readonly` store's transaction when its session
+# does not make every transaction read-only already: the server refuses any
+# write in it (SQLSTATE 25006), whatever path sent it.
+READ_ONLY_TRANSACTION = "SET TRANSACTION READ ONLY"
+# What `from_conn_string(readonly=True)` sets on the connection it opens.
+READ_ONLY_SESSION = "SET default_transaction_read_only = on"
+# The store's tables (the sequence `lgfs_tokens` has nothing to vacuum).
+TABLES = ("lgfs_threads", "lgfs_checkpoints", "lgfs_writes", "lgfs_events", "lgfs_migrations")
+# Plain VACUUM, never FULL: it takes no lock that stops writers (FULL rewrites
+# each table under an ACCESS EXCLUSIVE lock), and makes dead rows' space
+# reusable; ANALYZE refreshes the planner's statistics after a large prune.
+VACUUM_TABLES = f"VACUUM (ANALYZE) {', '.join(TABLES)}"
+# Their size with indexes and TOAST, in bytes (0 for a table that is missing).
+STORE_BYTES = (
+    "SELECT coalesce(sum(pg_total_relation_size(to_regclass(t))), 0)::bigint "
+    "FROM unnest(%(tables)s::text[]) AS t"
+)
+
 # The store's time in seconds since the epoch: the parameter when the caller
 # passes one (an injected clock), else the database server's clock, so that
 # hosts whose clocks disagree still agree on when a claim expires.

@@ -10,6 +10,10 @@ waiter never holds the store's connection or a pool's. A watch's `close()`
 notifications are awaited in slices of at most that, between which the wait
 looks whether it was stopped (psycopg cannot interrupt a blocked
 `notifies()` from another thread). A cancelled `await_` ends at once.
+
+A hot standby cannot `LISTEN` (and no NOTIFY reaches it: notifications are
+not replicated): there the wait goes on without it, finding the commits its
+replay brings by the safety poll alone.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import time
 from typing import Any
 
 import psycopg
+from psycopg import errors as pg_errors
 
 from ..errors import StoreError
 from ..events import Event
@@ -96,7 +101,10 @@ class PgEventPoller:
 
         with conn:
             try:
-                conn.execute(sql.LISTEN)
+                try:
+                    conn.execute(sql.LISTEN)
+                except pg_errors.ReadOnlySqlTransaction:
+                    pass  # a hot standby: `notifies` only times out, so each wait polls
                 return events.drive(self._plan(thread_id, timeout), read, notifies)
             except _Stopped:
                 return []
@@ -141,7 +149,10 @@ class PgEventPoller:
 
         async with conn:
             try:
-                await conn.execute(sql.LISTEN)
+                try:
+                    await conn.execute(sql.LISTEN)
+                except pg_errors.ReadOnlySqlTransaction:
+                    pass  # a hot standby: `notifies` only times out, so each wait polls
                 return await events.adrive(self._plan(thread_id, timeout), read, notifies)
             except _Stopped:
                 return []

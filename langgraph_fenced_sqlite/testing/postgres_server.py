@@ -13,6 +13,10 @@ owned by that user.
 The binaries are the system's when it has them, else those of the `pgserver`
 wheel (the dev extra installs it), so that a machine with only Python and
 pip runs the PostgreSQL tests too.
+
+`start_replica` makes a hot standby of a running server (`pg_basebackup -R`
+over a streaming-replication connection, about a second), for the tests of
+stores that read from a replica.
 """
 
 from __future__ import annotations
@@ -30,7 +34,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["PostgresServer", "find_pg_bin", "round_trips", "start_server"]
+__all__ = [
+    "PostgresServer",
+    "find_pg_bin",
+    "round_trips",
+    "start_replica",
+    "start_server",
+    "wait_replayed",
+]
 
 # The settings a test server runs with. fsync=off trades durability across an
 # OS crash (which no test makes) for speed; a killed postmaster loses nothing,
@@ -292,6 +303,80 @@ def start_server(bindir: str | None = None, *, attempts: int = 3) -> PostgresSer
         raise
     atexit.register(server.stop)
     return server
+
+
+def start_replica(primary: PostgresServer, *, attempts: int = 3) -> PostgresServer:
+    """Start a hot standby of `primary`, streaming its WAL, on a free loopback port.
+
+    `pg_basebackup -R` copies the primary's cluster into a new temp dir
+    (streaming the WAL it needs, no checkpoint wait) and writes the standby's
+    `primary_conninfo`; the copy then starts as a read-only hot standby. The
+    primary needs nothing set: its defaults (`wal_level=replica`,
+    `max_wal_senders`, initdb's trusted replication entries for 127.0.0.1)
+    allow it.
+
+    Raises:
+        subprocess.CalledProcessError: the base backup failed (stderr attached).
+        RuntimeError: the standby did not start.
+    """
+    datadir = tempfile.mkdtemp(prefix="lgfs-pg-replica-")
+    if primary.run_as is not None:
+        os.chown(datadir, *primary.run_as)
+    replica = PostgresServer(primary.bindir, datadir, 0, primary.run_as)
+    try:
+        replica._cmd(
+            os.path.join(primary.bindir, "pg_basebackup"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(primary.port),
+            "-U",
+            "lgfs",
+            "-D",
+            replica._pgdata,
+            "-R",
+            "-X",
+            "stream",
+            "-c",
+            "fast",
+            "--no-sync",
+        )
+        for attempt in range(attempts):
+            replica.port = _free_port()
+            try:
+                replica._start()
+                break
+            except subprocess.CalledProcessError:
+                if attempt == attempts - 1:
+                    raise RuntimeError(f"the standby did not start:\n{replica.log()}") from None
+    except BaseException:
+        replica.stop()
+        raise
+    atexit.register(replica.stop)
+    return replica
+
+
+def wait_replayed(primary: PostgresServer, replica: PostgresServer, timeout: float = 30) -> None:
+    """Return once `replica` has replayed everything `primary` had committed when called.
+
+    Raises:
+        TimeoutError: not within `timeout` seconds (the replica's log attached).
+    """
+    import psycopg
+
+    with psycopg.connect(primary.dsn, autocommit=True) as conn:
+        target = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]  # type: ignore[index]
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(replica.dsn, autocommit=True) as conn:
+        while True:
+            row = conn.execute(
+                "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (target,)
+            ).fetchone()
+            if row is not None and row[0]:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"replica not at {target} in {timeout}s:\n{replica.log()}")
+            time.sleep(0.005)
 
 
 def round_trips(conn: Any, call: Callable[[], Any]) -> int:
