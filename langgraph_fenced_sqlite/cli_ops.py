@@ -17,7 +17,6 @@ import os
 import socket
 from collections.abc import Callable
 
-from .cli_allow import cli_serde
 from .cli_io import (
     CliError,
     Out,
@@ -26,9 +25,9 @@ from .cli_io import (
     confirm,
     duration,
     find_thread,
-    open_existing,
     span,
 )
+from .cli_pg import open_store, redacted
 from .cli_text import Cell, Fit, stamp
 
 __all__ = [
@@ -58,7 +57,10 @@ def add_db_option(parser: argparse.ArgumentParser, dest: str = "db") -> None:
 def _flag(args: argparse.Namespace) -> str | None:
     local, outer = getattr(args, "db", None), getattr(args, "db_global", None)
     if local and outer and local != outer:
-        raise CliError("usage", f"--db is given twice, differently: {outer!r} and {local!r}")
+        raise CliError(
+            "usage",
+            f"--db is given twice, differently: {redacted(outer)!r} and {redacted(local)!r}",
+        )
     flag: str | None = local or outer
     return flag
 
@@ -83,7 +85,8 @@ def resolve_file(args: argparse.Namespace) -> None:
     if given is not None and flag is not None and given != flag:
         raise CliError(
             "usage",
-            f"{args.command}: the file is named twice: {given!r} and --db {flag!r}",
+            f"{args.command}: the file is named twice: {redacted(given)!r} and "
+            f"--db {redacted(flag)!r}",
         )
     path = given or flag or env
     if not path:
@@ -131,7 +134,7 @@ def cmd_claims(args: argparse.Namespace, out: Out) -> int:
     if args.action == "list":
         return _list_claims(args, out)
     operator = operator_name(args)
-    with open_existing(args.path, serde=cli_serde()) as saver:
+    with open_store(args.path) as saver:
         find_thread(saver, args.thread)
         current, now = saver.current_claim(args.thread), saver.clock.now()
         held = "no claim" if current is None else claim_text(claim_doc(current, now))
@@ -173,7 +176,7 @@ def cmd_claims(args: argparse.Namespace, out: Out) -> int:
 
 
 def _list_claims(args: argparse.Namespace, out: Out) -> int:
-    with open_existing(args.path, serde=cli_serde()) as saver:
+    with open_store(args.path) as saver:
         claims, now = saver.claims(), saver.clock.now()
     items = [{"thread_id": c.thread_id, **claim_doc(c, now)} for c in claims]
     out.rows(
