@@ -1,7 +1,8 @@
 """The operator's command line: `lgfs ...` or `python -m langgraph_fenced_sqlite ...`.
 
 Invariant: a thin shell over the public API with no SQL of its own. Commands
-open only files that exist (import's destination excepted), always close
+open only stores that exist, a file (import's destination excepted) or a
+PostgreSQL database never set up by them (`cli_pg.open_store`), always close
 them, print results through one emitter (`Out`) and failures through one
 converter (`_fail`) that picks the documented exit code; no command removes
 data without `--yes` (or a yes at a terminal prompt).

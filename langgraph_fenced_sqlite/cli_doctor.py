@@ -79,7 +79,9 @@ def _pg_text(report: Diagnosis) -> str:
             lines.append(("rows", f"{found}: read {what}"))
     if "threads" in stats:
         lines += [(k, stats[k]) for k in ("threads", "checkpoints", "writes", "events")]
+    if "claims" in stats:  # not read from a schema of another version
         lines.append(("claims", f"{stats['claims']} ({stats['live_claims']} live)"))
+    if "token_counter" in stats:
         lines.append(("token counter", stats["token_counter"]))
     lines.append(("status", status))
     return "\n".join(f"{k:<15} {v}" for k, v in lines)

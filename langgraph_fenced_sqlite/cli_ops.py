@@ -27,7 +27,7 @@ from .cli_io import (
     find_thread,
     span,
 )
-from .cli_pg import open_store, redacted
+from .cli_pg import is_pg_url, open_store, redacted
 from .cli_text import Cell, Fit, stamp
 
 __all__ = [
@@ -71,7 +71,7 @@ def resolve_file(args: argparse.Namespace) -> None:
     The file is `--db PATH`, else a `PATH` first argument, else `$LGFS_PATH`.
     For `prune`, whose threads are many, a first argument is the file only
     without `--db`, and (when `$LGFS_PATH` is set) only if it names an
-    existing file; otherwise it is a thread.
+    existing file or a PostgreSQL URL; otherwise it is a thread.
 
     Raises:
         CliError: `usage`, when the file is named twice or not at all.
@@ -80,7 +80,8 @@ def resolve_file(args: argparse.Namespace) -> None:
         return  # import-sqlitesaver names its own files
     flag, env = _flag(args), os.environ.get(_ENV) or None
     given = args.path
-    if args.command == "prune" and given is not None and (flag or (env and not _is_file(given))):
+    store = given is not None and (_is_file(given) or is_pg_url(given))
+    if args.command == "prune" and given is not None and (flag or (env and not store)):
         args.threads, given = [given, *args.threads], None
     if given is not None and flag is not None and given != flag:
         raise CliError(

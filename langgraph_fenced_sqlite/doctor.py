@@ -201,20 +201,22 @@ def diagnose_pg(saver: Any) -> Diagnosis:
         return Diagnosis(saver.path, (check,), {"schema_version": None})
     found = stats["schema_version"]
     ok = found == SCHEMA_VERSION
-    problem = None
+    schema_problem: str | None = None
     if found < SCHEMA_VERSION:
-        problem = f"schema version {found} is older than {SCHEMA_VERSION}: run setup() to upgrade"
+        schema_problem = f"schema version {found} is older than {SCHEMA_VERSION}: run setup()"
     elif found > SCHEMA_VERSION:
-        problem = f"schema version {found} is newer than this version knows ({SCHEMA_VERSION})"
-    checks = [Check("schema_version", ok, found, SCHEMA_VERSION, problem)]
-    if found > SCHEMA_VERSION:  # rows of a newer schema are not this version's to judge
+        schema_problem = (
+            f"schema version {found} is newer than this version knows ({SCHEMA_VERSION})"
+        )
+    checks = [Check("schema_version", ok, found, SCHEMA_VERSION, schema_problem)]
+    if not ok:  # another schema's rows are not this version's to read or judge
         return Diagnosis(saver.path, tuple(checks), stats)
     read, damage = scan_rows(saver)
     stats["rows_read"] = read
-    problem = None
+    rows_problem: str | None = None
     if damage:
         more = f" (and {len(damage) - 1} more)" if len(damage) > 1 else ""
-        problem = f"{len(damage)} stored row(s) do not decode: {damage[0]}{more}"
-    checks.append(Check("rows", not damage, damage, [], problem))
+        rows_problem = f"{len(damage)} stored row(s) do not decode: {damage[0]}{more}"
+    checks.append(Check("rows", not damage, damage, [], rows_problem))
     checks.append(_claims_check(saver.claims(), saver.clock.now(), stats))
     return Diagnosis(saver.path, tuple(checks), stats)

@@ -287,6 +287,11 @@ def test_doctor_reads_back_every_row_of_a_postgresql_store(
     assert lines["rows"].startswith("FAILED (3 do not decode)"), damaged.stdout
     assert "checksum" in lines["status"] and "(and 2 more)" in lines["status"]
     assert "wal" not in damaged.stdout and "integrity" not in damaged.stdout
+    with psycopg.connect(copy, autocommit=True) as conn:  # as if made by an older version
+        conn.execute("DELETE FROM lgfs_migrations WHERE v = (SELECT max(v) FROM lgfs_migrations)")
+    older = cli("doctor", "--db", as_url(copy))
+    assert older.returncode == PROBLEM and older.stderr == "", older.stderr
+    assert "is older than" in older.stdout and "rows" not in older.stdout  # its rows unread
 
     empty = as_url(pg_server.fresh_dsn())
     bare = cli("doctor", "--db", empty, "--json")
@@ -392,3 +397,23 @@ def test_import_sqlitesaver_into_a_set_up_postgresql_store_as_into_a_file(
     refused = cli("import-sqlitesaver", src, bare)  # no schema there: refused, not created
     assert refused.returncode == STORE_ERROR and "run setup() first" in refused.stderr
     assert cli("doctor", "--db", bare).returncode == PROBLEM  # still no schema
+
+
+@pytest.mark.subprocess
+def test_prune_takes_a_url_first_argument_as_the_store_even_with_lgfs_path_set(
+    stores: tuple[str, str, str],
+    cli: Callable[..., subprocess.CompletedProcess[str]],
+    monkeypatch: Any,
+) -> None:
+    """`prune URL THREAD` with `$LGFS_PATH` naming another store: the URL is the store.
+
+    (For `prune`, a first argument that is not an existing file is a thread
+    when `$LGFS_PATH` is set; a URL is never a file, so it was taken for one.)
+    """
+    path, url, _ = stores
+    args = ("waiting", "--keep", "1", "--dry-run", "--json")
+    expected = json.loads(cli("prune", *args, "--db", url).stdout)
+    monkeypatch.setenv("LGFS_PATH", path)
+    done = cli("prune", url, *args)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == expected and expected[0]["thread_id"] == "waiting"
