@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
@@ -38,14 +37,9 @@ def redacted(path: str) -> str:
     """Return `path` fit for a message: a URL's password (in it or in `?password=`) as `***`."""
     if not is_pg_url(path):
         return path
-    parts = urlsplit(path)
-    userinfo, at, hostport = parts.netloc.rpartition("@")
-    if ":" in userinfo:
-        userinfo = userinfo.split(":", 1)[0] + ":***"
-    query = "&".join(
-        "password=***" if q.partition("=")[0] == "password" else q for q in parts.query.split("&")
-    )
-    return urlunsplit(parts._replace(netloc=f"{userinfo}{at}{hostport}", query=query))
+    from .postgres.saver import without_password
+
+    return without_password(path, path)
 
 
 def open_store(path: str, serde: SerializerProtocol | None = None) -> Any:
@@ -86,21 +80,8 @@ def open_pg(url: str, serde: SerializerProtocol | None = None) -> Any:
         StoreError: the connection failed (the message names host and port,
             never the password).
     """
-    saver_class = _pg_saver_class()
-    import psycopg
-
-    from .errors import StoreError
-
-    try:
-        conn = psycopg.connect(url, autocommit=True)
-    except psycopg.Error as exc:
-        message = f"connect failed: {' '.join(str(exc).split())}"
-        raise StoreError("connect", "postgresql", message=message) from exc
-    try:
-        return saver_class(conn, serde=cli_serde() if serde is None else serde, _owned=True)
-    except BaseException:
-        conn.close()
-        raise
+    opener = _pg_saver_class().from_conn_string(url, serde=cli_serde() if serde is None else serde)
+    return opener.__enter__()  # the saver owns the connection: closing it closes that
 
 
 def refusal(command: str) -> str | None:
@@ -123,11 +104,17 @@ def check_store(args: argparse.Namespace) -> None:
     """Refuse a PostgreSQL URL where the command cannot use one, before anything is opened.
 
     `import-sqlitesaver`'s DEST may be a URL of a database set up beforehand
-    (it is never created there).
+    (it is never created there); its SRC is a `SqliteSaver` file.
 
     Raises:
         CliError: `usage`, saying why.
     """
+    if args.command == "import-sqlitesaver" and is_pg_url(args.src):
+        raise CliError(
+            "usage",
+            f"import-sqlitesaver: SRC {redacted(args.src)!r} is a URL; SRC is a LangGraph "
+            "SqliteSaver file (to copy a fenced store's threads, see: lgfs copy-to --help)",
+        )
     if not is_pg_url(getattr(args, "path", None)):
         return
     reason = refusal(args.command)

@@ -148,11 +148,15 @@ def test_a_missing_thread_and_a_failed_connection_are_the_files_errors(
     assert on_pg.returncode == on_file.returncode == NOT_FOUND
     assert json.loads(on_pg.stderr)["code"] == json.loads(on_file.stderr)["code"]
     unreachable = lgfs("threads", "--db", "postgresql://lgfs:hunter2@127.0.0.1:1/db")
+    # libpq quotes a malformed URL whole in its error: the password must not show.
+    malformed = lgfs("claims", "--db", "postgresql://lgfs:hunter2@[::1/db")
     empty = lgfs("threads", "--db", as_url(pg_server.fresh_dsn()), "--json")  # no setup()
-    for done in (unreachable, empty):
+    for done in (unreachable, malformed, empty):
         assert done.returncode == STORE_ERROR, done.stderr
         assert "Traceback" not in done.stderr and done.stdout == ""
-    assert "connect failed" in unreachable.stderr and "hunter2" not in unreachable.stderr
+    for done in (unreachable, malformed):
+        assert "connect failed" in done.stderr and "hunter2" not in done.stderr, done.stderr
+    assert "postgresql://lgfs:***@[::1/db" in malformed.stderr
     assert json.loads(empty.stderr)["code"] == "store_error"
 
 
@@ -397,6 +401,11 @@ def test_import_sqlitesaver_into_a_set_up_postgresql_store_as_into_a_file(
     refused = cli("import-sqlitesaver", src, bare)  # no schema there: refused, not created
     assert refused.returncode == STORE_ERROR and "run setup() first" in refused.stderr
     assert cli("doctor", "--db", bare).returncode == PROBLEM  # still no schema
+    backwards = cli("import-sqlitesaver", "postgresql://lgfs:hunter2@127.0.0.1:1/x", src)
+    assert backwards.returncode == USAGE and "SRC is a LangGraph SqliteSaver file" in (
+        backwards.stderr
+    )
+    assert "hunter2" not in backwards.stderr
 
 
 @pytest.mark.subprocess
