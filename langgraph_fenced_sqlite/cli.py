@@ -1,7 +1,8 @@
 """The operator's command line: `lgfs ...` or `python -m langgraph_fenced_sqlite ...`.
 
 Invariant: a thin shell over the public API with no SQL of its own. Commands
-open only files that exist (import's destination excepted), always close
+open only stores that exist, a file (import's destination excepted) or a
+PostgreSQL database never set up by them (`cli_pg.open_store`), always close
 them, print results through one emitter (`Out`) and failures through one
 converter (`_fail`) that picks the documented exit code; no command removes
 data without `--yes` (or a yes at a terminal prompt).
@@ -35,11 +36,10 @@ from .cli_io import (
     fail,
     find_thread,
     is_number,
-    open_existing,
     plural,
 )
 from .cli_ops import add_claims_command, add_db_option, parse_claims_words, resolve_file
-from .cli_pg import check_store, is_pg_url, open_pg
+from .cli_pg import check_store, is_pg_url, open_store
 from .cli_render import claim_cell, diff_text, event_line, show_text, status_cell
 from .cli_retention import add_prune_command, add_vacuum_command
 from .cli_text import Fit, stamp
@@ -59,10 +59,10 @@ _STATUS = Fit(squeeze=30)
 
 
 def _open(path: str) -> FencedSqliteSaver:
-    # Every command reads with the allow-list the command line gave.
-    if is_pg_url(path):
-        return open_pg(path)  # the same reads, on PostgreSQL (cli_pg.PG_COMMANDS only)
-    return open_existing(path, serde=cli_serde())
+    # Every command reads with the allow-list the command line gave, from a
+    # file or a PostgreSQL URL (`cli_pg.open_store`: the same calls on either).
+    store: FencedSqliteSaver = open_store(path)
+    return store
 
 
 # The one summary lookup (a missing thread is `thread_not_found`).
@@ -296,7 +296,10 @@ def _cmd_runs(args: argparse.Namespace, out: Out) -> int:
 def _cmd_import(args: argparse.Namespace, out: Out) -> int:
     importer.check_source(args.src)  # before DEST is created
     bar = ProgressBar(sys.stderr) if args.progress or sys.stderr.isatty() else None
-    with FencedSqliteSaver(args.dest, serde=cli_serde(unknown="refuse")) as saver:
+    serde = cli_serde(unknown="refuse")
+    # A file DEST is created if missing; a PostgreSQL one must have been set up.
+    dest = open_store(args.dest, serde) if is_pg_url(args.dest) else None
+    with dest or FencedSqliteSaver(args.dest, serde=serde) as saver:
         try:
             report = importer.import_sqlitesaver(args.src, saver, progress=bar)
         finally:

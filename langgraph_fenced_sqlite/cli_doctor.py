@@ -1,9 +1,10 @@
 """`lgfs doctor`: print what `doctor.diagnose` found, exit 1 if anything failed.
 
 Invariant: this module judges nothing. The checks (the pragmas of
-`schema.PRAGMAS`, integrity, claims), their problems and what counts as a
-damaged file are `doctor.diagnose`'s; this prints the report as text or as
-the JSON document of `Diagnosis.to_dict`.
+`schema.PRAGMAS`, integrity, claims; on PostgreSQL the schema version,
+every row, claims), their problems and what counts as damage are
+`doctor.diagnose`'s and `doctor.diagnose_pg`'s; this prints the report as
+text or as the JSON document of `Diagnosis.to_dict`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import argparse
 
 from .cli_allow import cli_serde
 from .cli_io import Out, check_existing
-from .doctor import Diagnosis, diagnose
+from .cli_pg import is_pg_url, open_store
+from .doctor import Diagnosis, diagnose, diagnose_pg
 
 __all__ = ["cmd_doctor"]
 
@@ -22,7 +24,16 @@ _LABELS = {"journal_size_limit": "wal size limit"}
 
 
 def cmd_doctor(args: argparse.Namespace, out: Out) -> int:
-    """Run `lgfs doctor PATH`: pragmas, schema, counts, claims, integrity."""
+    """Run `lgfs doctor PATH`: pragmas, schema, counts, claims, integrity.
+
+    On a PostgreSQL URL: the schema version, every stored row read back
+    (checksum and decoding), counts and claims (`doctor.diagnose_pg`).
+    """
+    if is_pg_url(args.path):
+        with open_store(args.path) as saver:
+            report = diagnose_pg(saver)
+        out.document(report.to_dict(), lambda: _pg_text(report))
+        return 0 if report.ok else 1
     check_existing(args.path)
     report = diagnose(args.path, serde=cli_serde())
     out.document(report.to_dict(), lambda: _text(report))
@@ -50,5 +61,27 @@ def _text(report: Diagnosis) -> str:
     lines += [(k, stats[k]) for k in ("threads", "checkpoints", "writes", "events")]
     lines.append(("claims", f"{stats['claims']} ({stats['live_claims']} live)"))
     lines.append(("token counter", stats["token_counter"]))
+    lines.append(("status", status))
+    return "\n".join(f"{k:<15} {v}" for k, v in lines)
+
+
+def _pg_text(report: Diagnosis) -> str:
+    status = "ok" if report.ok else "PROBLEMS: " + "; ".join(report.problems)
+    stats = report.stats
+    lines: list[tuple[str, object]] = [("store", report.path)]
+    if stats["schema_version"] is not None:
+        lines.append(("schema version", stats["schema_version"]))
+    for check in report.checks:
+        if check.name == "rows":
+            read = stats["rows_read"]
+            what = ", ".join(f"{n} {k}" for k, n in read.items())
+            found = "ok" if check.ok else f"FAILED ({len(check.found)} do not decode)"
+            lines.append(("rows", f"{found}: read {what}"))
+    if "threads" in stats:
+        lines += [(k, stats[k]) for k in ("threads", "checkpoints", "writes", "events")]
+    if "claims" in stats:  # not read from a schema of another version
+        lines.append(("claims", f"{stats['claims']} ({stats['live_claims']} live)"))
+    if "token_counter" in stats:
+        lines.append(("token counter", stats["token_counter"]))
     lines.append(("status", status))
     return "\n".join(f"{k:<15} {v}" for k, v in lines)

@@ -181,12 +181,14 @@ def fail(exc: BaseException, as_json: bool) -> int:
     """
     if isinstance(exc, (CliError, FencedSqliteError)):
         doc = exc.to_dict()
+        if _no_schema(exc):
+            doc["message"] += " (no langgraph-fenced-sqlite schema here: run setup() first)"
     elif isinstance(exc, FileNotFoundError):
         doc = {"code": "file_not_found", "message": f"{exc.filename}: no such file"}
     elif isinstance(exc, OSError):
         where = f"{exc.filename}: " if exc.filename else ""
         doc = {"code": "os_error", "message": f"{where}{exc.strerror or exc}"}
-    elif isinstance(exc, sqlite3.Error):
+    elif isinstance(exc, sqlite3.Error) or _is_psycopg_error(exc):
         doc = {"code": "database_error", "message": f"{type(exc).__name__}: {exc}"}
     else:
         # A bug (ours, or a row we did not foresee): say so, in one line.
@@ -197,6 +199,20 @@ def fail(exc: BaseException, as_json: bool) -> int:
     else:
         print("lgfs: error: " + " ".join(str(doc["message"]).split()), file=sys.stderr)
     return exit_code(exc)
+
+
+def _is_psycopg_error(exc: BaseException) -> bool:
+    # By class; psycopg is imported only where a PostgreSQL store was opened.
+    psycopg = sys.modules.get("psycopg")
+    return psycopg is not None and isinstance(exc, psycopg.Error)
+
+
+def _no_schema(exc: BaseException) -> bool:
+    if "psycopg" not in sys.modules:
+        return False
+    from .doctor import no_schema
+
+    return no_schema(exc)
 
 
 def open_existing(path: str, serde: SerializerProtocol | None = None) -> FencedSqliteSaver:

@@ -17,7 +17,6 @@ import os
 import socket
 from collections.abc import Callable
 
-from .cli_allow import cli_serde
 from .cli_io import (
     CliError,
     Out,
@@ -26,9 +25,9 @@ from .cli_io import (
     confirm,
     duration,
     find_thread,
-    open_existing,
     span,
 )
+from .cli_pg import is_pg_url, open_store, redacted
 from .cli_text import Cell, Fit, stamp
 
 __all__ = [
@@ -58,7 +57,10 @@ def add_db_option(parser: argparse.ArgumentParser, dest: str = "db") -> None:
 def _flag(args: argparse.Namespace) -> str | None:
     local, outer = getattr(args, "db", None), getattr(args, "db_global", None)
     if local and outer and local != outer:
-        raise CliError("usage", f"--db is given twice, differently: {outer!r} and {local!r}")
+        raise CliError(
+            "usage",
+            f"--db is given twice, differently: {redacted(outer)!r} and {redacted(local)!r}",
+        )
     flag: str | None = local or outer
     return flag
 
@@ -69,7 +71,7 @@ def resolve_file(args: argparse.Namespace) -> None:
     The file is `--db PATH`, else a `PATH` first argument, else `$LGFS_PATH`.
     For `prune`, whose threads are many, a first argument is the file only
     without `--db`, and (when `$LGFS_PATH` is set) only if it names an
-    existing file; otherwise it is a thread.
+    existing file or a PostgreSQL URL; otherwise it is a thread.
 
     Raises:
         CliError: `usage`, when the file is named twice or not at all.
@@ -78,12 +80,14 @@ def resolve_file(args: argparse.Namespace) -> None:
         return  # import-sqlitesaver names its own files
     flag, env = _flag(args), os.environ.get(_ENV) or None
     given = args.path
-    if args.command == "prune" and given is not None and (flag or (env and not _is_file(given))):
+    store = given is not None and (_is_file(given) or is_pg_url(given))
+    if args.command == "prune" and given is not None and (flag or (env and not store)):
         args.threads, given = [given, *args.threads], None
     if given is not None and flag is not None and given != flag:
         raise CliError(
             "usage",
-            f"{args.command}: the file is named twice: {given!r} and --db {flag!r}",
+            f"{args.command}: the file is named twice: {redacted(given)!r} and "
+            f"--db {redacted(flag)!r}",
         )
     path = given or flag or env
     if not path:
@@ -131,7 +135,7 @@ def cmd_claims(args: argparse.Namespace, out: Out) -> int:
     if args.action == "list":
         return _list_claims(args, out)
     operator = operator_name(args)
-    with open_existing(args.path, serde=cli_serde()) as saver:
+    with open_store(args.path) as saver:
         find_thread(saver, args.thread)
         current, now = saver.current_claim(args.thread), saver.clock.now()
         held = "no claim" if current is None else claim_text(claim_doc(current, now))
@@ -173,7 +177,7 @@ def cmd_claims(args: argparse.Namespace, out: Out) -> int:
 
 
 def _list_claims(args: argparse.Namespace, out: Out) -> int:
-    with open_existing(args.path, serde=cli_serde()) as saver:
+    with open_store(args.path) as saver:
         claims, now = saver.claims(), saver.clock.now()
     items = [{"thread_id": c.thread_id, **claim_doc(c, now)} for c in claims]
     out.rows(

@@ -1,10 +1,16 @@
-"""`lgfs --db postgresql://...`: which commands read a PostgreSQL store, and opening one.
+"""`lgfs --db postgresql://...`: opening either store, and what PostgreSQL refuses.
 
-Invariant: a command reaches a PostgreSQL store only if it is in
-`PG_COMMANDS` (read-only, and every call it makes is one
-`FencedPostgresSaver` has); any other command given such a URL is refused
-with a usage error before anything is opened. Opening never runs `setup()`:
-nothing is created.
+Invariant: every command opens its store through `open_store`, which gives
+a `FencedSqliteSaver` for a file and a `FencedPostgresSaver` for a
+`postgresql://` URL, so each command is written once over the calls both
+savers have and means the same on either. The only commands that refuse a
+URL are those that need what a PostgreSQL store does not have
+(`refusal`): `vacuum` while `FencedPostgresSaver` has no `vacuum`, and
+`copy-to`, whose source is a file; they are refused with a usage error
+before anything is opened. Opening a PostgreSQL store never runs `setup()`:
+nothing is created, and a command on a database without the schema fails
+as a store error. Messages name the server as `postgresql://host:port/db`,
+never with the password.
 """
 
 from __future__ import annotations
@@ -12,14 +18,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
 from .cli_allow import cli_serde
-from .cli_io import CliError
+from .cli_io import CliError, open_existing
 
-__all__ = ["PG_COMMANDS", "check_store", "is_pg_url", "open_pg"]
+__all__ = ["check_store", "is_pg_url", "open_pg", "open_store", "redacted", "refusal"]
 
-# The read-only commands whose every call `FencedPostgresSaver` has (`events`
-# without `--follow`). Every other command refuses such a URL.
-PG_COMMANDS = ("threads", "history", "show", "diff", "events")
+_EXTRA = 'pip install "langgraph-fenced-sqlite[postgres]"'
 
 
 def is_pg_url(path: str | None) -> bool:
@@ -27,44 +33,90 @@ def is_pg_url(path: str | None) -> bool:
     return isinstance(path, str) and path.startswith(("postgresql://", "postgres://"))
 
 
-def open_pg(url: str) -> Any:
-    """Connect to a PostgreSQL store for reading, with the command line's allow-list.
+def redacted(path: str) -> str:
+    """Return `path` fit for a message: a URL's password (in it or in `?password=`) as `***`."""
+    if not is_pg_url(path):
+        return path
+    from .postgres.saver import without_password
+
+    return without_password(path, path)
+
+
+def open_store(path: str, serde: SerializerProtocol | None = None) -> Any:
+    """Open the store `path` names: a PostgreSQL URL, or an existing checkpoint file.
+
+    Args:
+        path: `--db`: a `postgresql://` URL or a file path.
+        serde: The serializer (default: the command line's allow-list, values
+            outside it shown as tagged data).
 
     Raises:
+        CliError: `file_not_found` / `not_a_file` (a file), `usage` (no
+            `[postgres]` extra installed).
+        StoreError: the connection failed.
+    """
+    serde = cli_serde() if serde is None else serde
+    if is_pg_url(path):
+        return open_pg(path, serde)
+    return open_existing(path, serde=serde)
+
+
+def _pg_saver_class() -> Any:
+    try:
+        from .postgres import FencedPostgresSaver
+    except ImportError as exc:
+        raise CliError(
+            "usage",
+            f"a PostgreSQL store needs the [postgres] extra ({exc.name} is missing): {_EXTRA}",
+        ) from exc
+    return FencedPostgresSaver
+
+
+def open_pg(url: str, serde: SerializerProtocol | None = None) -> Any:
+    """Connect to a PostgreSQL store (never `setup()`), with the command line's allow-list.
+
+    Raises:
+        CliError: `usage`, the `[postgres]` extra is not installed.
         StoreError: the connection failed (the message names host and port,
             never the password).
     """
-    import psycopg
+    opener = _pg_saver_class().from_conn_string(url, serde=cli_serde() if serde is None else serde)
+    return opener.__enter__()  # the saver owns the connection: closing it closes that
 
-    from .errors import StoreError
-    from .postgres import FencedPostgresSaver
 
-    try:
-        conn = psycopg.connect(url, autocommit=True)
-    except psycopg.Error as exc:
-        message = f"connect failed: {' '.join(str(exc).split())}"
-        raise StoreError("connect", "postgresql", message=message) from exc
-    try:
-        return FencedPostgresSaver(conn, serde=cli_serde(), _owned=True)
-    except BaseException:
-        conn.close()
-        raise
+def refusal(command: str) -> str | None:
+    """Say why `command` cannot run on a PostgreSQL store, or None if it can."""
+    if command == "vacuum" and not hasattr(_pg_saver_class(), "vacuum"):
+        return (
+            "not available on a PostgreSQL store: FencedPostgresSaver has no vacuum() in "
+            "this version; the server's autovacuum (or VACUUM run by its operator) "
+            "reclaims the space"
+        )
+    if command == "copy-to":
+        return (
+            "the source is a checkpoint file (--db PATH or $LGFS_PATH); the PostgreSQL "
+            "store is the DSN operand"
+        )
+    return None
 
 
 def check_store(args: argparse.Namespace) -> None:
-    """Refuse a PostgreSQL URL for a command (or option) that does not read one yet.
+    """Refuse a PostgreSQL URL where the command cannot use one, before anything is opened.
+
+    `import-sqlitesaver`'s DEST may be a URL of a database set up beforehand
+    (it is never created there); its SRC is a `SqliteSaver` file.
 
     Raises:
-        CliError: `usage`, naming the commands that do.
+        CliError: `usage`, saying why.
     """
+    if args.command == "import-sqlitesaver" and is_pg_url(args.src):
+        raise CliError(
+            "usage",
+            f"import-sqlitesaver: SRC {redacted(args.src)!r} is a URL; SRC is a LangGraph "
+            "SqliteSaver file (to copy a fenced store's threads, see: lgfs copy-to --help)",
+        )
     if not is_pg_url(getattr(args, "path", None)):
         return
-    what = args.command
-    if args.command == "events" and args.follow:
-        what = "events --follow"
-    elif args.command in PG_COMMANDS:
-        return
-    raise CliError(
-        "usage",
-        f"{what}: not available on a PostgreSQL store yet; these are: {', '.join(PG_COMMANDS)}",
-    )
+    reason = refusal(args.command)
+    if reason is not None:
+        raise CliError("usage", f"{args.command}: {reason}")

@@ -12,8 +12,8 @@ import argparse
 import dataclasses
 from collections.abc import Callable
 
-from .cli_allow import cli_serde
-from .cli_io import CliError, Out, confirm, count, duration, find_thread, open_existing, plural
+from .cli_io import CliError, Out, confirm, count, duration, find_thread, plural
+from .cli_pg import open_store
 from .retention import RetentionPolicy
 
 __all__ = ["add_prune_command", "add_vacuum_command", "cmd_prune", "cmd_vacuum"]
@@ -39,7 +39,7 @@ def cmd_prune(args: argparse.Namespace, out: Out) -> int:
         policy = RetentionPolicy(*given)
     if args.all:
         return _sweep(args, out, policy)
-    with open_existing(args.path, serde=cli_serde()) as saver:
+    with open_store(args.path) as saver:
         for thread_id in args.threads:
             find_thread(saver, thread_id)
         results = saver.prune(args.threads, strategy=policy, dry_run=True)
@@ -64,7 +64,7 @@ def cmd_prune(args: argparse.Namespace, out: Out) -> int:
 
 def _sweep(args: argparse.Namespace, out: Out, policy: RetentionPolicy) -> int:
     """`prune --all`: dry-run the sweep, ask, sweep thread by thread, report."""
-    with open_existing(args.path, serde=cli_serde()) as saver:
+    with open_store(args.path) as saver:
         plan = saver.sweep(policy, inactive_for=args.inactive_for, dry_run=True)
         n_cp = sum(len(r.checkpoints) for r in plan.pruned)
         n_ev = sum(r.events_removed for r in plan.pruned)
@@ -98,7 +98,7 @@ def _sweep(args: argparse.Namespace, out: Out, policy: RetentionPolicy) -> int:
 
 def cmd_vacuum(args: argparse.Namespace, out: Out) -> int:
     """`vacuum`: reclaim free space; refused while a writer is active unless `--force`."""
-    with open_existing(args.path, serde=cli_serde()) as saver:
+    with open_store(args.path) as saver:
         report = saver.vacuum(force=args.force)
     freed = report.bytes_before - report.bytes_after
     out.document(

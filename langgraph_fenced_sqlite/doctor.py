@@ -1,8 +1,11 @@
-"""Checking a file: every check `lgfs doctor` reports, each judged here once.
+"""Checking a store: every check `lgfs doctor` reports, each judged here once.
 
 Invariant: the pragmas checked are `schema.PRAGMAS`, the one place that sets
 them, compared as the engine compares them (`schema.pragma_matches`); claim
-liveness is `claims.claim_live`. A damaged file is a finding, not a crash:
+liveness is `claims.claim_live`. A PostgreSQL store has no file, pragmas or
+`integrity_check`: `diagnose_pg` checks what it does have, the schema
+version and every stored row (`doctor_rows.scan_rows`: the readers' own
+checksum and decoding, nothing re-derived). A damaged file is a finding, not a crash:
 when SQLite itself says the file is corrupt (at open, while counting rows, or
 during `integrity_check`) the diagnosis reports an integrity failure, telling
 corruption apart from other database errors by the error's class and SQLite
@@ -23,7 +26,7 @@ from . import schema
 from .claims import claim_live
 from .errors import StoreError
 
-__all__ = ["Check", "Diagnosis", "damaged", "diagnose"]
+__all__ = ["Check", "Diagnosis", "damaged", "diagnose", "diagnose_pg", "no_schema"]
 
 # SQLite primary result codes that mean "the file's contents are damaged".
 _SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
@@ -37,7 +40,8 @@ class Check:
 
     Attributes:
         name: What was checked: a pragma's name (from `schema.PRAGMAS`),
-            `integrity` or `claims`.
+            `integrity` or `claims`; on PostgreSQL `schema_version`, `rows`
+            and `claims`.
         ok: Whether it passed.
         found: What the file has.
         expected: What it should have (None when there is no single value).
@@ -56,10 +60,12 @@ class Diagnosis:
     """What `diagnose` found.
 
     Attributes:
-        path: The file.
-        checks: Every check made, in order (pragmas, integrity, claims).
-        stats: The file's `stats()` plus `wal_bytes`, `claims` and
-            `live_claims`; only `integrity` for a file too damaged to open.
+        path: The file (the server, `postgresql://host:port/db`, for PostgreSQL).
+        checks: Every check made, in order (pragmas, integrity, claims; on
+            PostgreSQL schema version, rows, claims).
+        stats: The store's `stats()` plus `claims` and `live_claims`, and
+            `wal_bytes` for a file (`rows_read` for PostgreSQL); only
+            `integrity` for a file too damaged to open.
     """
 
     path: str
@@ -99,6 +105,21 @@ def damaged(exc: BaseException) -> bool:
     return type(cause) is sqlite3.DatabaseError
 
 
+def no_schema(exc: BaseException) -> bool:
+    """Whether `exc` is a plain `StoreError` caused by PostgreSQL lacking our tables.
+
+    Told by the psycopg error's class (`UndefinedTable`), never by its text.
+    """
+    if type(exc) is not StoreError:
+        return False
+    from psycopg import errors as pg_errors
+
+    cause = exc.__cause__
+    while cause is not None and not isinstance(cause, pg_errors.UndefinedTable):
+        cause = cause.__cause__
+    return cause is not None
+
+
 def diagnose(path: str, *, serde: SerializerProtocol | None = None) -> Diagnosis:
     """Check the file at `path`: pragmas, integrity, claims; never create it.
 
@@ -128,9 +149,7 @@ def diagnose(path: str, *, serde: SerializerProtocol | None = None) -> Diagnosis
         check = Check("integrity", False, [message], ["ok"], found)
         return Diagnosis(path, (check,), {"integrity": [message]})
     problem: str | None
-    liveness = [claim_live(c.token, c.expires_at, now) for c in claims]
-    stats["claims"] = len(claims)
-    stats["live_claims"] = liveness.count(True)
+    claims_check = _claims_check(claims, now, stats)
     checks = []
     for name, value in schema.PRAGMAS:
         found = stats["pragmas"].get(name)
@@ -142,7 +161,62 @@ def diagnose(path: str, *, serde: SerializerProtocol | None = None) -> Diagnosis
     ok = integrity == ["ok"]
     problem = None if ok else f"integrity_check found {len(integrity)} problem(s): {integrity[0]}"
     checks.append(Check("integrity", ok, integrity, ["ok"], problem))
+    checks.append(claims_check)
+    return Diagnosis(path, tuple(checks), stats)
+
+
+def _claims_check(claims: Any, now: float, stats: dict[str, Any]) -> Check:
+    liveness = [claim_live(c.token, c.expires_at, now) for c in claims]
+    stats["claims"] = len(claims)
+    stats["live_claims"] = liveness.count(True)
     bad = [c.thread_id for c, live in zip(claims, liveness, strict=True) if live is None]
     problem = f"claims with cells of the wrong type: {bad}" if bad else None
-    checks.append(Check("claims", not bad, bad, [], problem))
-    return Diagnosis(path, tuple(checks), stats)
+    return Check("claims", not bad, bad, [], problem)
+
+
+def diagnose_pg(saver: Any) -> Diagnosis:
+    """Check a PostgreSQL store: its schema version, every stored row, its claims.
+
+    Every checkpoint, pending write and event of every thread is read back
+    as the store's readers read it (checksum first, then decoded with the
+    saver's serializer), a page at a time, so this takes as long as reading
+    the whole store. A database the schema was never set up in is a finding.
+
+    Args:
+        saver: An open `FencedPostgresSaver` (never set up by this call).
+
+    Raises:
+        StoreError: the database could not be read (busy, unreachable...).
+    """
+    from .doctor_rows import scan_rows
+    from .postgres.sql import SCHEMA_VERSION
+
+    try:
+        stats = saver.stats()
+    except StoreError as exc:
+        if not no_schema(exc):
+            raise
+        problem = "no langgraph-fenced-sqlite schema in this database: run setup() first"
+        check = Check("schema_version", False, None, SCHEMA_VERSION, problem)
+        return Diagnosis(saver.path, (check,), {"schema_version": None})
+    found = stats["schema_version"]
+    ok = found == SCHEMA_VERSION
+    schema_problem: str | None = None
+    if found < SCHEMA_VERSION:
+        schema_problem = f"schema version {found} is older than {SCHEMA_VERSION}: run setup()"
+    elif found > SCHEMA_VERSION:
+        schema_problem = (
+            f"schema version {found} is newer than this version knows ({SCHEMA_VERSION})"
+        )
+    checks = [Check("schema_version", ok, found, SCHEMA_VERSION, schema_problem)]
+    if not ok:  # another schema's rows are not this version's to read or judge
+        return Diagnosis(saver.path, tuple(checks), stats)
+    read, damage = scan_rows(saver)
+    stats["rows_read"] = read
+    rows_problem: str | None = None
+    if damage:
+        more = f" (and {len(damage) - 1} more)" if len(damage) > 1 else ""
+        rows_problem = f"{len(damage)} stored row(s) do not decode: {damage[0]}{more}"
+    checks.append(Check("rows", not damage, damage, [], rows_problem))
+    checks.append(_claims_check(saver.claims(), saver.clock.now(), stats))
+    return Diagnosis(saver.path, tuple(checks), stats)

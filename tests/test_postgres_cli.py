@@ -1,15 +1,22 @@
-"""`lgfs --db postgresql://...`: the read-only commands on a PostgreSQL store.
+"""`lgfs --db postgresql://...`: every command on a PostgreSQL store, as on a file.
 
-`threads`, `history`, `show`, `diff` and `events` (without `--follow`) read
-a PostgreSQL store as they read a file: the same runs, written into both,
-give the same documents (ids and times aside). Every other command refuses
-the URL with a usage error and changes nothing. All through the real `lgfs`
-in a subprocess.
+The same runs, written into both stores, give the same documents (ids and
+times aside) and exit codes: the reads through the real `lgfs` in a
+subprocess; the commands that change a store one after another on both,
+through `main()` in this process (a subprocess per command would cost a
+second each); `events --follow` in a real process woken by another's commit
+and stopped by SIGINT. `doctor` checks what a PostgreSQL store has (schema
+version, every row), and `vacuum` / `copy-to` refuse a URL, changing nothing.
 """
 
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -18,11 +25,11 @@ import pytest
 from _ops import lgfs, same_ids, write_threads
 
 from langgraph_fenced_sqlite import FencedSqliteSaver, ManualClock
-from langgraph_fenced_sqlite.cli_pg import PG_COMMANDS
+from langgraph_fenced_sqlite.cli import main
 from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
 
 # The exit codes the tests expect (cli_io.EXIT_CODES documents them).
-USAGE, NOT_FOUND, STORE_ERROR = 2, 3, 7
+PROBLEM, USAGE, NOT_FOUND, BUSY, NO_YES, STORE_ERROR = 1, 2, 3, 5, 6, 7
 
 
 def as_url(dsn: str) -> str:
@@ -130,42 +137,6 @@ def test_the_text_views_read_postgresql(stores: tuple[str, str, str]) -> None:
     assert _threads(json.loads(by_env.stdout)) == _threads(_json("threads", "--db", url))
 
 
-def _held(pg: FencedPostgresSaver) -> Any:
-    """What the store holds, without the times that pass (`expires_in`)."""
-    threads = [
-        (t["thread_id"], t["checkpoints"], t["events"], t["next_seq"], t["claim"])
-        for t in pg.threads()
-    ]
-    return threads, pg.stats()
-
-
-@pytest.mark.subprocess
-@pytest.mark.parametrize(
-    "args",
-    [
-        ("delete", "done", "--yes"),
-        ("retract", "done", "--yes"),
-        ("prune", "done", "--keep", "1", "--yes"),
-        ("claims",),
-        ("runs", "cancel", "busy"),
-        ("events", "done", "--follow"),
-    ],
-    ids=lambda a: " ".join(a),
-)
-def test_other_commands_refuse_a_postgresql_url_changing_nothing(
-    stores: tuple[str, str, str], args: tuple[str, ...]
-) -> None:
-    """A command that does not read PostgreSQL yet says so (a usage error); nothing changes."""
-    _, url, dsn = stores
-    with FencedPostgresSaver.from_conn_string(dsn) as pg:
-        before = _held(pg)
-        done = lgfs(*args, "--db", url)
-        assert done.returncode == USAGE, done.stderr
-        assert "not available on a PostgreSQL store yet" in done.stderr
-        assert all(c in done.stderr for c in PG_COMMANDS) and "Traceback" not in done.stderr
-        assert _held(pg) == before
-
-
 @pytest.mark.subprocess
 def test_a_missing_thread_and_a_failed_connection_are_the_files_errors(
     stores: tuple[str, str, str], pg_server: Any
@@ -177,9 +148,281 @@ def test_a_missing_thread_and_a_failed_connection_are_the_files_errors(
     assert on_pg.returncode == on_file.returncode == NOT_FOUND
     assert json.loads(on_pg.stderr)["code"] == json.loads(on_file.stderr)["code"]
     unreachable = lgfs("threads", "--db", "postgresql://lgfs:hunter2@127.0.0.1:1/db")
+    # libpq quotes a malformed URL whole in its error: the password must not show.
+    malformed = lgfs("claims", "--db", "postgresql://lgfs:hunter2@[::1/db")
     empty = lgfs("threads", "--db", as_url(pg_server.fresh_dsn()), "--json")  # no setup()
-    for done in (unreachable, empty):
+    for done in (unreachable, malformed, empty):
         assert done.returncode == STORE_ERROR, done.stderr
         assert "Traceback" not in done.stderr and done.stdout == ""
-    assert "connect failed" in unreachable.stderr and "hunter2" not in unreachable.stderr
+    for done in (unreachable, malformed):
+        assert "connect failed" in done.stderr and "hunter2" not in done.stderr, done.stderr
+    assert "postgresql://lgfs:***@[::1/db" in malformed.stderr
     assert json.loads(empty.stderr)["code"] == "store_error"
+
+
+@pytest.fixture
+def pair(pg_server: Any, tmp_path: Any) -> tuple[str, str, str]:
+    """A file and a PostgreSQL store of one's own holding the same runs: (path, url, dsn)."""
+    path, dsn = str(tmp_path / "ops.db"), pg_server.fresh_dsn()
+    with FencedSqliteSaver(path) as sqlite:
+        write_threads(sqlite, ManualClock())
+    with FencedPostgresSaver.from_conn_string(dsn) as pg:
+        pg.setup()
+        write_threads(pg, ManualClock())
+    return path, as_url(dsn), dsn
+
+
+@pytest.fixture
+def cli(capsys: Any, monkeypatch: Any) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run `main()` in this process (the real parser, commands, emitter and converter)."""
+    monkeypatch.delenv("LGFS_PATH", raising=False)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(list(args), code, out, err)
+
+    return run
+
+
+def _claims(doc: Any) -> Any:
+    return [(c["thread_id"], c["holder"], c["token"], c["live"]) for c in doc]
+
+
+def _taken(doc: Any) -> Any:
+    claim, previous = doc["claim"], doc["previous"]
+    return doc["operator"], claim["holder"], claim["token"], previous["holder"], previous["token"]
+
+
+def _released(doc: Any) -> Any:
+    return doc["operator"], doc["released"]["holder"], doc["released"]["token"]
+
+
+# Commands that change a store, in order, each with what must agree between
+# the stores: the exit code, and the JSON document's projection (None: the
+# error's code), or the text printed (`str`). Token numbers agree too: both
+# stores were given the same claims in the same order.
+CHANGES: list[tuple[tuple[str, ...], int, Callable[[Any], Any] | None]] = [
+    (("claims", "--json"), 0, _claims),
+    (("runs", "cancel", "busy", "--by", "ops", "--json"), 0, lambda d: d),
+    (("claims", "release", "busy", "--json"), NO_YES, None),  # no --yes: nothing changes
+    (("delete", "busy", "--yes", "--json"), BUSY, None),  # worker-9's claim is live
+    (("claims", "take-over", "busy", "--yes", "--operator", "ops", "--json"), 0, _taken),
+    (("retract", "busy", "--yes", "--json"), BUSY, None),  # now held by ops
+    (("claims", "release", "busy", "--yes", "--operator", "ops", "--json"), 0, _released),
+    (("compact", "done", "--before", "3", "--yes"), 0, str),
+    (("compact", "nobody", "--before", "3", "--yes", "--json"), NOT_FOUND, None),
+    (("prune", "waiting", "--keep", "1", "--yes", "--json"), 0, same_ids),
+    (("prune", "--all", "--keep", "2", "--dry-run", "--json"), 0, same_ids),
+    (("prune", "--all", "--keep", "2", "--json"), NO_YES, None),
+    (("retract", "done", "--yes", "--json"), 0, same_ids),
+    (("delete", "plain", "--yes"), 0, str),
+    (("threads", "--json"), 0, _threads),
+    (("events", "busy", "--json"), 0, _events),
+    (("claims", "--json"), 0, _claims),
+]
+
+
+@pytest.mark.subprocess
+def test_the_commands_that_change_a_store_change_postgresql_as_a_file(
+    pair: tuple[str, str, str], cli: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    """Claims, cancel, compact, prune, retract and delete: the same codes and documents."""
+    path, url, _ = pair
+    for args, code, project in CHANGES:
+        on_file, on_pg = cli(*args, "--db", path), cli(*args, "--db", url)
+        assert on_file.returncode == code, (args, on_file.stderr)
+        assert on_pg.returncode == code, (args, on_pg.stderr)
+        if project is None:  # one error line, of the same code, and nothing printed
+            assert on_pg.stdout == on_file.stdout == ""
+            assert json.loads(on_pg.stderr)["code"] == json.loads(on_file.stderr)["code"]
+        elif project is str:
+            assert on_pg.stdout == on_file.stdout and on_pg.stderr == on_file.stderr == ""
+        else:
+            got, expected = project(json.loads(on_pg.stdout)), project(json.loads(on_file.stdout))
+            assert got == expected, args
+            assert got or args[0] == "claims"  # the last `claims`: none left
+
+
+def _damage(dsn: str) -> None:
+    """Change one checkpoint, one write and one event of `waiting` behind the store's back."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for table in ("lgfs_checkpoints", "lgfs_writes", "lgfs_events"):
+            conn.execute(
+                f"UPDATE {table} SET checksum = checksum + 1 WHERE ctid = "  # noqa: S608
+                f"(SELECT ctid FROM {table} WHERE thread_id = 'waiting' LIMIT 1)"
+            )
+
+
+@pytest.mark.subprocess
+def test_doctor_reads_back_every_row_of_a_postgresql_store(
+    stores: tuple[str, str, str],
+    pg_server: Any,
+    cli: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
+    """Schema version and every row (checksum, decoding) checked; damage and no schema: exit 1.
+
+    A PostgreSQL store has no file, pragmas or integrity_check: the doctor
+    does not pretend to check them. It reads every row as the readers do, and
+    one damaged row does not stop it.
+    """
+    _, url, dsn = stores
+    with FencedPostgresSaver.from_conn_string(dsn) as pg:
+        counts = {k: v for k, v in pg.stats().items() if k in ("checkpoints", "writes", "events")}
+        claims = len(pg.claims())
+    healthy = cli("doctor", "--db", url, "--json")
+    assert healthy.returncode == 0, healthy.stderr
+    doc = json.loads(healthy.stdout)
+    assert doc["ok"] and doc["problems"] == [] and doc["rows_read"] == counts
+    assert doc["claims"] == claims >= 1 and doc["live_claims"] >= 1  # worker-9's on `busy`
+    assert "integrity" not in doc and "wal_bytes" not in doc
+
+    copy = pg_server.fresh_dsn()  # damage a copy, not the module's store
+    with FencedPostgresSaver.from_conn_string(dsn) as src:
+        with FencedPostgresSaver.from_conn_string(copy) as dst:
+            from langgraph_fenced_sqlite.transfer import copy_threads
+
+            dst.setup()
+            copy_threads(src, dst, ["waiting", "done"])
+    _damage(copy)
+    damaged = cli("doctor", "--db", as_url(copy))
+    assert damaged.returncode == PROBLEM and damaged.stderr == ""
+    lines = dict(line.split(None, 1) for line in damaged.stdout.splitlines() if " " in line)
+    assert lines["rows"].startswith("FAILED (3 do not decode)"), damaged.stdout
+    assert "checksum" in lines["status"] and "(and 2 more)" in lines["status"]
+    assert "wal" not in damaged.stdout and "integrity" not in damaged.stdout
+    with psycopg.connect(copy, autocommit=True) as conn:  # as if made by an older version
+        conn.execute("DELETE FROM lgfs_migrations WHERE v = (SELECT max(v) FROM lgfs_migrations)")
+    older = cli("doctor", "--db", as_url(copy))
+    assert older.returncode == PROBLEM and older.stderr == "", older.stderr
+    assert "is older than" in older.stdout and "rows" not in older.stdout  # its rows unread
+
+    empty = as_url(pg_server.fresh_dsn())
+    bare = cli("doctor", "--db", empty, "--json")
+    assert bare.returncode == PROBLEM, bare.stderr
+    assert json.loads(bare.stdout)["problems"] == [
+        "no langgraph-fenced-sqlite schema in this database: run setup() first"
+    ]
+    written = cli("delete", "nobody", "--yes", "--db", empty, "--json")  # opening creates nothing
+    assert written.returncode == STORE_ERROR and "run setup() first" in written.stderr
+    assert cli("doctor", "--db", empty).returncode == PROBLEM  # still no schema
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [(("vacuum",), "no vacuum()"), (("copy-to", "postgresql://x@127.0.0.1:1/x"), "source is")],
+)
+def test_vacuum_and_copy_to_refuse_a_postgresql_url_changing_nothing(
+    stores: tuple[str, str, str],
+    cli: Callable[..., subprocess.CompletedProcess[str]],
+    args: tuple[str, ...],
+    why: str,
+) -> None:
+    """What needs a file says why it refuses the URL (a usage error); nothing changes."""
+    _, url, dsn = stores
+    with FencedPostgresSaver.from_conn_string(dsn) as pg:
+        before = pg.stats()
+        done = cli(*args, "--db", url)
+        assert done.returncode == USAGE and why in done.stderr, done.stderr
+        assert pg.stats() == before
+
+
+_WRITER = """
+import sys
+from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
+with FencedPostgresSaver.from_conn_string(sys.argv[1]) as pg:
+    claim = pg.claim("later", "writer", 60)
+    pg.append_events("later", claim.token, [("note", {"from": "another process"})])
+"""
+
+
+@pytest.mark.subprocess
+def test_events_follow_prints_another_process_commit_and_ends_with_0_on_sigint(
+    stores: tuple[str, str, str],
+) -> None:
+    """`events --follow` on a thread not there yet wakes for another process's event; Ctrl-C: 0."""
+    _, url, dsn = stores
+    argv = ["events", "later", "--follow", "--db", url, "--nl"]
+    with subprocess.Popen(
+        [sys.executable, "-m", "langgraph_fenced_sqlite", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as follower:
+        # If it never prints, kill it: the readline below then ends (no hung test).
+        guard = threading.Timer(60, follower.kill)
+        guard.start()
+        try:
+            writer = subprocess.run(
+                [sys.executable, "-c", _WRITER, dsn], capture_output=True, text=True, timeout=60
+            )
+            assert writer.returncode == 0, writer.stderr
+            assert follower.stdout is not None
+            line = follower.stdout.readline()  # blocks until the follower prints
+            assert line, follower.communicate()[1]
+            event = json.loads(line)
+            assert (event["kind"], event["data"], event["seq"]) == (
+                "note",
+                {"from": "another process"},
+                1,
+            )
+            follower.send_signal(signal.SIGINT)
+            _, err = follower.communicate(timeout=30)
+        finally:
+            guard.cancel()
+            if follower.poll() is None:
+                follower.kill()
+    assert follower.returncode == 0, err
+    assert err == ""
+
+
+@pytest.mark.subprocess
+def test_import_sqlitesaver_into_a_set_up_postgresql_store_as_into_a_file(
+    pg_server: Any, tmp_path: Any, cli: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    """DEST may be a PostgreSQL URL: the same report as into a file; never set up there."""
+    from _ops import build_graph, config
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    src = str(tmp_path / "langgraph.db")
+    with SqliteSaver.from_conn_string(src) as saver:
+        build_graph(saver).invoke({"count": 0}, config("t1"))
+    dsn, bare = pg_server.fresh_dsn(), as_url(pg_server.fresh_dsn())
+    with FencedPostgresSaver.from_conn_string(dsn) as pg:
+        pg.setup()
+    into_file = cli("import-sqlitesaver", src, str(tmp_path / "fenced.db"), "--json")
+    into_pg = cli("import-sqlitesaver", src, as_url(dsn), "--json")
+    assert into_file.returncode == into_pg.returncode == 0, into_pg.stderr
+    counts = ("threads", "checkpoints", "writes", "skipped")
+    expected = {k: v for k, v in json.loads(into_file.stdout).items() if k in counts}
+    assert {k: v for k, v in json.loads(into_pg.stdout).items() if k in counts} == expected
+    assert expected["threads"] == 1 and expected["checkpoints"] > 0
+    refused = cli("import-sqlitesaver", src, bare)  # no schema there: refused, not created
+    assert refused.returncode == STORE_ERROR and "run setup() first" in refused.stderr
+    assert cli("doctor", "--db", bare).returncode == PROBLEM  # still no schema
+    backwards = cli("import-sqlitesaver", "postgresql://lgfs:hunter2@127.0.0.1:1/x", src)
+    assert backwards.returncode == USAGE and "SRC is a LangGraph SqliteSaver file" in (
+        backwards.stderr
+    )
+    assert "hunter2" not in backwards.stderr
+
+
+@pytest.mark.subprocess
+def test_prune_takes_a_url_first_argument_as_the_store_even_with_lgfs_path_set(
+    stores: tuple[str, str, str],
+    cli: Callable[..., subprocess.CompletedProcess[str]],
+    monkeypatch: Any,
+) -> None:
+    """`prune URL THREAD` with `$LGFS_PATH` naming another store: the URL is the store.
+
+    (For `prune`, a first argument that is not an existing file is a thread
+    when `$LGFS_PATH` is set; a URL is never a file, so it was taken for one.)
+    """
+    path, url, _ = stores
+    args = ("waiting", "--keep", "1", "--dry-run", "--json")
+    expected = json.loads(cli("prune", *args, "--db", url).stdout)
+    monkeypatch.setenv("LGFS_PATH", path)
+    done = cli("prune", url, *args)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == expected and expected[0]["thread_id"] == "waiting"

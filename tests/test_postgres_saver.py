@@ -573,3 +573,20 @@ def test_sweep_prunes_idle_unclaimed_threads_as_on_sqlite(
     assert expected[0] and expected[0][0][0] == "idle" and expected[0][0][1] > 0
     assert expected[1] == ["claimed"] and expected[3] == ["idle", "recent"]
     assert scenario(open_pg(), clock) == expected
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://lgfs:hunter2@[::1/db",  # libpq quotes the malformed URL whole
+        "postgresql://lgfs:hun ter2@127.0.0.1:1/db",  # and the part with the space
+        "postgresql://lgfs@[::1/db?password=hunter2",
+    ],
+)
+def test_a_connect_error_never_shows_the_password(dsn: str) -> None:
+    """`from_conn_string`'s connect error names what failed, with the password as `***`."""
+    with pytest.raises(StoreError, match="connect failed") as caught:
+        with FencedPostgresSaver.from_conn_string(dsn):
+            pass
+    assert "hunter2" not in str(caught.value) and "hun ter2" not in str(caught.value)
+    assert "***" in str(caught.value)

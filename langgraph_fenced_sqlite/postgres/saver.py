@@ -324,6 +324,38 @@ class FencedPostgresSaver(  # type: ignore[misc]
         )
 
 
+def without_password(message: str, dsn: str) -> str:
+    """Return `message` with the password of `dsn` (URL or key=value) replaced by `***`.
+
+    libpq quotes a malformed URL whole in its error ("...in URI: \"postgresql://
+    user:secret@[::1/db\""), so a connect error must not be shown as it is.
+    """
+    from urllib.parse import unquote
+
+    import psycopg.conninfo
+
+    secrets = set()
+    try:
+        secrets.add(str(psycopg.conninfo.conninfo_to_dict(dsn).get("password") or ""))
+    except psycopg.Error:  # malformed: look for it by hand below
+        pass
+    scheme, sep, rest = dsn.partition("://")
+    if sep and scheme in ("postgresql", "postgres"):
+        # By hand, not urlsplit: a malformed URL (the case at hand) makes it raise.
+        authority, _, query = rest.partition("?")
+        userinfo = authority.split("/", 1)[0].rpartition("@")[0]
+        if ":" in userinfo:
+            raw = userinfo.split(":", 1)[1]
+            secrets |= {raw, unquote(raw)}
+        for part in query.split("&"):
+            key, _, value = part.partition("=")
+            if key == "password":
+                secrets |= {value, unquote(value)}
+    for secret in sorted(secrets - {""}, key=len, reverse=True):
+        message = message.replace(secret, "***")
+    return message
+
+
 class _Opener(
     AbstractContextManager["FencedPostgresSaver"],
     AbstractAsyncContextManager["FencedPostgresSaver"],
@@ -342,7 +374,8 @@ class _Opener(
         try:
             conn = psycopg.connect(self._dsn, autocommit=True)
         except psycopg.Error as exc:
-            raise StoreError("connect", "postgresql", message=f"connect failed: {exc}") from exc
+            message = without_password(f"connect failed: {exc}", self._dsn)
+            raise StoreError("connect", "postgresql", message=message) from exc
         try:
             if self._kwargs.get("readonly") is True:
                 # The whole session read-only: no statement of it can write,
