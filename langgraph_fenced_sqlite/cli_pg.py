@@ -5,9 +5,8 @@ a `FencedSqliteSaver` for a file and a `FencedPostgresSaver` for a
 `postgresql://` URL, so each command is written once over the calls both
 savers have and means the same on either. The only commands that refuse a
 URL are those that need what a PostgreSQL store does not have
-(`refusal`): `vacuum` while `FencedPostgresSaver` has no `vacuum`, and
-`copy-to`, whose source is a file; they are refused with a usage error
-before anything is opened. Opening a PostgreSQL store never runs `setup()`:
+(`refusal`): `copy-to`, whose source is a file; it is refused with a usage
+error before anything is opened. Opening a PostgreSQL store never runs `setup()`:
 nothing is created, and a command on a database without the schema fails
 as a store error. Messages name the server as `postgresql://host:port/db`,
 never with the password.
@@ -86,12 +85,6 @@ def open_pg(url: str, serde: SerializerProtocol | None = None) -> Any:
 
 def refusal(command: str) -> str | None:
     """Say why `command` cannot run on a PostgreSQL store, or None if it can."""
-    if command == "vacuum" and not hasattr(_pg_saver_class(), "vacuum"):
-        return (
-            "not available on a PostgreSQL store: FencedPostgresSaver has no vacuum() in "
-            "this version; the server's autovacuum (or VACUUM run by its operator) "
-            "reclaims the space"
-        )
     if command == "copy-to":
         return (
             "the source is a checkpoint file (--db PATH or $LGFS_PATH); the PostgreSQL "

@@ -6,7 +6,7 @@ subprocess; the commands that change a store one after another on both,
 through `main()` in this process (a subprocess per command would cost a
 second each); `events --follow` in a real process woken by another's commit
 and stopped by SIGINT. `doctor` checks what a PostgreSQL store has (schema
-version, every row), and `vacuum` / `copy-to` refuse a URL, changing nothing.
+version, every row), `vacuum` is the store's plain VACUUM, and `copy-to` refuses a URL.
 """
 
 from __future__ import annotations
@@ -309,23 +309,36 @@ def test_doctor_reads_back_every_row_of_a_postgresql_store(
 
 
 @pytest.mark.subprocess
-@pytest.mark.parametrize(
-    ("args", "why"),
-    [(("vacuum",), "no vacuum()"), (("copy-to", "postgresql://x@127.0.0.1:1/x"), "source is")],
-)
-def test_vacuum_and_copy_to_refuse_a_postgresql_url_changing_nothing(
-    stores: tuple[str, str, str],
-    cli: Callable[..., subprocess.CompletedProcess[str]],
-    args: tuple[str, ...],
-    why: str,
+def test_copy_to_refuses_a_postgresql_url_changing_nothing(
+    stores: tuple[str, str, str], cli: Callable[..., subprocess.CompletedProcess[str]]
 ) -> None:
-    """What needs a file says why it refuses the URL (a usage error); nothing changes."""
+    """`copy-to` needs a file as its source: it says so (a usage error); nothing changes."""
     _, url, dsn = stores
     with FencedPostgresSaver.from_conn_string(dsn) as pg:
         before = pg.stats()
-        done = cli(*args, "--db", url)
-        assert done.returncode == USAGE and why in done.stderr, done.stderr
+        done = cli("copy-to", "postgresql://x@127.0.0.1:1/x", "--db", url)
+        assert done.returncode == USAGE and "source is" in done.stderr, done.stderr
         assert pg.stats() == before
+
+
+@pytest.mark.subprocess
+def test_vacuum_runs_on_a_postgresql_store_and_prints_its_bytes(
+    pair: tuple[str, str, str], cli: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    """`lgfs vacuum --db postgresql://...` is the store's plain VACUUM: the file's document."""
+    path, url, dsn = pair
+    on_file, on_pg = (
+        cli("vacuum", "--force", "--json", "--db", path),
+        cli("vacuum", "--json", "--db", url),
+    )
+    assert on_file.returncode == on_pg.returncode == 0, on_pg.stderr
+    file_doc, pg_doc = json.loads(on_file.stdout), json.loads(on_pg.stdout)
+    assert set(pg_doc) == set(file_doc)
+    assert pg_doc["bytes_before"] > 0 and pg_doc["bytes_after"] > 0
+    assert pg_doc["bytes_reclaimed"] == pg_doc["bytes_before"] - pg_doc["bytes_after"]
+    assert pg_doc["path"].startswith("postgresql://") and "@" not in pg_doc["path"]  # no user
+    with FencedPostgresSaver.from_conn_string(dsn) as pg:
+        assert pg.history("done")  # nothing a reader sees changed
 
 
 _WRITER = """
