@@ -128,7 +128,7 @@ def _writes(saver: FencedPostgresSaver, filled: dict[str, Any]) -> Writes:
         ("delete_for_runs", lambda: saver.delete_for_runs(["r1"], token=token)),
         ("copy_thread", lambda: saver.copy_thread("idle", "copy")),
         ("prune", lambda: saver.prune(["idle"], strategy="delete")),
-        ("prune", lambda: saver.prune(["idle"], strategy="delete", dry_run=True)),
+        ("prune", lambda: saver.prune(["idle"], strategy="keep_latest", dry_run=True)),
         ("prune", lambda: saver.prune(["t"], strategy=RetentionPolicy(max_checkpoints=1))),
         ("sweep", lambda: saver.sweep(RetentionPolicy(max_checkpoints=1), dry_run=True)),
         ("retract_turn", lambda: saver.retract_turn("t", token)),
