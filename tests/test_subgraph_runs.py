@@ -238,7 +238,10 @@ with FencedSqliteSaver(sys.argv[1]) as saver:
     g.add_edge("prep", "child")
     graph = g.compile(checkpointer=saver)
     claim = saver.claim("t", "worker", 120)
-    out = graph.invoke({"log": []}, claim.config())
+    # "sync": the subgraph's checkpoint after "first" is committed before
+    # "slow" runs (by default LangGraph commits it in the background, and the
+    # parent sometimes looked before it landed: no running namespace yet).
+    out = graph.invoke({"log": []}, claim.config(), durability="sync")
     print(json.dumps({"done": out["log"]}), flush=True)
 """
 
