@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Callable
+from typing import Any
 
 from . import schema
 from .checksums import checksum
@@ -146,7 +148,11 @@ def _read_only_location(path: str, exc: BaseException) -> ReadOnlyStore:
 # value itself, so nothing bound changes; `setdefault` keeps an adapter the
 # application registered. The registry is the process's (the sqlite3 module
 # has no per-connection one): other connections bind the same values, faster.
-_IDENTITY_ADAPTERS = {bytes: bytes, type(None): {}.get}
+_NONE_TO_NONE: dict[Any, Any] = {}
+_IDENTITY_ADAPTERS: dict[type[Any], Callable[[Any], Any]] = {
+    bytes: bytes,
+    type(None): _NONE_TO_NONE.get,  # a C callable returning None for None
+}
 
 
 def install_identity_adapters() -> None:
