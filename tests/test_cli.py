@@ -280,7 +280,11 @@ def test_events_prints_the_log_in_order(demo: str, cli: Any) -> None:
     later = parsed(cli("events", demo, "order-1", "--after", "3", "--limit", "2", "--json"))
     assert [e["seq"] for e in later] == [4, 5]
     text = cli("events", demo, "order-1", "--limit", "1").stdout
-    assert text.split()[0] == "1" and "checkpoint" in text
+    # The first event's kind, as the store has it: LangGraph sends an input
+    # checkpoint and its first writes from two threads, so under load the
+    # writes can commit first (seen in a full run at load 12).
+    assert text.split()[0] == "1" and f" {expected[0]['kind']} " in text
+    assert {"checkpoint", "writes"} <= {e["kind"] for e in expected[:3]}
 
 
 WRITER = """
