@@ -494,5 +494,6 @@ def test_writes_whose_put_waits_for_them_back_off(
         assert result["items"].count("n4") == 4
         stats = saver._engine._group.stats()
         assert stats["joined"] == 0  # pinned: the put never joins these writes
-        # 24 awaited writes (6 per invoke); waits at the 1st, 3rd, 6th, 11th, 20th.
-        assert stats["ran_out"] <= 5 and stats["skipped"] >= 19
+        # 24 awaited writes (6 per invoke); waits at the 1st, 2nd (the first
+        # run-out is forgiven), 5th, 10th and 19th.
+        assert stats["ran_out"] <= 5 and stats["skipped"] >= 19, stats
