@@ -342,6 +342,21 @@ def test_coexists_with_langgraphs_postgres_saver(pg_dsn: str) -> None:
         assert ours.get_tuple(_config("t")).checkpoint["id"] == mine  # type: ignore[union-attr]
 
 
+def test_append_events_is_always_fenced_even_with_nothing_to_append(open_pg: Any) -> None:
+    """As on SQLite: a stale token fails with no events too; an empty list spends no seq.
+
+    Before, an empty list returned [] without checking the token.
+    """
+    saver = open_pg()
+    claim = saver.claim("t", "w", 60)
+    with pytest.raises(StaleClaim):
+        saver.append_events("t", claim.token + 1, [])
+    with pytest.raises(StaleClaim):
+        saver.append_events("u", 1, [])  # no claim on that thread at all
+    assert saver.append_events("t", claim.token, []) == []
+    assert saver.append_events("t", claim.token, [("e", {})]) == [1]
+
+
 def test_fenced_put_writes_refuses_a_stale_token_and_special_channels_go_to_the_holder(
     open_pg: Any, pg_dsn: str
 ) -> None:

@@ -23,8 +23,8 @@ class PgEventsAPI(EventsBase, PgHalf):
     """The per-thread event log (see `EventsBase`), woken by LISTEN/NOTIFY."""
 
     def _append_events(self, thread_id: str, token: int, new: list[NewEvent]) -> list[int]:
-        if not new:
-            return []
+        # The fence is checked even with nothing to append (a stale token
+        # fails, as on SQLite); `events.append` gives the seq back.
         now = self._now()
         return self._engine.run(
             "append_events",
