@@ -94,52 +94,43 @@ def json_kind(item: Any, depth: int = 0, strict: bool = False) -> int:
     only (every put walks its envelope and metadata).
     """
     kind = type(item)
+    subs: Iterable[Any]
     if kind is dict:
         if depth >= MAX_JSON_DEPTH:
             return NOT_FINE
-        result = PLAIN
-        for key, sub in item.items():
+        for key in item:
             if type(key) is not str or not (key.isascii() or _is_utf8(key)):
                 return NOT_FINE
-            sub_kind = type(sub)
-            if sub_kind is str:
-                if sub.isascii() or _is_utf8(sub):
-                    continue
-                return NOT_FINE
-            if sub_kind is int:
-                if MIN_INT <= sub <= MAX_INT:
-                    continue
-                return NOT_FINE
-            if sub is None or sub_kind is bool:
-                continue
-            found = json_kind(sub, depth + 1, strict)
-            if found != PLAIN:
-                if found == NOT_FINE:
-                    return NOT_FINE
-                result = FINE
-        return result
-    if kind is list or kind is tuple:
+        subs = item.values()
+    elif kind is list or kind is tuple:
         if depth >= MAX_JSON_DEPTH:
             return NOT_FINE
-        result = PLAIN
-        for sub in item:
-            sub_kind = type(sub)
-            if sub_kind is str:
-                if sub.isascii() or _is_utf8(sub):
-                    continue
-                return NOT_FINE
-            if sub_kind is int:
-                if MIN_INT <= sub <= MAX_INT:
-                    continue
-                return NOT_FINE
-            if sub is None or sub_kind is bool:
+        subs = item
+    else:
+        return _leaf_kind(item, kind, strict)
+    result = PLAIN
+    for sub in subs:
+        sub_kind = type(sub)
+        if sub_kind is str:
+            if sub.isascii() or _is_utf8(sub):
                 continue
-            found = json_kind(sub, depth + 1, strict)
-            if found != PLAIN:
-                if found == NOT_FINE:
-                    return NOT_FINE
-                result = FINE
-        return result
+            return NOT_FINE
+        if sub_kind is int:
+            if MIN_INT <= sub <= MAX_INT:
+                continue
+            return NOT_FINE
+        if sub is None or sub_kind is bool:
+            continue
+        found = json_kind(sub, depth + 1, strict)
+        if found != PLAIN:
+            if found == NOT_FINE:
+                return NOT_FINE
+            result = FINE
+    return result
+
+
+def _leaf_kind(item: Any, kind: type, strict: bool) -> int:
+    # `json_kind` of a value that is not a dict, list or tuple.
     if kind is str:
         return PLAIN if item.isascii() or _is_utf8(item) else NOT_FINE
     if kind is int:
