@@ -21,14 +21,14 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.errors import GraphDrained
-from langgraph.runtime import RunControl
 
 from .claims import Claim
 from .clock import to_seconds
 from .errors import FencedSqliteError, RunCancelled, RunTimedOut, StaleClaim
 
 if TYPE_CHECKING:
+    from langgraph.runtime import RunControl
+
     from .base_claims import ClaimsBase
     from .postgres import FencedPostgresSaver
     from .saver import FencedSqliteSaver
@@ -373,6 +373,11 @@ def judge_end(run: RunLease, exc: BaseException) -> Outcome:
     # What the stop itself makes the graph raise: our cancel, LangGraph's
     # drain, or (taken over) the fence refusing a write.
     fenced = isinstance(exc, StaleClaim) and stop is not None and stop.kind == "superseded"
+    # Imported here: langgraph.errors loads langgraph.types and, through it,
+    # langchain_core's tracers and langsmith (about 0.7 s), which `lgfs` and
+    # every saver that never runs a FencedRunner would pay at import.
+    from langgraph.errors import GraphDrained
+
     if stop is not None and (ours or exc is stop.error or isinstance(exc, GraphDrained) or fenced):
         return Outcome(_STOP_KINDS.get(stop.kind), stop.error, why)
     return Outcome("run_failed", exc, {"error": type(exc).__name__, "message": str(exc)[:500]})

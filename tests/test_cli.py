@@ -120,6 +120,37 @@ def state_of(path: str, thread_id: str, checkpoint_id: str | None = None) -> Any
 # --- reading --------------------------------------------------------------------------------
 
 
+# Loaded by `langgraph.graph` / `langgraph.types` (langchain_core's tracers, langsmith's
+# run trees): about 0.9 s of a command's start-up here, none of which a command needs.
+GRAPH_RUNTIME = ("langgraph.graph", "langgraph.types", "langsmith.run_trees")
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("command", [["history", "order-1"], ["claims"], ["events", "order-1"]])
+def test_a_command_starts_without_langgraphs_graph_runtime(demo: str, command: list[str]) -> None:
+    """`lgfs` loads the store, not LangGraph's graph runtime: an operator's command starts fast.
+
+    Pins the lazy `FencedRunner` in the package's `__init__` and the lazy
+    `GraphDrained` in `lease.py`: either imported at module level loads all of them.
+    (A command that decodes a stored `Interrupt`, as `threads` and `show` do
+    for a thread waiting at one, loads `langgraph.types` for its class, rightly.)
+    """
+    probe = (
+        "import sys\n"
+        "from langgraph_fenced_sqlite.cli import main\n"
+        f"code = main({[*command[:1], demo, *command[1:], '--json']!r})\n"
+        f"loaded = [m for m in {GRAPH_RUNTIME!r} if m in sys.modules]\n"
+        "print('LOADED', loaded, file=sys.stderr)\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    json.loads(done.stdout)
+    assert "LOADED []" in done.stderr, done.stderr
+
+
 def test_help_names_every_command_and_the_exit_codes(cli: Any) -> None:
     done = lgfs("--help")
     assert done.returncode == 0
