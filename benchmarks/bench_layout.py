@@ -21,7 +21,10 @@ its position index; columns small-first, checksum included):
   plus a UNIQUE index on the id.
 * `wr-id`: WITHOUT ROWID keyed by the id, plus the index on the position.
 * `rowid-small-first`: as `now`, with the blobs last (no write difference
-  expected: the same three B-trees).
+  expected: the same three B-trees). Reads gain little: `get_tuple` and
+  `list` read every column, so the overflow page is read anyway
+  (`bench_instructions.py --quick` on such a tree: 0.5-1.6% fewer
+  instructions, within its noise), too little to rebuild every file for.
 
 Each figure is the mean WAL growth per `put` (automatic checkpoints off),
 after a warm-up, for one thread and for 16 threads written round-robin; the
