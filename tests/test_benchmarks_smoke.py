@@ -46,6 +46,13 @@ EXPECTED = {
         "put_writes 4KB +run_id",
         "RUN IDS:",
     ],
+    "bench_layout.py": [
+        "WAL FRAMES per put",
+        "checkpoints B-TREES: frames per put",
+        "wr-position",
+        "4KB x16",
+        "KEPT LAYOUT:",
+    ],
     "bench_postgres.py": [
         "PUT: one checkpoint per call",
         "FencedPostgresSaver.put (fenced)",
