@@ -182,11 +182,14 @@ def put_txn(
     data = {"step": enc.step, "source": enc.source, "parent_checkpoint_id": enc.parent_id}
     if enc.run_id is not None:
         data["run_id"] = enc.run_id
-    events.append(
+    events.append_one(
         conn,
         enc.thread_id,
-        row,
-        [events.NewEvent("checkpoint", data, enc.checkpoint_ns, enc.checkpoint_id)],
+        position,
+        "checkpoint",
+        data,
+        enc.checkpoint_ns,
+        enc.checkpoint_id,
         token=token,
         now=now,
     )
@@ -315,11 +318,14 @@ def put_writes_txn(
             "task_path": writes[0].task_path,
             "channels": [w.channel for w in writes],
         }
-        events.append(
+        events.append_one(
             conn,
             thread_id,
-            row,
-            [events.NewEvent("writes", data, checkpoint_ns, checkpoint_id)],
+            position,
+            "writes",
+            data,
+            checkpoint_ns,
+            checkpoint_id,
             token=token,
             now=now,
         )
