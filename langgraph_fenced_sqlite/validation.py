@@ -238,7 +238,7 @@ def config_target(
     return thread_id, ns, cid
 
 
-def check_checkpoint(checkpoint: Any, metadata: Any) -> bool:
+def check_checkpoint(checkpoint: Any, metadata: Any) -> tuple[bool, bool]:
     """Check a `put`'s checkpoint envelope and metadata can be stored and read back.
 
     Channel values are the serializer's to judge; everything else is JSON.
@@ -246,7 +246,8 @@ def check_checkpoint(checkpoint: Any, metadata: Any) -> bool:
     Returns:
         Whether the envelope (the checkpoint without its channel values) is
         `PLAIN` JSON, which `dumps_json(..., kind=PLAIN)` then encodes with
-        no second walk.
+        no second walk; and whether the metadata is (an exact dict, `PLAIN`),
+        so that `encode_checkpoint` need not walk it again either.
 
     Raises:
         InvalidArgument: naming `checkpoint` or `metadata` and the bad part.
@@ -258,14 +259,19 @@ def check_checkpoint(checkpoint: Any, metadata: Any) -> bool:
     # below); the walk that names the bad part only when it is not fine.
     envelope = {k: v for k, v in checkpoint.items() if k != "channel_values"}
     kind = json_kind(envelope, -1, False)
-    if kind != NOT_FINE:
+    if kind == NOT_FINE:
+        for key, value in checkpoint.items():
+            if key != "channel_values":
+                check_json(value, f"checkpoint[{key!r}]")
+    # `check_json(check_dict(metadata))`, its quick walk done here so that
+    # its answer (plain or not) is kept.
+    try:
+        md_kind = json_kind(metadata) if type(metadata) is dict else NOT_FINE
+    except RecursionError:
+        md_kind = NOT_FINE  # far too deep for the quick walk: `check_json` names where
+    if md_kind == NOT_FINE:
         check_json(check_dict(metadata, "metadata"), "metadata")
-        return kind == PLAIN
-    for key, value in checkpoint.items():
-        if key != "channel_values":
-            check_json(value, f"checkpoint[{key!r}]")
-    check_json(check_dict(metadata, "metadata"), "metadata")
-    return False
+    return kind == PLAIN, md_kind == PLAIN
 
 
 def check_writes(writes: Any) -> list[tuple[str, Any]]:
