@@ -222,15 +222,33 @@ def config_target(
             `need_id`) no checkpoint.
     """
     conf = check_config(config)
-    if conf.get("thread_id") is None:
+    thread_id = conf.get("thread_id")
+    ns = conf.get("checkpoint_ns") or ""
+    cid = conf.get("checkpoint_id") or None
+    # The common config (ids LangGraph makes, the root namespace): what
+    # `check_name` accepts at once, tested inline for the three (every
+    # call of the saver starts here); any other goes the whole way below.
+    if (
+        type(thread_id) is str
+        and 0 < len(thread_id) <= MAX_ID_LENGTH
+        and thread_id.isascii()
+        and "\x00" not in thread_id
+        and type(ns) is str
+        and len(ns) <= MAX_ID_LENGTH
+        and ns.isascii()
+        and "\x00" not in ns
+    ):
+        if cid is None:
+            if not need_id:
+                return thread_id, ns, None
+        elif type(cid) is str and len(cid) <= MAX_ID_LENGTH and cid.isascii() and "\x00" not in cid:
+            return thread_id, ns, cid
+    if thread_id is None:
         raise bad_argument('config["configurable"]["thread_id"]', "required")
-    thread_id = conf["thread_id"]
     if isinstance(thread_id, int) and not isinstance(thread_id, bool):
         thread_id = str(thread_id)  # LangGraph itself turns non-str ids into str
     check_name(thread_id, 'config["configurable"]["thread_id"]')
-    ns = conf.get("checkpoint_ns") or ""
     check_name(ns, 'config["configurable"]["checkpoint_ns"]', allow_empty=True)
-    cid = conf.get("checkpoint_id") or None
     if cid is not None:
         check_name(cid, 'config["configurable"]["checkpoint_id"]')
     elif need_id:
