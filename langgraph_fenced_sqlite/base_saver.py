@@ -246,9 +246,16 @@ class FencedSaverBase(BaseCheckpointSaver[str]):
         """
         thread_id, ns, _ = config_target(config)
         token = token_from_config(config)
-        plain = check_checkpoint(checkpoint, metadata)
+        plain, plain_md = check_checkpoint(checkpoint, metadata)
         enc = cps.encode_checkpoint(
-            self.serde, config, checkpoint, metadata, thread_id, ns, plain_envelope=plain
+            self.serde,
+            config,
+            checkpoint,
+            metadata,
+            thread_id,
+            ns,
+            plain_envelope=plain,
+            plain_metadata=plain_md,
         )
         self._put(enc, token)
         return {

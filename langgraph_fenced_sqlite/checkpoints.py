@@ -32,7 +32,7 @@ from . import claims, events, schema
 from .checksums import checkpoint_checksum, write_checksum
 from .errors import CheckpointConflict, FencedSqliteError, SerializationError, UndecodableRow
 from .serde import write_context
-from .stored_json import NOT_FINE, PLAIN, dumps_json, loads_json
+from .stored_json import MAX_INT, MIN_INT, NOT_FINE, PLAIN, dumps_json, loads_json
 
 ENVELOPE_FORMAT = 1
 _FENCED_SOURCES = frozenset({"input", "loop"})
@@ -79,12 +79,15 @@ def encode_checkpoint(
     checkpoint_ns: str,
     *,
     plain_envelope: bool | None = None,
+    plain_metadata: bool = False,
 ) -> EncodedCheckpoint:
     """Encode a `put`'s arguments; raises `SerializationError` on non-data.
 
     `plain_envelope` is what `check_checkpoint` found (True: `PLAIN` JSON,
     encoded by orjson; False: not, encoded by `json`), so the envelope is not
-    walked twice; None: walked here.
+    walked twice; None: walked here. `plain_metadata` True: `metadata` is an
+    exact dict that `check_checkpoint` found `PLAIN`, so the stored metadata
+    (it plus the config's keys) is judged with no second walk.
     """
     envelope = {k: v for k, v in checkpoint.items() if k != "channel_values"}
     envelope["format"] = ENVELOPE_FORMAT
@@ -95,7 +98,8 @@ def encode_checkpoint(
     # "format" is an int: a plain envelope stays plain.
     kind = None if plain_envelope is None else PLAIN if plain_envelope else NOT_FINE
     envelope_text = dumps_json(envelope, "checkpoint", kind=kind)
-    metadata_text = dumps_json(md, "metadata")
+    md_kind = _metadata_kind(md, metadata) if plain_metadata else None
+    metadata_text = dumps_json(md, "metadata", kind=md_kind)
     return EncodedCheckpoint(
         thread_id=thread_id,
         checkpoint_ns=checkpoint_ns,
@@ -110,6 +114,33 @@ def encode_checkpoint(
         run_id=str(run_id) if run_id is not None else None,
         checksum=checkpoint_checksum(envelope_text, values_type, values_blob, metadata_text),
     )
+
+
+def _metadata_kind(md: dict[str, Any], metadata: Any) -> int | None:
+    """Return `PLAIN` if `md` is, given that `metadata` (an exact dict) is; else None.
+
+    `md` is `metadata` plus the config's keys (LangGraph's
+    `get_checkpoint_metadata`): its values are `metadata`'s own objects
+    (judged plain with it), strings, numbers and bools. One level is looked
+    at; None (anything else) leaves the whole walk to `dumps_json`.
+    """
+    for key, value in md.items():
+        if type(key) is not str or not key.isascii():
+            return None
+        kind = type(value)
+        if kind is str:
+            if value.isascii():
+                continue
+            return None
+        if kind is int:
+            if MIN_INT <= value <= MAX_INT:
+                continue
+            return None
+        if value is None or kind is bool:
+            continue
+        if kind is float or value is not metadata.get(key):
+            return None
+    return PLAIN
 
 
 def encode_writes(
@@ -182,11 +213,14 @@ def put_txn(
     data = {"step": enc.step, "source": enc.source, "parent_checkpoint_id": enc.parent_id}
     if enc.run_id is not None:
         data["run_id"] = enc.run_id
-    events.append(
+    events.append_one(
         conn,
         enc.thread_id,
-        row,
-        [events.NewEvent("checkpoint", data, enc.checkpoint_ns, enc.checkpoint_id)],
+        position,
+        "checkpoint",
+        data,
+        enc.checkpoint_ns,
+        enc.checkpoint_id,
         token=token,
         now=now,
     )
@@ -315,11 +349,14 @@ def put_writes_txn(
             "task_path": writes[0].task_path,
             "channels": [w.channel for w in writes],
         }
-        events.append(
+        events.append_one(
             conn,
             thread_id,
-            row,
-            [events.NewEvent("writes", data, checkpoint_ns, checkpoint_id)],
+            position,
+            "writes",
+            data,
+            checkpoint_ns,
+            checkpoint_id,
             token=token,
             now=now,
         )

@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["checkpoint_checksum", "checksum", "write_checksum"]
+__all__ = ["checkpoint_checksum", "checksum", "event_checksum", "write_checksum"]
 
 _NULL = b"\xff\xff\xff\xff"
 # Prefixes a number. A damaged cell may hold one where text or a blob belongs;
@@ -129,3 +129,14 @@ def write_checksum(channel: Any, type_: Any, blob: Any) -> int:
             b"".join((_LENGTH(len(chan)), chan, _LENGTH(len(kind)), kind, _LENGTH(len(blob)), blob))
         )
     return checksum(channel, type_, blob)
+
+
+def event_checksum(kind: Any, data: Any) -> int:
+    """Return `checksum(kind, data)`, an event row's, as `checkpoint_checksum` does."""
+    if type(kind) is str and type(data) is str:
+        try:
+            k, d = kind.encode(), data.encode()
+        except UnicodeEncodeError:
+            return checksum(kind, data)
+        return _crc32(b"".join((_LENGTH(len(k)), k, _LENGTH(len(d)), d)))
+    return checksum(kind, data)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import schema
-from .checksums import checksum
+from .checksums import checksum, event_checksum
 from .claims import ThreadRow
 from .doorbell import Listener
 from .errors import ReplayUnavailable, SerializationError, UndecodableRow, bad_argument
@@ -127,23 +127,52 @@ def append(
     """
     seqs: list[int] = []
     for seq, event in enumerate(events, start=row.next_seq):
-        data = dumps_json(dict(event.data), "event data")
-        conn.execute(
-            schema.INSERT_EVENT,
-            (
-                thread_id,
-                seq,
-                event.kind,
-                event.checkpoint_ns,
-                event.checkpoint_id,
-                data,
-                token,
-                now,
-                checksum(event.kind, data),
-            ),
+        append_one(
+            conn,
+            thread_id,
+            seq,
+            event.kind,
+            dict(event.data),
+            event.checkpoint_ns,
+            event.checkpoint_id,
+            token=token,
+            now=now,
         )
         seqs.append(seq)
     return seqs
+
+
+def append_one(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    seq: int,
+    kind: str,
+    data: dict[str, Any],
+    checkpoint_ns: str | None,
+    checkpoint_id: str | None,
+    *,
+    token: int | None,
+    now: float,
+) -> None:
+    """Append one event at `seq` (`append` for one event, with no `NewEvent` built).
+
+    Every put and put_writes appends exactly one, so they call this directly.
+    """
+    text = dumps_json(data, "event data")
+    conn.execute(
+        schema.INSERT_EVENT,
+        (
+            thread_id,
+            seq,
+            kind,
+            checkpoint_ns,
+            checkpoint_id,
+            text,
+            token,
+            now,
+            event_checksum(kind, text),
+        ),
+    )
 
 
 def read_after(

@@ -146,7 +146,11 @@ class GroupCommit:
     def __init__(self, engine: Engine) -> None:
         """Serve `engine`'s writes; its `_lock` is the connection's lock."""
         self._engine = engine
-        self._changed = threading.Condition(threading.Lock())
+        # The condition's own lock, taken directly where no one waits or is
+        # woken: `with` on a `Condition` is a Python-level call per entry
+        # and exit, paid by every write.
+        self._mutex = threading.Lock()
+        self._changed = threading.Condition(self._mutex)
         self._queue: list[Job] = []
         # Following writes (module docstring); all guarded by `_changed`.
         self._commit_s = INITIAL_COMMIT_S
@@ -168,7 +172,7 @@ class GroupCommit:
     def stats(self) -> dict[str, int]:
         """Return counters: COMMITs made, and following writes that `waited`
         (then were `joined` by their put, or `ran_out`) or `skipped` waiting."""
-        with self._changed:
+        with self._mutex:
             return dict(self._stats)
 
     def write(
@@ -195,7 +199,7 @@ class GroupCommit:
         skipped = False  # a following write that decided not to wait
         if not self._queue:
             if awaits is not None:
-                with self._changed:
+                with self._mutex:
                     skipped = self._skip(awaits[0])
             if (awaits is None or skipped) and engine._lock.acquire(False):
                 # Alone: no write queued (none awaiting this put either), no
@@ -206,19 +210,19 @@ class GroupCommit:
                 if done:
                     return result
         job = Job(op, fn, started, engine.busy_timeout, awaits, closes)
-        with self._changed:
+        with self._mutex:
             self._queue.append(job)
             if closes is not None:
                 self._closing(job)
         try:
             if awaits is not None and not skipped:
-                with self._changed:
+                with self._mutex:
                     self._follow(job)
             self._await(job)
         except BaseException:
             # Interrupted (KeyboardInterrupt) before a leader took it: the
             # caller hears of it, so the write must never run later.
-            with self._changed:
+            with self._mutex:
                 if job.state == PENDING:
                     self._queue.remove(job)
                     job.state = DONE
@@ -275,7 +279,7 @@ class GroupCommit:
                 raise engine._translate(op, exc, 0.0) from exc
             began_txn = False
             took = time.monotonic() - began
-            with self._changed:
+            with self._mutex:
                 self._commit_s += _ALPHA * (took - self._commit_s)
                 self._stats["commits"] += 1
             engine._after_commit()
@@ -309,7 +313,7 @@ class GroupCommit:
                     engine._owner = None
                     lock.release()
                 continue
-            with self._changed:
+            with self._mutex:
                 if job.state == PENDING:
                     # Given up while still queued: out of the queue, so no
                     # leader can ever run it.
@@ -404,7 +408,7 @@ class GroupCommit:
 
     def lead(self, own: Job) -> None:
         """Commit every queued write in one transaction (the caller holds the lock)."""
-        with self._changed:
+        with self._mutex:
             batch, self._queue = self._queue, []
             for job in batch:
                 job.state = RUNNING
@@ -445,7 +449,7 @@ class GroupCommit:
             self._engine._restore_busy_wait()
 
     def _finish(self, batch: list[Job], error_of: Callable[[Job], BaseException]) -> None:
-        with self._changed:
+        with self._mutex:
             for job in batch:
                 if job.state != DONE:
                     job.result, job.error, job.state = None, error_of(job), DONE
@@ -453,7 +457,7 @@ class GroupCommit:
 
     def _give_up(self, jobs: list[Job]) -> None:
         path = self._engine.path
-        with self._changed:
+        with self._mutex:
             for job in jobs:
                 job.error, job.state = job.busy(path), DONE
             self._changed.notify_all()
@@ -500,7 +504,7 @@ class GroupCommit:
             failed = engine._translate(live[0].op, exc, 0.0)
             self._finish(live, functools.partial(_for_job, failed))
             return
-        with self._changed:
+        with self._mutex:
             self._commit_s += _ALPHA * (took - self._commit_s)
             self._stats["commits"] += 1
             for job in live:
@@ -524,7 +528,7 @@ class GroupCommit:
                 self._give_up(expired)
             live = [j for j in batch if j.state == RUNNING]
             if own.state == DONE:
-                with self._changed:
+                with self._mutex:
                     for job in live:
                         job.state = PENDING
                     self._queue[:0] = live

@@ -222,15 +222,33 @@ def config_target(
             `need_id`) no checkpoint.
     """
     conf = check_config(config)
-    if conf.get("thread_id") is None:
+    thread_id = conf.get("thread_id")
+    ns = conf.get("checkpoint_ns") or ""
+    cid = conf.get("checkpoint_id") or None
+    # The common config (ids LangGraph makes, the root namespace): what
+    # `check_name` accepts at once, tested inline for the three (every
+    # call of the saver starts here); any other goes the whole way below.
+    if (
+        type(thread_id) is str
+        and 0 < len(thread_id) <= MAX_ID_LENGTH
+        and thread_id.isascii()
+        and "\x00" not in thread_id
+        and type(ns) is str
+        and len(ns) <= MAX_ID_LENGTH
+        and ns.isascii()
+        and "\x00" not in ns
+    ):
+        if cid is None:
+            if not need_id:
+                return thread_id, ns, None
+        elif type(cid) is str and len(cid) <= MAX_ID_LENGTH and cid.isascii() and "\x00" not in cid:
+            return thread_id, ns, cid
+    if thread_id is None:
         raise bad_argument('config["configurable"]["thread_id"]', "required")
-    thread_id = conf["thread_id"]
     if isinstance(thread_id, int) and not isinstance(thread_id, bool):
         thread_id = str(thread_id)  # LangGraph itself turns non-str ids into str
     check_name(thread_id, 'config["configurable"]["thread_id"]')
-    ns = conf.get("checkpoint_ns") or ""
     check_name(ns, 'config["configurable"]["checkpoint_ns"]', allow_empty=True)
-    cid = conf.get("checkpoint_id") or None
     if cid is not None:
         check_name(cid, 'config["configurable"]["checkpoint_id"]')
     elif need_id:
@@ -238,7 +256,7 @@ def config_target(
     return thread_id, ns, cid
 
 
-def check_checkpoint(checkpoint: Any, metadata: Any) -> bool:
+def check_checkpoint(checkpoint: Any, metadata: Any) -> tuple[bool, bool]:
     """Check a `put`'s checkpoint envelope and metadata can be stored and read back.
 
     Channel values are the serializer's to judge; everything else is JSON.
@@ -246,7 +264,8 @@ def check_checkpoint(checkpoint: Any, metadata: Any) -> bool:
     Returns:
         Whether the envelope (the checkpoint without its channel values) is
         `PLAIN` JSON, which `dumps_json(..., kind=PLAIN)` then encodes with
-        no second walk.
+        no second walk; and whether the metadata is (an exact dict, `PLAIN`),
+        so that `encode_checkpoint` need not walk it again either.
 
     Raises:
         InvalidArgument: naming `checkpoint` or `metadata` and the bad part.
@@ -258,14 +277,19 @@ def check_checkpoint(checkpoint: Any, metadata: Any) -> bool:
     # below); the walk that names the bad part only when it is not fine.
     envelope = {k: v for k, v in checkpoint.items() if k != "channel_values"}
     kind = json_kind(envelope, -1, False)
-    if kind != NOT_FINE:
+    if kind == NOT_FINE:
+        for key, value in checkpoint.items():
+            if key != "channel_values":
+                check_json(value, f"checkpoint[{key!r}]")
+    # `check_json(check_dict(metadata))`, its quick walk done here so that
+    # its answer (plain or not) is kept.
+    try:
+        md_kind = json_kind(metadata) if type(metadata) is dict else NOT_FINE
+    except RecursionError:
+        md_kind = NOT_FINE  # far too deep for the quick walk: `check_json` names where
+    if md_kind == NOT_FINE:
         check_json(check_dict(metadata, "metadata"), "metadata")
-        return kind == PLAIN
-    for key, value in checkpoint.items():
-        if key != "channel_values":
-            check_json(value, f"checkpoint[{key!r}]")
-    check_json(check_dict(metadata, "metadata"), "metadata")
-    return False
+    return kind == PLAIN, md_kind == PLAIN
 
 
 def check_writes(writes: Any) -> list[tuple[str, Any]]:

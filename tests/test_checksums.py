@@ -15,7 +15,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from langgraph_fenced_sqlite.checksums import checkpoint_checksum, checksum, write_checksum
+from langgraph_fenced_sqlite.checksums import (
+    checkpoint_checksum,
+    checksum,
+    event_checksum,
+    write_checksum,
+)
 
 
 def _reference(*parts: Any) -> int:
@@ -107,3 +112,5 @@ def test_a_rows_checksum_helpers_give_checksums_value(cells: Any, typical: Any) 
     for four in (cells, typical):
         assert checkpoint_checksum(*four) == checksum(*four) == _reference(*four)
         assert write_checksum(*four[:3]) == checksum(*four[:3]) == _reference(*four[:3])
+        for two in (four[:2], (four[0], four[3]), (four[1], four[3])):
+            assert event_checksum(*two) == checksum(*two) == _reference(*two)

@@ -442,6 +442,29 @@ def test_an_envelope_with_float_versions_is_stored_as_json_writes_it(
     assert got is not None and got.checkpoint["channel_versions"] == {"a": 1e16, "b": 0.5}
 
 
+def test_metadata_from_the_config_is_stored_as_json_writes_it(
+    open_store: Any, db_path: str
+) -> None:
+    # Plain metadata is not walked a second time once LangGraph adds the
+    # config's keys (checkpoints._metadata_kind): a float among those keys
+    # must still take the json module's path (orjson writes 1e-05 as
+    # "0.00001"), the other values giving the same text either way.
+    store = open_store()
+    config = plain_config("t")
+    config["configurable"].update(flag=True, big=2**63 - 1, score=1e-05)
+    store.put(config, values_checkpoint({"a": 1}), {"source": "input", "step": -1}, {})
+    conn = sqlite3.connect(db_path)
+    try:
+        (metadata,) = conn.execute("SELECT metadata FROM checkpoints").fetchone()
+    finally:
+        conn.close()
+    expected = {"source": "input", "step": -1, "flag": True, "big": 2**63 - 1, "score": 1e-05}
+    assert metadata == dumps_json(expected, "metadata", kind=stored_json.NOT_FINE)
+    assert '"score":1e-05' in metadata
+    got = store.get_tuple(plain_config("t"))
+    assert got is not None and got.metadata == expected
+
+
 def test_identity_adapters_bind_the_same_values_and_keep_the_applications() -> None:
     """The package registers adapters for bytes and None (a faster bind, see
     connection.py); they change nothing bound, and never replace an application's."""
