@@ -64,7 +64,7 @@ class PgClaimsAPI(ClaimsBase, PgHalf):
             lambda cur: runs.begin_run(
                 cur, thread_id, holder, ttl, now=self._now(), notify=self._notify, **run
             ),
-            # 4 round trips, not 6; a "rollback" retracts, reading rowcounts.
+            # 3 round trips, not 6; a "rollback" retracts, reading rowcounts.
             pipelined=run["strategy"] != "rollback",
         )
 

@@ -2,8 +2,9 @@
 
 Invariant: the same meaning as the SQLite store's `runs.py`, one transaction
 each. `begin_run` locks the thread's row first (`LOCK_RUN_THREAD`), judges the
-tenant and the claim there, draws the token after the lock, then takes the
-commit's position with `FENCE` under its new token; `run_started` (with
+tenant and the claim there, then draws the token after the lock and takes
+the commit's position in the same statement (`SET_RUN_CLAIM`, the grant and
+the fence under its new token); `run_started` (with
 `run_superseded`, and for "rollback" the retraction and its `retracted`
 event) commits with the claim. `end_run` begins with `FENCE` on the run's
 token: a run that lost its claim records and releases nothing. A cancel is
@@ -93,10 +94,13 @@ def begin_run(
     was_live = bool(claim_live(old_token, expires_at, at))
     if was_live and strategy not in _TAKE_OVER:
         raise ThreadBusy(thread_id, old_holder, txns.latest_id(cur, thread_id))
-    claim = txns.set_claim(cur, thread_id, holder, ttl, at=at, run_id=run_id)
     if adopt:
         cur.execute(sql.SET_TENANT, {"tenant": tenant, "thread_id": thread_id})
-    position = txns.fence(cur, thread_id, claim.token, now=now, require_claim=True)
+    # The grant and the fence under its new token in one statement.
+    args = {"thread_id": thread_id, "holder": holder, "at": at, "ttl": ttl, "run_id": run_id}
+    new_token, new_expiry, seq = txns._one(cur, sql.SET_RUN_CLAIM, args)
+    claim = Claim(thread_id, holder, int(new_token), float(new_expiry))
+    position = int(seq)
     new: list[NewEvent] = []
     if old_token is not None:
         # A claim existed (live, or expired and left by a crashed holder): its

@@ -199,6 +199,15 @@ SET_CLAIM = (
     "last_token = currval('lgfs_tokens'), run_id = %(run_id)s, cancel_by = NULL "
     "WHERE thread_id = %(thread_id)s RETURNING token, expires_at"
 )
+# `begin_run`'s grant, which also takes the commit's position for its events
+# (the fence under the new token, on the row the grant locked): one round trip.
+SET_RUN_CLAIM = (
+    "UPDATE lgfs_threads SET token = nextval('lgfs_tokens'), holder = %(holder)s, "
+    "expires_at = %(at)s + %(ttl)s, claimed_at = %(at)s, last_holder = %(holder)s, "
+    "last_token = currval('lgfs_tokens'), run_id = %(run_id)s, cancel_by = NULL, "
+    "next_seq = next_seq + 1 WHERE thread_id = %(thread_id)s "
+    "RETURNING token, expires_at, next_seq - 1"
+)
 # Also returns who asked the claim's run to stop (NULL: nobody), so a run's
 # renewal learns of a cancel in the statement that renews it.
 RENEW_CLAIM = (
