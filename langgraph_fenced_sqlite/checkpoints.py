@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import operator
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
@@ -116,7 +116,7 @@ def encode_checkpoint(
     )
 
 
-def _metadata_kind(md: dict[str, Any], metadata: Any) -> int | None:
+def _metadata_kind(md: Mapping[str, Any], metadata: Any) -> int | None:
     """Return `PLAIN` if `md` is, given that `metadata` (an exact dict) is; else None.
 
     `md` is `metadata` plus the config's keys (LangGraph's
