@@ -26,7 +26,7 @@ from langgraph_fenced_sqlite import (
     UnsupportedFormat,
     WrongThread,
 )
-from langgraph_fenced_sqlite.postgres import FencedPostgresSaver, sql
+from langgraph_fenced_sqlite.postgres import FencedPostgresSaver, sql, txns
 
 
 def _config(thread_id: str, token: int | None = None, **extra: Any) -> Any:
@@ -375,6 +375,30 @@ def test_fenced_put_writes_refuses_a_stale_token_and_special_channels_go_to_the_
     with psycopg.connect(pg_dsn) as conn:
         tokens = conn.execute("SELECT token FROM lgfs_writes").fetchall()
     assert tokens == [(new.token,)]
+
+
+def test_a_fenced_put_writes_too_big_for_one_statement_lands_whole_or_not_at_all(
+    open_pg: Any, pg_dsn: str
+) -> None:
+    """More writes than one `lgfs_put_writes` statement takes (65535 parameters) take the
+    statement-by-statement path: every write lands, in order, with one event; a stale
+    token refuses the whole call and stores nothing."""
+    saver = open_pg()
+    old = saver.claim("t", "old", 10)
+    cid = _put(saver, "t", old.token)
+    n = txns._MAX_BATCH_WRITES + 1
+    writes = [(f"ch{i}", i) for i in range(n)]
+    before = _count(pg_dsn, "lgfs_events")
+    saver.put_writes(_config("t", old.token, checkpoint_id=cid), writes, "task")
+    got = saver.get_tuple(_config("t", checkpoint_id=cid))
+    assert got is not None and got.pending_writes == [("task", c, v) for c, v in writes]
+    assert _count(pg_dsn, "lgfs_events") == before + 1
+    new = saver.take_over("t", "new", 10)
+    rows, events = _count(pg_dsn, "lgfs_writes"), _count(pg_dsn, "lgfs_events")
+    with pytest.raises(StaleClaim):
+        saver.put_writes(_config("t", old.token, checkpoint_id=cid), writes, "task-2")
+    assert (_count(pg_dsn, "lgfs_writes"), _count(pg_dsn, "lgfs_events")) == (rows, events)
+    saver.release("t", new.token)
 
 
 def test_an_expired_unreplaced_holder_still_writes_and_so_does_an_unfenced_writer(
