@@ -32,7 +32,7 @@ from . import claims, events, schema
 from .checksums import checkpoint_checksum, write_checksum
 from .errors import CheckpointConflict, FencedSqliteError, SerializationError, UndecodableRow
 from .serde import write_context
-from .stored_json import MAX_INT, MIN_INT, NOT_FINE, PLAIN, dumps_json, loads_json
+from .stored_json import NOT_FINE, PLAIN, dumps_json, json_kind, loads_json
 
 ENVELOPE_FORMAT = 1
 _FENCED_SOURCES = frozenset({"input", "loop"})
@@ -120,27 +120,11 @@ def _metadata_kind(md: Mapping[str, Any], metadata: Any) -> int | None:
     """Return `PLAIN` if `md` is, given that `metadata` (an exact dict) is; else None.
 
     `md` is `metadata` plus the config's keys (LangGraph's
-    `get_checkpoint_metadata`): its values are `metadata`'s own objects
-    (judged plain with it), strings, numbers and bools. One level is looked
-    at; None (anything else) leaves the whole walk to `dumps_json`.
+    `get_checkpoint_metadata`): only what `metadata` does not hold as the
+    same object is walked (`json_kind`); None leaves the whole walk to `dumps_json`.
     """
-    for key, value in md.items():
-        if type(key) is not str or not key.isascii():
-            return None
-        kind = type(value)
-        if kind is str:
-            if value.isascii():
-                continue
-            return None
-        if kind is int:
-            if MIN_INT <= value <= MAX_INT:
-                continue
-            return None
-        if value is None or kind is bool:
-            continue
-        if kind is float or value is not metadata.get(key):
-            return None
-    return PLAIN
+    added = {k: v for k, v in md.items() if k not in metadata or v is not metadata[k]}
+    return PLAIN if json_kind(added) == PLAIN else None
 
 
 def encode_writes(
