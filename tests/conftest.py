@@ -11,6 +11,13 @@ import pytest
 from langgraph_fenced_sqlite import FencedSqliteSaver, ManualClock
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Register tests/crash_dumps.py: a crashed worker's traceback in the summary."""
+    import crash_dumps
+
+    config.pluginmanager.register(crash_dumps, "lgfs-crash-dumps")
+
+
 @pytest.fixture
 def clock() -> ManualClock:
     """A manual clock for the store under test."""
