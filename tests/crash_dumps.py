@@ -24,6 +24,7 @@ import pytest
 
 _KEY = "lgfs_crash_dir"
 _dir_key = pytest.StashKey[str]()
+_dumps: list[Any] = []  # this worker's dump file
 # How many innermost frames the summary shows of the thread that crashed,
 # and of each other thread.
 _CURRENT_FRAMES, _OTHER_FRAMES = 12, 3
@@ -51,9 +52,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if workerinput is None or _KEY not in workerinput:
         return
     name = f"{workerinput.get('workerid', 'gw')}-{os.getpid()}.txt"
-    # Left open until the worker exits: faulthandler keeps writing to it (and
-    # pytest's faulthandler plugin disables it at unconfigure).
+    # Open until the end: pytest's faulthandler plugin disables the handler
+    # at unconfigure, and `pytest_unconfigure` below closes the file after it.
     dump = open(os.path.join(workerinput[_KEY], name), "w")  # noqa: SIM115
+    _dumps.append(dump)
     faulthandler.enable(file=dump, all_threads=True)
 
 
@@ -93,8 +95,11 @@ def _brief(text: str) -> list[str]:
     return lines
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Controller: remove the dumps' directory."""
+    """Worker: close its dump file; controller: remove the dumps' directory."""
+    while _dumps:
+        _dumps.pop().close()
     folder = config.stash.get(_dir_key, None)
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
