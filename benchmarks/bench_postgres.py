@@ -12,6 +12,21 @@ in the same run (interleaved rounds, `_common.interleave`):
 - CPU per call, client process and server backend (`/proc`, where readable):
   also far less load-dependent than wall time.
 - PUT and PUT_WRITES: ours fenced (with a token) vs theirs; target <= 1.2x.
+  Timed in 90 interleaved slices of 20 calls, each table printing the median
+  and the 10th..90th percentiles of the per-call time and of the same-round
+  ratio, the load before and after, and each backend's sleeps per call.
+  That last column is why: PostgresSaver's put and put_writes run in a
+  psycopg pipeline, sent as three TCP writes (Bind+Execute, Sync, Flush);
+  the server runs the statement when the first arrives and, in autocommit,
+  waits for the Sync to commit, so whenever it gets the CPU between two of
+  the client's writes it sleeps and must be woken again (1.3-1.5 sleeps per
+  put under load, exactly 2 when it preempts the client, 1 when it runs only
+  once the client waits). Ours sends one write and sleeps at most once. Each
+  extra sleep costs one scheduler wake-up, cheap on an idle CPU and up to a
+  time slice on a busy one, so theirs moves with the machine's load more
+  than ours (an earlier version, 15 slices of 100 calls, measured it at
+  405 us in one run and 983 us in another, ours within 10%). The CPU table
+  (client + backend, from /proc) is the figure least moved by load.
 - INVOKE: a 5-node chain, sync (PostgresSaver) and async (AsyncPostgresSaver),
   ours under a claim; target <= 1.0x.
 - PROCESSES: 8 worker processes (real ones, own connections) each invoking
