@@ -12,7 +12,7 @@ in the same run (interleaved rounds, `_common.interleave`):
 - CPU per call, client process and server backend (`/proc`, where readable):
   also far less load-dependent than wall time.
 - PUT and PUT_WRITES: ours fenced (with a token) vs theirs; target <= 1.2x.
-  Timed in 90 interleaved slices of 20 calls, each table printing the median
+  Timed in 150 interleaved slices of 20 calls, each table printing the median
   and the 10th..90th percentiles of the per-call time and of the same-round
   ratio, the load before and after, and each backend's sleeps per call.
   That last column is why: PostgresSaver's put and put_writes run in a
@@ -148,23 +148,32 @@ def _backend_sleeps(conn: Any) -> int | None:
 
 
 class _Probed:
-    """A contender (`run(n) -> seconds`) that also counts its backend's sleeps per call."""
+    """A contender (`run(n) -> seconds`) that also sums its CPU and its backend's sleeps."""
 
     def __init__(self, conn: Any, run: Callable[[int], float]) -> None:
         self.conn, self.run = conn, run
         self.calls, self.sleeps = 0, 0
+        self.client_cpu, self.server_cpu = 0.0, 0.0
         self.readable = True
 
     def __call__(self, n: int) -> float:
-        before = _backend_sleeps(self.conn)
+        before, server = _backend_sleeps(self.conn), _backend_cpu(self.conn)
+        client = time.process_time()
         took = self.run(n)
-        after = _backend_sleeps(self.conn)
-        if before is None or after is None:
+        self.client_cpu += time.process_time() - client
+        after, server_after = _backend_sleeps(self.conn), _backend_cpu(self.conn)
+        if before is None or after is None or server is None or server_after is None:
             self.readable = False
         else:
             self.sleeps += after - before
+            self.server_cpu += server_after - server
         self.calls += n
         return took
+
+    def cpu(self) -> tuple[float, float | None]:
+        """(client, server) CPU seconds per call so far (server None where /proc is unreadable)."""
+        calls = max(self.calls, 1)
+        return self.client_cpu / calls, self.server_cpu / calls if self.readable else None
 
     def sleeps_per_call(self) -> str:
         """The backend's sleeps per call so far, formatted ("n/a" where /proc is unreadable)."""
@@ -250,7 +259,8 @@ def _spread_table(
 
     Short slices, many rounds: every contender samples the same moments of
     the machine's load. The spread columns are the 10th..90th percentiles
-    over rounds: of the per-call time, and of the same-round ratio.
+    over rounds: of the per-call time, and of the same-round ratio. The CPU
+    columns sum every slice's (client process, server backend) CPU.
     """
     before = os.getloadavg()[0]
     samples = interleave(contenders, rounds=rounds, ops=ops)
@@ -262,20 +272,26 @@ def _spread_table(
             "per call",
             "p10..p90",
             "backend sleeps/call",
+            "CPU client + server",
+            "CPU ratio",
             "ratio",
             "ratio p10..p90",
             "target",
         ],
     )
+    base_cpu = sum(c or 0.0 for c in contenders[base].cpu())
     for name, s in samples.items():
         ratios = [a / b for a, b in zip(s, samples[base], strict=True)]
         ratio = median(ratios)
         target = "" if name == base else f"<= {limit}x {verdict(ratio, limit)}"
+        cpu = contenders[name].cpu()
         table.add(
             name,
             fmt_time(median(s)),
             f"{fmt_time(percentile(s, 10))}..{fmt_time(percentile(s, 90))}",
             contenders[name].sleeps_per_call(),
+            _fmt_cpu(cpu),
+            f"{sum(c or 0.0 for c in cpu) / base_cpu:.2f}x",
             f"{ratio:.2f}x",
             "" if name == base else f"{percentile(ratios, 10):.2f}..{percentile(ratios, 90):.2f}",
             target,
@@ -455,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rounds = args.rounds or (3 if args.quick else 15)
     # put and put_writes: many short slices (see the module docstring).
-    put_rounds = args.rounds or (3 if args.quick else 90)
+    put_rounds = args.rounds or (3 if args.quick else 150)
     put_ops = 5 if args.quick else 20
     invoke_ops = 2 if args.quick else 20
     proc_rounds = 1 if args.quick else 3
@@ -509,9 +525,9 @@ def main(argv: list[str] | None = None) -> int:
                 ["call", "FencedPostgresSaver (fenced)", "PostgresSaver", "ratio (sum)"],
             )
             cpu_ops = 20 if args.quick else 400
+            # put and put_writes: their CPU is summed over the interleaved
+            # slices of their own tables below.
             for name, ours_run, theirs_run, n in (
-                ("put", mine.puts, stock.puts, cpu_ops),
-                ("put_writes", mine.writes, stock.writes, cpu_ops),
                 ("5-node invoke", ours_invoke, theirs_invoke, max(2, cpu_ops // 20)),
             ):
                 a = cpu_per_call(ours_conn, ours_run, n)
@@ -520,6 +536,9 @@ def main(argv: list[str] | None = None) -> int:
                 table.add(name, _fmt_cpu(a), _fmt_cpu(b), f"{total_a / total_b:.2f}x")
             table.print()
 
+            for chain in (mine, hush, stock):  # warm: psycopg prepares on the 5th use
+                chain.puts(put_ops)
+                chain.writes(put_ops)
             quiet_conn = quiet._engine._conn
             _spread_table(
                 "PUT: one checkpoint per call",
