@@ -35,6 +35,8 @@ in the same run (interleaved rounds, `_common.interleave`):
   claims, take turns through a `pg_advisory_lock` per invoke (what one writer
   per thread costs with PostgresSaver). Issue 13 names no ratio for these: the
   invoke target (<= 1.0x) is applied.
+- CONTENDED: the contended row turn by turn: hand-off (a release began ->
+  the next grant), hold (grant -> release) and refused begin_runs per run.
 - WAKE-UP: another process blocked in `wait_events`, woken by a fenced put's
   NOTIFY; target p50 <= 5 ms (issue 13 names no p95 target: shown, not judged).
 
@@ -316,6 +318,7 @@ def worker(argv: list[str]) -> int:
                 claim = saver.claim(thread_id, f"w{os.getpid()}", 3600)
                 run = _invokes(graph, claim.config())
             else:
+                _log_turns(saver)
                 runner = FencedRunner(graph, saver, ttl=60)
 
                 def run(k: int) -> float:
@@ -344,9 +347,11 @@ def worker(argv: list[str]) -> int:
             started = time.perf_counter()
             for _ in range(k):
                 locks.execute("SELECT pg_advisory_lock(%s)", (key,))
+                _TURNS.append(("grant", time.time()))
                 try:
                     graph.invoke({"count": 0}, config)
                 finally:
+                    _TURNS.append(("release", time.time()))
                     locks.execute("SELECT pg_advisory_unlock(%s)", (key,))
                     locks.commit()
             return time.perf_counter() - started
@@ -354,17 +359,95 @@ def worker(argv: list[str]) -> int:
         return _serve(run, n)
 
 
+# A contended worker's turns: ("grant", when the claim or lock was had), ("release", when
+# giving it back began), ("busy", a refused begin_run's start).
+_TURNS: list[tuple[str, float]] = []
+
+
+def _log_turns(saver: Any) -> None:
+    """Record in `_TURNS` when `saver.begin_run` grants or refuses and when `end_run` starts."""
+    from langgraph_fenced_sqlite.errors import ThreadBusy
+
+    begin_run, end_run = saver.begin_run, saver.end_run
+
+    def begin(*args: Any, **kwargs: Any) -> Any:
+        started = time.time()
+        try:
+            claim = begin_run(*args, **kwargs)
+        except ThreadBusy:
+            _TURNS.append(("busy", started))
+            raise
+        _TURNS.append(("grant", time.time()))
+        return claim
+
+    def end(*args: Any, **kwargs: Any) -> Any:
+        _TURNS.append(("release", time.time()))
+        return end_run(*args, **kwargs)
+
+    saver.begin_run, saver.end_run = begin, end
+
+
 def _serve(run: Callable[[int], float], n: int) -> int:
     run(1)  # warm: imports, prepared statements, the thread's first checkpoint
+    _TURNS.clear()
     print("ready", flush=True)
     sys.stdin.readline()
     run(n)
-    print(json.dumps({"end": time.time()}), flush=True)
+    print(json.dumps({"end": time.time(), "turns": _TURNS}), flush=True)
     return 0
 
 
-def _processes(mode: str, dsn: str, contended: bool, n: int, tag: str, workers: int) -> float:
-    """Start `workers` workers, let them go at once; return the seconds until the last ends."""
+class _Turns:
+    """Where a contended thread's time went, from every worker's `_TURNS`."""
+
+    def __init__(self) -> None:
+        self.gaps: list[float] = []  # a release began -> the next grant was had
+        self.holds: list[float] = []  # a grant was had -> its release began
+        self.refused = 0
+        self.runs = 0
+
+    def add(self, turns: list[list[list[Any]]]) -> None:
+        """Add one measurement's turns (one list of `_TURNS` entries per worker)."""
+        for own in turns:
+            granted = None
+            for kind, when in own:
+                if kind == "grant":
+                    granted = when
+                elif kind == "release" and granted is not None:
+                    self.holds.append(when - granted)
+                    granted = None
+        merged = sorted((when, kind) for own in turns for kind, when in own)
+        released = None
+        for when, kind in merged:
+            if kind == "busy":
+                self.refused += 1
+            elif kind == "release":
+                released = when
+            elif released is not None:
+                self.gaps.append(when - released)
+                released = None
+        self.runs += sum(1 for own in turns for kind, _ in own if kind == "grant")
+
+    def row(self) -> str:
+        """Hand-off mean / p50 / p95 / max, hold mean, refusals per run."""
+        if not self.gaps:
+            return "n/a"
+        gaps, holds = self.gaps, self.holds
+        return (
+            f"hand-off {fmt_time(sum(gaps) / len(gaps))} mean, "
+            f"{fmt_time(percentile(gaps, 50))} p50, {fmt_time(percentile(gaps, 95))} p95, "
+            f"{fmt_time(max(gaps))} max; hold {fmt_time(sum(holds) / len(holds))} "
+            f"mean; {self.refused / max(self.runs, 1):.1f} refused begin_run/run"
+        )
+
+
+def _processes(
+    mode: str, dsn: str, contended: bool, n: int, tag: str, workers: int, turns: _Turns
+) -> float:
+    """Start `workers` workers, let them go at once; return the seconds until the last ends.
+
+    The workers' turns on a contended thread are added to `turns`.
+    """
     kind = "contended" if contended else "distinct"
     procs = [
         subprocess.Popen(
@@ -391,10 +474,14 @@ def _processes(mode: str, dsn: str, contended: bool, n: int, tag: str, workers: 
             assert p.stdin is not None
             p.stdin.write("go\n")
             p.stdin.flush()
-        ends = []
+        ends, logs = [], []
         for p in procs:
             assert p.stdout is not None
-            ends.append(json.loads(p.stdout.readline())["end"])
+            result = json.loads(p.stdout.readline())
+            ends.append(result["end"])
+            logs.append(result["turns"])
+        if contended:
+            turns.add(logs)
         return max(ends) - started
     finally:
         for p in procs:
@@ -619,11 +706,14 @@ def main(argv: list[str] | None = None) -> int:
                 (True, "one, contended (ours: FencedRunner enqueue; theirs: advisory lock)"),
             ):
                 times: dict[str, list[float]] = {"ours": [], "theirs": []}
+                turns = {"ours": _Turns(), "theirs": _Turns()}
                 for r in range(proc_rounds):
                     order = ["ours", "theirs"] if r % 2 == 0 else ["theirs", "ours"]
                     for who in order:
                         tag = f"p{int(contended)}-{who}-{r}"
-                        times[who].append(_processes(who, dsn, contended, proc_ops, tag, workers))
+                        times[who].append(
+                            _processes(who, dsn, contended, proc_ops, tag, workers, turns[who])
+                        )
                 ratio = paired_ratio(times["ours"], times["theirs"])
                 table.add(
                     label,
@@ -632,6 +722,18 @@ def main(argv: list[str] | None = None) -> int:
                     f"{ratio:.2f}x",
                     f"<= 1.0x {verdict(ratio, 1.0)}",
                 )
+            table.print()
+            # The contended row's time, turn by turn (`turns` is that row's): a hand-off runs
+            # from a release's start (ours: end_run; theirs: the unlock) to the next
+            # grant (ours: a begin_run that returned; theirs: pg_advisory_lock returned).
+            # Theirs waits in the server's lock queue, woken when the lock is free; ours
+            # polls with backoff (runqueue.py) and holds for begin_run + invoke.
+            table = Table(
+                "CONTENDED: where one thread's time goes (every round's turns)",
+                ["checkpointer", "turns"],
+            )
+            table.add("FencedPostgresSaver", turns["ours"].row())
+            table.add("PostgresSaver", turns["theirs"].row())
             table.print()
 
             from_call, from_ack = _wake_ups(ours, dsn, wakes)
