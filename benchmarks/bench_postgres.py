@@ -36,7 +36,8 @@ in the same run (interleaved rounds, `_common.interleave`):
   per thread costs with PostgresSaver). Issue 13 names no ratio for these: the
   invoke target (<= 1.0x) is applied.
 - CONTENDED: the contended row turn by turn: hand-off (a release began ->
-  the next grant), hold (grant -> release) and refused begin_runs per run.
+  the next grant), hold (grant -> release), refused begin_runs per run, and
+  the CPU per run of all workers (the waiters' too) and their backends.
 - WAKE-UP: another process blocked in `wait_events`, woken by a fenced put's
   NOTIFY; target p50 <= 5 ms (issue 13 names no p95 target: shown, not judged).
 
@@ -332,7 +333,7 @@ def worker(argv: list[str]) -> int:
                         )
                     return time.perf_counter() - started
 
-            return _serve(run, n)
+            return _serve(run, n, saver._engine._conn)
     import psycopg
     from langgraph.checkpoint.postgres import PostgresSaver
 
@@ -340,7 +341,7 @@ def worker(argv: list[str]) -> int:
         graph = _graph(theirs)
         config = {"configurable": {"thread_id": thread_id}}
         if mode == "theirs-distinct":
-            return _serve(_invokes(graph, config), n)
+            return _serve(_invokes(graph, config), n, theirs.conn)
         key = zlib.crc32(thread_id.encode())  # the same in every process (hash() is not)
 
         def run(k: int) -> float:
@@ -356,7 +357,7 @@ def worker(argv: list[str]) -> int:
                     locks.commit()
             return time.perf_counter() - started
 
-        return _serve(run, n)
+        return _serve(run, n, theirs.conn)
 
 
 # A contended worker's turns: ("grant", when the claim or lock was had), ("release", when
@@ -387,13 +388,19 @@ def _log_turns(saver: Any) -> None:
     saver.begin_run, saver.end_run = begin, end
 
 
-def _serve(run: Callable[[int], float], n: int) -> int:
+def _serve(run: Callable[[int], float], n: int, conn: Any) -> int:
     run(1)  # warm: imports, prepared statements, the thread's first checkpoint
     _TURNS.clear()
     print("ready", flush=True)
     sys.stdin.readline()
+    client, server = time.process_time(), _backend_cpu(conn)
     run(n)
-    print(json.dumps({"end": time.time(), "turns": _TURNS}), flush=True)
+    server_after = _backend_cpu(conn)
+    cpu = [
+        time.process_time() - client,
+        None if server is None or server_after is None else server_after - server,
+    ]
+    print(json.dumps({"end": time.time(), "turns": _TURNS, "cpu": cpu}), flush=True)
     return 0
 
 
@@ -405,9 +412,17 @@ class _Turns:
         self.holds: list[float] = []  # a grant was had -> its release began
         self.refused = 0
         self.runs = 0
+        self.client_cpu, self.server_cpu = 0.0, 0.0  # every worker's and its backend's
+        self.server_readable = True
 
-    def add(self, turns: list[list[list[Any]]]) -> None:
-        """Add one measurement's turns (one list of `_TURNS` entries per worker)."""
+    def add(self, turns: list[list[list[Any]]], cpus: list[list[float | None]]) -> None:
+        """Add one measurement's turns (one list of `_TURNS` entries per worker) and CPU."""
+        for client, server in cpus:
+            self.client_cpu += client or 0.0
+            if server is None:
+                self.server_readable = False
+            else:
+                self.server_cpu += server
         for own in turns:
             granted = None
             for kind, when in own:
@@ -439,6 +454,12 @@ class _Turns:
             f"{fmt_time(max(gaps))} max; hold {fmt_time(sum(holds) / len(holds))} "
             f"mean; {self.refused / max(self.runs, 1):.1f} refused begin_run/run"
         )
+
+    def cpu(self) -> str:
+        """CPU per run, all workers (waiters too) and their backends."""
+        runs = max(self.runs, 1)
+        server = fmt_time(self.server_cpu / runs) if self.server_readable else "n/a"
+        return f"{fmt_time(self.client_cpu / runs)} + {server}"
 
 
 def _processes(
@@ -474,14 +495,15 @@ def _processes(
             assert p.stdin is not None
             p.stdin.write("go\n")
             p.stdin.flush()
-        ends, logs = [], []
+        ends, logs, cpus = [], [], []
         for p in procs:
             assert p.stdout is not None
             result = json.loads(p.stdout.readline())
             ends.append(result["end"])
             logs.append(result["turns"])
+            cpus.append(result["cpu"])
         if contended:
-            turns.add(logs)
+            turns.add(logs, cpus)
         return max(ends) - started
     finally:
         for p in procs:
@@ -730,10 +752,10 @@ def main(argv: list[str] | None = None) -> int:
             # polls with backoff (runqueue.py) and holds for begin_run + invoke.
             table = Table(
                 "CONTENDED: where one thread's time goes (every round's turns)",
-                ["checkpointer", "turns"],
+                ["checkpointer", "turns", "CPU per run: workers + backends"],
             )
-            table.add("FencedPostgresSaver", turns["ours"].row())
-            table.add("PostgresSaver", turns["theirs"].row())
+            table.add("FencedPostgresSaver", turns["ours"].row(), turns["ours"].cpu())
+            table.add("PostgresSaver", turns["theirs"].row(), turns["theirs"].cpu())
             table.print()
 
             from_call, from_ack = _wake_ups(ours, dsn, wakes)
