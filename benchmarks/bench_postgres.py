@@ -12,6 +12,21 @@ in the same run (interleaved rounds, `_common.interleave`):
 - CPU per call, client process and server backend (`/proc`, where readable):
   also far less load-dependent than wall time.
 - PUT and PUT_WRITES: ours fenced (with a token) vs theirs; target <= 1.2x.
+  Timed in 150 interleaved slices of 20 calls, each table printing the median
+  and the 10th..90th percentiles of the per-call time and of the same-round
+  ratio, the load before and after, and each backend's sleeps per call.
+  That last column is why: PostgresSaver's put and put_writes run in a
+  psycopg pipeline, sent as three TCP writes (Bind+Execute, Sync, Flush);
+  the server runs the statement when the first arrives and, in autocommit,
+  waits for the Sync to commit, so whenever it gets the CPU between two of
+  the client's writes it sleeps and must be woken again (1.3-1.5 sleeps per
+  put under load, exactly 2 when it preempts the client, 1 when it runs only
+  once the client waits). Ours sends one write and sleeps at most once. Each
+  extra sleep costs one scheduler wake-up, cheap on an idle CPU and up to a
+  time slice on a busy one, so theirs moves with the machine's load more
+  than ours (an earlier version, 15 slices of 100 calls, measured it at
+  405 us in one run and 983 us in another, ours within 10%). The CPU table
+  (client + backend, from /proc) is the figure least moved by load.
 - INVOKE: a 5-node chain, sync (PostgresSaver) and async (AsyncPostgresSaver),
   ours under a claim; target <= 1.0x.
 - PROCESSES: 8 worker processes (real ones, own connections) each invoking
@@ -20,6 +35,9 @@ in the same run (interleaved rounds, `_common.interleave`):
   claims, take turns through a `pg_advisory_lock` per invoke (what one writer
   per thread costs with PostgresSaver). Issue 13 names no ratio for these: the
   invoke target (<= 1.0x) is applied.
+- CONTENDED: the contended row turn by turn: hand-off (a release began ->
+  the next grant), hold (grant -> release), refused begin_runs per run, and
+  the CPU per run of all workers (the waiters' too) and their backends.
 - WAKE-UP: another process blocked in `wait_events`, woken by a fenced put's
   NOTIFY; target p50 <= 5 ms (issue 13 names no p95 target: shown, not judged).
 
@@ -104,13 +122,67 @@ class _Chain:
 
 
 def _backend_cpu(conn: Any) -> float | None:
-    """Return the CPU seconds the server process serving `conn` has used (None: unreadable)."""
+    """Return the CPU seconds the server process serving `conn` has used (None: unreadable).
+
+    From `/proc/PID/schedstat` (nanoseconds), not `/proc/PID/stat`'s clock
+    ticks: a tick is 10 ms, and 400 puts of ~150 us of server CPU are 6 ticks.
+    """
     try:
-        with open(f"/proc/{conn.info.backend_pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
+        with open(f"/proc/{conn.info.backend_pid}/schedstat") as f:
+            return int(f.read().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _backend_sleeps(conn: Any) -> int | None:
+    """Return how many times the server process serving `conn` has slept (None: unreadable).
+
+    Its voluntary context switches: each is one wait for the client's next
+    bytes (or a lock), then a wake-up the scheduler must grant.
+    """
+    try:
+        with open(f"/proc/{conn.info.backend_pid}/status") as f:
+            for line in f:
+                if line.startswith("voluntary_ctxt_switches:"):
+                    return int(line.split(":")[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+class _Probed:
+    """A contender (`run(n) -> seconds`) that also sums its CPU and its backend's sleeps."""
+
+    def __init__(self, conn: Any, run: Callable[[int], float]) -> None:
+        self.conn, self.run = conn, run
+        self.calls, self.sleeps = 0, 0
+        self.client_cpu, self.server_cpu = 0.0, 0.0
+        self.readable = True
+
+    def __call__(self, n: int) -> float:
+        before, server = _backend_sleeps(self.conn), _backend_cpu(self.conn)
+        client = time.process_time()
+        took = self.run(n)
+        self.client_cpu += time.process_time() - client
+        after, server_after = _backend_sleeps(self.conn), _backend_cpu(self.conn)
+        if before is None or after is None or server is None or server_after is None:
+            self.readable = False
+        else:
+            self.sleeps += after - before
+            self.server_cpu += server_after - server
+        self.calls += n
+        return took
+
+    def cpu(self) -> tuple[float, float | None]:
+        """(client, server) CPU seconds per call so far (server None where /proc is unreadable)."""
+        calls = max(self.calls, 1)
+        return self.client_cpu / calls, self.server_cpu / calls if self.readable else None
+
+    def sleeps_per_call(self) -> str:
+        """The backend's sleeps per call so far, formatted ("n/a" where /proc is unreadable)."""
+        if not self.readable or not self.calls:
+            return "n/a"
+        return f"{self.sleeps / self.calls:.2f}"
 
 
 def cpu_per_call(conn: Any, run: Callable[[int], float], n: int) -> tuple[float, float | None]:
@@ -176,6 +248,60 @@ def _ratio_table(
     table.print()
 
 
+def _spread_table(
+    title: str,
+    head: str,
+    contenders: dict[str, _Probed],
+    base: str,
+    limit: float,
+    *,
+    rounds: int,
+    ops: int,
+) -> None:
+    """Time `contenders` in `rounds` interleaved slices of `ops` calls; print medians and spreads.
+
+    Short slices, many rounds: every contender samples the same moments of
+    the machine's load. The spread columns are the 10th..90th percentiles
+    over rounds: of the per-call time, and of the same-round ratio. The CPU
+    columns sum every slice's (client process, server backend) CPU.
+    """
+    before = os.getloadavg()[0]
+    samples = interleave(contenders, rounds=rounds, ops=ops)
+    after = os.getloadavg()[0]
+    table = Table(
+        f"{title} ({rounds} interleaved rounds of {ops} calls; load {before:.2f} -> {after:.2f})",
+        [
+            head,
+            "per call",
+            "p10..p90",
+            "backend sleeps/call",
+            "CPU client + server",
+            "CPU ratio",
+            "ratio",
+            "ratio p10..p90",
+            "target",
+        ],
+    )
+    base_cpu = sum(c or 0.0 for c in contenders[base].cpu())
+    for name, s in samples.items():
+        ratios = [a / b for a, b in zip(s, samples[base], strict=True)]
+        ratio = median(ratios)
+        target = "" if name == base else f"<= {limit}x {verdict(ratio, limit)}"
+        cpu = contenders[name].cpu()
+        table.add(
+            name,
+            fmt_time(median(s)),
+            f"{fmt_time(percentile(s, 10))}..{fmt_time(percentile(s, 90))}",
+            contenders[name].sleeps_per_call(),
+            _fmt_cpu(cpu),
+            f"{sum(c or 0.0 for c in cpu) / base_cpu:.2f}x",
+            f"{ratio:.2f}x",
+            "" if name == base else f"{percentile(ratios, 10):.2f}..{percentile(ratios, 90):.2f}",
+            target,
+        )
+    table.print()
+
+
 # --- worker processes ---------------------------------------------------------------------
 
 
@@ -193,6 +319,7 @@ def worker(argv: list[str]) -> int:
                 claim = saver.claim(thread_id, f"w{os.getpid()}", 3600)
                 run = _invokes(graph, claim.config())
             else:
+                _log_turns(saver)
                 runner = FencedRunner(graph, saver, ttl=60)
 
                 def run(k: int) -> float:
@@ -206,7 +333,7 @@ def worker(argv: list[str]) -> int:
                         )
                     return time.perf_counter() - started
 
-            return _serve(run, n)
+            return _serve(run, n, saver._engine._conn)
     import psycopg
     from langgraph.checkpoint.postgres import PostgresSaver
 
@@ -214,34 +341,134 @@ def worker(argv: list[str]) -> int:
         graph = _graph(theirs)
         config = {"configurable": {"thread_id": thread_id}}
         if mode == "theirs-distinct":
-            return _serve(_invokes(graph, config), n)
+            return _serve(_invokes(graph, config), n, theirs.conn)
         key = zlib.crc32(thread_id.encode())  # the same in every process (hash() is not)
 
         def run(k: int) -> float:
             started = time.perf_counter()
             for _ in range(k):
                 locks.execute("SELECT pg_advisory_lock(%s)", (key,))
+                _TURNS.append(("grant", time.time()))
                 try:
                     graph.invoke({"count": 0}, config)
                 finally:
+                    _TURNS.append(("release", time.time()))
                     locks.execute("SELECT pg_advisory_unlock(%s)", (key,))
                     locks.commit()
             return time.perf_counter() - started
 
-        return _serve(run, n)
+        return _serve(run, n, theirs.conn)
 
 
-def _serve(run: Callable[[int], float], n: int) -> int:
+# A contended worker's turns: ("grant", when the claim or lock was had), ("release", when
+# giving it back began), ("busy", a refused begin_run's start).
+_TURNS: list[tuple[str, float]] = []
+
+
+def _log_turns(saver: Any) -> None:
+    """Record in `_TURNS` when `saver.begin_run` grants or refuses and when `end_run` starts."""
+    from langgraph_fenced_sqlite.errors import ThreadBusy
+
+    begin_run, end_run = saver.begin_run, saver.end_run
+
+    def begin(*args: Any, **kwargs: Any) -> Any:
+        started = time.time()
+        try:
+            claim = begin_run(*args, **kwargs)
+        except ThreadBusy:
+            _TURNS.append(("busy", started))
+            raise
+        _TURNS.append(("grant", time.time()))
+        return claim
+
+    def end(*args: Any, **kwargs: Any) -> Any:
+        _TURNS.append(("release", time.time()))
+        return end_run(*args, **kwargs)
+
+    saver.begin_run, saver.end_run = begin, end
+
+
+def _serve(run: Callable[[int], float], n: int, conn: Any) -> int:
     run(1)  # warm: imports, prepared statements, the thread's first checkpoint
+    _TURNS.clear()
     print("ready", flush=True)
     sys.stdin.readline()
+    client, server = time.process_time(), _backend_cpu(conn)
     run(n)
-    print(json.dumps({"end": time.time()}), flush=True)
+    server_after = _backend_cpu(conn)
+    cpu = [
+        time.process_time() - client,
+        None if server is None or server_after is None else server_after - server,
+    ]
+    print(json.dumps({"end": time.time(), "turns": _TURNS, "cpu": cpu}), flush=True)
     return 0
 
 
-def _processes(mode: str, dsn: str, contended: bool, n: int, tag: str, workers: int) -> float:
-    """Start `workers` workers, let them go at once; return the seconds until the last ends."""
+class _Turns:
+    """Where a contended thread's time went, from every worker's `_TURNS`."""
+
+    def __init__(self) -> None:
+        self.gaps: list[float] = []  # a release began -> the next grant was had
+        self.holds: list[float] = []  # a grant was had -> its release began
+        self.refused = 0
+        self.runs = 0
+        self.client_cpu, self.server_cpu = 0.0, 0.0  # every worker's and its backend's
+        self.server_readable = True
+
+    def add(self, turns: list[list[list[Any]]], cpus: list[list[float | None]]) -> None:
+        """Add one measurement's turns (one list of `_TURNS` entries per worker) and CPU."""
+        for client, server in cpus:
+            self.client_cpu += client or 0.0
+            if server is None:
+                self.server_readable = False
+            else:
+                self.server_cpu += server
+        for own in turns:
+            granted = None
+            for kind, when in own:
+                if kind == "grant":
+                    granted = when
+                elif kind == "release" and granted is not None:
+                    self.holds.append(when - granted)
+                    granted = None
+        merged = sorted((when, kind) for own in turns for kind, when in own)
+        released = None
+        for when, kind in merged:
+            if kind == "busy":
+                self.refused += 1
+            elif kind == "release":
+                released = when
+            elif released is not None:
+                self.gaps.append(when - released)
+                released = None
+        self.runs += sum(1 for own in turns for kind, _ in own if kind == "grant")
+
+    def row(self) -> str:
+        """Hand-off mean / p50 / p95 / max, hold mean, refusals per run."""
+        if not self.gaps:
+            return "n/a"
+        gaps, holds = self.gaps, self.holds
+        return (
+            f"hand-off {fmt_time(sum(gaps) / len(gaps))} mean, "
+            f"{fmt_time(percentile(gaps, 50))} p50, {fmt_time(percentile(gaps, 95))} p95, "
+            f"{fmt_time(max(gaps))} max; hold {fmt_time(sum(holds) / len(holds))} "
+            f"mean; {self.refused / max(self.runs, 1):.1f} refused begin_run/run"
+        )
+
+    def cpu(self) -> str:
+        """CPU per run, all workers (waiters too) and their backends."""
+        runs = max(self.runs, 1)
+        server = fmt_time(self.server_cpu / runs) if self.server_readable else "n/a"
+        return f"{fmt_time(self.client_cpu / runs)} + {server}"
+
+
+def _processes(
+    mode: str, dsn: str, contended: bool, n: int, tag: str, workers: int, turns: _Turns
+) -> float:
+    """Start `workers` workers, let them go at once; return the seconds until the last ends.
+
+    The workers' turns on a contended thread are added to `turns`.
+    """
     kind = "contended" if contended else "distinct"
     procs = [
         subprocess.Popen(
@@ -268,10 +495,15 @@ def _processes(mode: str, dsn: str, contended: bool, n: int, tag: str, workers: 
             assert p.stdin is not None
             p.stdin.write("go\n")
             p.stdin.flush()
-        ends = []
+        ends, logs, cpus = [], [], []
         for p in procs:
             assert p.stdout is not None
-            ends.append(json.loads(p.stdout.readline())["end"])
+            result = json.loads(p.stdout.readline())
+            ends.append(result["end"])
+            logs.append(result["turns"])
+            cpus.append(result["cpu"])
+        if contended:
+            turns.add(logs, cpus)
         return max(ends) - started
     finally:
         for p in procs:
@@ -326,6 +558,15 @@ def _wake_ups(ours: Any, dsn: str, n: int) -> tuple[list[float], list[float]]:
 # --- the run ------------------------------------------------------------------------------
 
 
+def _options(parser: Any) -> None:
+    parser.add_argument(
+        "--only",
+        choices=("all", "put"),
+        default="all",
+        help="put: only the round-trip, CPU, put and put_writes tables (about a minute)",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the tables; exit 0 whatever the figures (a MISS is a finding)."""
     argv = sys.argv[1:] if argv is None else argv
@@ -333,12 +574,14 @@ def main(argv: list[str] | None = None) -> int:
         return worker(argv[1:])
     if argv[:1] == ["--waiter"]:
         return _waiter(argv[1:])
-    args = parse_args("FencedPostgresSaver vs PostgresSaver", argv)
+    args = parse_args("FencedPostgresSaver vs PostgresSaver", argv, _options)
     from langgraph.checkpoint.postgres import PostgresSaver
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
     rounds = args.rounds or (3 if args.quick else 15)
-    put_ops = 5 if args.quick else 100
+    # put and put_writes: many short slices (see the module docstring).
+    put_rounds = args.rounds or (3 if args.quick else 150)
+    put_ops = 5 if args.quick else 20
     invoke_ops = 2 if args.quick else 20
     proc_rounds = 1 if args.quick else 3
     workers = 2 if args.quick else WORKERS  # --quick is a smoke run: fewer processes
@@ -391,9 +634,9 @@ def main(argv: list[str] | None = None) -> int:
                 ["call", "FencedPostgresSaver (fenced)", "PostgresSaver", "ratio (sum)"],
             )
             cpu_ops = 20 if args.quick else 400
+            # put and put_writes: their CPU is summed over the interleaved
+            # slices of their own tables below.
             for name, ours_run, theirs_run, n in (
-                ("put", mine.puts, stock.puts, cpu_ops),
-                ("put_writes", mine.writes, stock.writes, cpu_ops),
                 ("5-node invoke", ours_invoke, theirs_invoke, max(2, cpu_ops // 20)),
             ):
                 a = cpu_per_call(ours_conn, ours_run, n)
@@ -402,28 +645,41 @@ def main(argv: list[str] | None = None) -> int:
                 table.add(name, _fmt_cpu(a), _fmt_cpu(b), f"{total_a / total_b:.2f}x")
             table.print()
 
-            samples = interleave(
+            for chain in (mine, hush, stock):  # warm: psycopg prepares on the 5th use
+                chain.puts(put_ops)
+                chain.writes(put_ops)
+            quiet_conn = quiet._engine._conn
+            _spread_table(
+                "PUT: one checkpoint per call",
+                "saver",
                 {
-                    "FencedPostgresSaver.put (fenced)": mine.puts,
-                    "  notify=False": hush.puts,
-                    "PostgresSaver.put": stock.puts,
+                    "FencedPostgresSaver.put (fenced)": _Probed(ours_conn, mine.puts),
+                    "  notify=False": _Probed(quiet_conn, hush.puts),
+                    "PostgresSaver.put": _Probed(theirs_conn, stock.puts),
                 },
-                rounds=rounds,
+                "PostgresSaver.put",
+                1.2,
+                rounds=put_rounds,
                 ops=put_ops,
             )
-            _ratio_table("PUT: one checkpoint per call", "saver", samples, "PostgresSaver.put", 1.2)
-            samples = interleave(
+            _spread_table(
+                "PUT_WRITES: one write per call",
+                "saver",
                 {
-                    "FencedPostgresSaver.put_writes (fenced)": mine.writes,
-                    "  notify=False": hush.writes,
-                    "PostgresSaver.put_writes": stock.writes,
+                    "FencedPostgresSaver.put_writes (fenced)": _Probed(ours_conn, mine.writes),
+                    "  notify=False": _Probed(quiet_conn, hush.writes),
+                    "PostgresSaver.put_writes": _Probed(theirs_conn, stock.writes),
                 },
-                rounds=rounds,
+                "PostgresSaver.put_writes",
+                1.2,
+                rounds=put_rounds,
                 ops=put_ops,
             )
-            _ratio_table(
-                "PUT_WRITES: one write per call", "saver", samples, "PostgresSaver.put_writes", 1.2
-            )
+            if args.only == "put":
+                load = os.getloadavg()
+                print(f"load average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+                print("result: done (figures, not assertions; --only put)")
+                return 0
 
             samples = interleave(
                 {"FencedPostgresSaver (claimed)": ours_invoke, "PostgresSaver": theirs_invoke},
@@ -472,11 +728,14 @@ def main(argv: list[str] | None = None) -> int:
                 (True, "one, contended (ours: FencedRunner enqueue; theirs: advisory lock)"),
             ):
                 times: dict[str, list[float]] = {"ours": [], "theirs": []}
+                turns = {"ours": _Turns(), "theirs": _Turns()}
                 for r in range(proc_rounds):
                     order = ["ours", "theirs"] if r % 2 == 0 else ["theirs", "ours"]
                     for who in order:
                         tag = f"p{int(contended)}-{who}-{r}"
-                        times[who].append(_processes(who, dsn, contended, proc_ops, tag, workers))
+                        times[who].append(
+                            _processes(who, dsn, contended, proc_ops, tag, workers, turns[who])
+                        )
                 ratio = paired_ratio(times["ours"], times["theirs"])
                 table.add(
                     label,
@@ -485,6 +744,18 @@ def main(argv: list[str] | None = None) -> int:
                     f"{ratio:.2f}x",
                     f"<= 1.0x {verdict(ratio, 1.0)}",
                 )
+            table.print()
+            # The contended row's time, turn by turn (`turns` is that row's): a hand-off runs
+            # from a release's start (ours: end_run; theirs: the unlock) to the next
+            # grant (ours: a begin_run that returned; theirs: pg_advisory_lock returned).
+            # Theirs waits in the server's lock queue, woken when the lock is free; ours
+            # polls with backoff (runqueue.py) and holds for begin_run + invoke.
+            table = Table(
+                "CONTENDED: where one thread's time goes (every round's turns)",
+                ["checkpointer", "turns", "CPU per run: workers + backends"],
+            )
+            table.add("FencedPostgresSaver", turns["ours"].row(), turns["ours"].cpu())
+            table.add("PostgresSaver", turns["theirs"].row(), turns["theirs"].cpu())
             table.print()
 
             from_call, from_ack = _wake_ups(ours, dsn, wakes)
