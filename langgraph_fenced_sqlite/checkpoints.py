@@ -627,7 +627,9 @@ def decode_checked(
         raise
     except _DECODE_ERRORS as exc:
         raise UndecodableRow(thread_id, cid, str(exc)) from exc
-    pending = [(w[0], w[1], decode_write(serde, thread_id, cid, w)) for w in writes]
+    pending: list[tuple[str, str, Any]] = []
+    if writes:
+        pending = [(w[0], w[1], decode_write(serde, thread_id, cid, w)) for w in writes]
     md = _metadata(thread_id, cid, metadata)
     config: RunnableConfig = {
         "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}
