@@ -403,28 +403,6 @@ def split_tuple(rows: Sequence[Row]) -> tuple[Row, list[WriteRow]] | None:
     return row, writes
 
 
-def split_page(
-    rows: Sequence[Row],
-) -> tuple[list[Row], dict[tuple[Any, Any, Any], list[WriteRow]]]:
-    """Split `schema.list_page`'s rows into the page's checkpoint rows (in order) and
-    the write rows of each (every checkpoint's key present), in `writes_sort_key` order."""
-    checkpoints = [r for r in rows if r[12] == 0]
-    writes: dict[tuple[Any, Any, Any], list[WriteRow]] = {
-        (r[0], r[1], r[2]): [] for r in checkpoints
-    }
-    for r in rows:
-        if r[12] != 0:
-            found = writes.get((r[0], r[1], r[2]))
-            if found is None:
-                writes[(r[0], r[1], r[2])] = [r[3:10]]
-            else:
-                found.append(r[3:10])
-    for mine in writes.values():
-        if len(mine) > 1:
-            sort_writes(mine)
-    return checkpoints, writes
-
-
 def fetch_writes_for(
     conn: sqlite3.Connection, rows: Sequence[Row]
 ) -> dict[tuple[str, str, str], list[WriteRow]]:

@@ -217,12 +217,6 @@ class FencedSqliteSaver(  # type: ignore[misc]
         rows = self._engine.query(op, *schema.get_tuple(thread_id, checkpoint_ns, checkpoint_id))
         return cps.split_tuple(rows)
 
-    def _fetch_page(
-        self, query: dict[str, Any], after_key: tuple[str, str, str] | None, size: int
-    ) -> tuple[_list[Any], dict[Any, _list[Any]]]:
-        sql, params = schema.list_page(**query, after_key=after_key, limit=size)
-        return cps.split_page(self._engine.query("list", sql, params))
-
     # `get_tuple` and `list` read only the cells they return or check (a
     # sixth of a read's CPU went to converting cells it never used); a row
     # whose position, token or created_at holds the wrong type is read again

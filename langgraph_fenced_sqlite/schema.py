@@ -667,7 +667,7 @@ def list_checkpoints(
 _LIST_ORDER = "ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC LIMIT ?"
 
 
-def list_page(
+def read_page(
     *,
     thread_id: str | None,
     checkpoint_ns: str | None,
@@ -683,44 +683,11 @@ def list_page(
     so the page and its writes agree with no BEGIN and COMMIT around them.
     The page's keys are selected again (same filter, same total order, same
     snapshot: the same rows) for the writes' join; a join, not
-    `(t, ns, id) IN (...)`, which SQLite 3.40 plans as a scan of the writes.
-
-    Returns:
-        `(sql, params)`; rows are the page's checkpoints in order
-        (`_CHECKPOINT_COLUMNS`, then 0), then their writes in no particular
-        order: `(thread_id, checkpoint_ns, checkpoint_id, task_id, channel,
-        type, blob, task_path, idx, checksum, NULL, NULL, 1)`.
-    """
-    clause, params = _list_where(
-        thread_id, checkpoint_ns, checkpoint_id, metadata_filter, before_id, after_key
-    )
-    sql = (
-        f"SELECT *, 0 FROM (SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints {clause}{_LIST_ORDER}) "
-        "UNION ALL SELECT w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.channel, "
-        "w.type, w.blob, w.task_path, w.idx, w.checksum, NULL, NULL, 1 FROM (SELECT thread_id, "
-        f"checkpoint_ns, checkpoint_id FROM checkpoints {clause}{_LIST_ORDER}) AS k "
-        "JOIN writes AS w ON w.thread_id = k.thread_id AND w.checkpoint_ns = k.checkpoint_ns "
-        "AND w.checkpoint_id = k.checkpoint_id"
-    )
-    return sql, [*params, limit, *params, limit]
-
-
-def read_page(
-    *,
-    thread_id: str | None,
-    checkpoint_ns: str | None,
-    checkpoint_id: str | None,
-    metadata_filter: dict[str, Any] | None,
-    before_id: str | None,
-    after_key: tuple[str, str, str] | None,
-    limit: int,
-) -> tuple[str, list[Any]]:
-    """Build one page of `list` and the page's writes, as `list_page` does, with fewer cells.
-
-    The arguments are `list_checkpoints`'s. The writes' join is a CROSS JOIN
-    so that SQLite reads the page's keys as a co-routine: a plain JOIN
-    materializes them in a temporary table first (about 15k CPU
-    instructions a page).
+    `(t, ns, id) IN (...)`, which SQLite 3.40 plans as a scan of the writes,
+    and a CROSS JOIN, so that SQLite reads the keys as a co-routine: a plain
+    JOIN materializes them in a temporary table first (about 15k CPU
+    instructions a page). Checkpoint rows carry only the cells `list`
+    returns or checks (see `_READ_COLUMNS`).
 
     Returns:
         `(sql, params)`; rows are the page's checkpoints in order
