@@ -702,14 +702,16 @@ def split_read_page(
 
 
 def decode_listed(
-    serde: SerializerProtocol, row: Row, writes: Sequence[WriteRow]
+    serde: SerializerProtocol, thread_id: str, ns: str, row: Row, writes: Sequence[WriteRow]
 ) -> CheckpointTuple:
     """Rebuild a `CheckpointTuple` from one of `split_read_page`'s rows (types flag 0).
+
+    `thread_id` and `ns` are the row's, or the query's where the row holds NULL.
 
     Raises:
         UndecodableRow: as `decode_tuple`.
     """
-    thread_id, ns, cid, parent_id = row[:4]
+    cid, parent_id = row[2], row[3]
     cells = row[4:8]
     check_cells(thread_id, cid, parent_id, cells, row[8], None)
     return decode_checked(serde, thread_id, ns, cid, parent_id, cells, writes)

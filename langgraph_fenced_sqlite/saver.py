@@ -242,13 +242,18 @@ class FencedSqliteSaver(  # type: ignore[misc]
         serde = self.serde
         page = []
         for r in rows:
+            # NULL keys: the query named the thread and namespace (`read_page`).
+            thread_id, ns = (
+                (r[0], r[1]) if r[0] is not None else (query["thread_id"], query["checkpoint_ns"])
+            )
             if r[9] != 0:
-                again = super()._read_tuple(r[0], r[1], r[2])
+                again = super()._read_tuple(thread_id, ns, r[2])
                 if again is None:
-                    raise UndecodableRow(r[0], r[2], "the row changed while it was read")
+                    raise UndecodableRow(thread_id, r[2], "the row changed while it was read")
                 page.append(again)
             else:
-                page.append(cps.decode_listed(serde, r, writes[(r[0], r[1], r[2])]))
+                found = writes[(r[0], r[1], r[2])]
+                page.append(cps.decode_listed(serde, thread_id, ns, r, found))
         return page
 
     def _put(self, enc: cps.EncodedCheckpoint, token: int | None) -> None:

@@ -667,6 +667,9 @@ def list_checkpoints(
 _LIST_ORDER = "ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC LIMIT ?"
 
 
+_KEYS = ("thread_id, checkpoint_ns", "w.thread_id, w.checkpoint_ns")
+
+
 def read_page(
     *,
     thread_id: str | None,
@@ -687,7 +690,9 @@ def read_page(
     and a CROSS JOIN, so that SQLite reads the keys as a co-routine: a plain
     JOIN materializes them in a temporary table first (about 15k CPU
     instructions a page). Checkpoint rows carry only the cells `list`
-    returns or checks (see `_READ_COLUMNS`).
+    returns or checks (see `_READ_COLUMNS`); when the query names the thread
+    and the namespace (as LangGraph's history does), every row carries NULL
+    for both instead (the reader knows them: two cells fewer a row).
 
     Returns:
         `(sql, params)`; rows are the page's checkpoints in order
@@ -700,11 +705,13 @@ def read_page(
     clause, params = _list_where(
         thread_id, checkpoint_ns, checkpoint_id, metadata_filter, before_id, after_key
     )
+    known = thread_id is not None and checkpoint_ns is not None
+    keys, w_keys = ("NULL, NULL", "NULL, NULL") if known else _KEYS
     sql = (
-        "SELECT * FROM (SELECT thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, "
+        f"SELECT * FROM (SELECT {keys}, checkpoint_id, parent_checkpoint_id, "
         f"envelope, values_type, values_blob, metadata, checksum, {_TYPES_OK}, 0 "
         f"FROM checkpoints {clause}{_LIST_ORDER}) "
-        "UNION ALL SELECT w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.channel, "
+        f"UNION ALL SELECT {w_keys}, w.checkpoint_id, w.task_id, w.channel, "
         "w.type, w.blob, w.task_path, w.idx, w.checksum, 1 FROM (SELECT thread_id, "
         f"checkpoint_ns, checkpoint_id FROM checkpoints {clause}{_LIST_ORDER}) AS k "
         "CROSS JOIN writes AS w ON w.thread_id = k.thread_id "
