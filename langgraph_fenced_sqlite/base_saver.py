@@ -141,8 +141,7 @@ class FencedSaverBase(BaseCheckpointSaver[str]):
             The tuple with pending writes in `writes_sort_key` order, or None.
         """
         thread_id, ns, cid = config_target(config)
-        found = self._fetch_tuple("get_tuple", thread_id, ns, cid)
-        return None if found is None else cps.decode_tuple(self.serde, *found)
+        return self._read_tuple(thread_id, ns, cid)
 
     aget_tuple = async_twin(get_tuple)
 
@@ -219,10 +218,11 @@ class FencedSaverBase(BaseCheckpointSaver[str]):
     ) -> tuple[_list[CheckpointTuple], _Cursor | None]:
         size = _PAGE if remaining is None else min(_PAGE, remaining)
         args = {k: v for k, v in query.items() if k != "limit"}
-        rows, writes = self._fetch_page(args, cursor, size)
-        page = [cps.decode_tuple(self.serde, r, writes[(r[0], r[1], r[2])]) for r in rows]
-        next_cursor = (rows[-1][2], rows[-1][0], rows[-1][1]) if len(rows) == size else None
-        return page, next_cursor
+        page = self._read_page(args, cursor, size)
+        if len(page) < size:
+            return page, None
+        last = page[-1].config["configurable"]
+        return page, (last["checkpoint_id"], last["thread_id"], last["checkpoint_ns"])
 
     # --- writes --------------------------------------------------------------------------
 
@@ -306,6 +306,20 @@ class FencedSaverBase(BaseCheckpointSaver[str]):
         return f"{current_v + 1:032}.{random.random():016}"
 
     # --- the store's primitives: checked, encoded arguments in, one transaction each ----
+
+    def _read_tuple(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
+    ) -> CheckpointTuple | None:
+        """Read and decode `get_tuple`'s checkpoint; a store may read it its own way."""
+        found = self._fetch_tuple("get_tuple", thread_id, checkpoint_ns, checkpoint_id)
+        return None if found is None else cps.decode_tuple(self.serde, *found)
+
+    def _read_page(
+        self, query: dict[str, Any], after_key: _Cursor | None, size: int
+    ) -> _list[CheckpointTuple]:
+        """Read and decode one page of `list`; a store may read it its own way."""
+        rows, writes = self._fetch_page(query, after_key, size)
+        return [cps.decode_tuple(self.serde, r, writes[(r[0], r[1], r[2])]) for r in rows]
 
     def _fetch_tuple(
         self, op: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None

@@ -403,28 +403,6 @@ def split_tuple(rows: Sequence[Row]) -> tuple[Row, list[WriteRow]] | None:
     return row, writes
 
 
-def split_page(
-    rows: Sequence[Row],
-) -> tuple[list[Row], dict[tuple[Any, Any, Any], list[WriteRow]]]:
-    """Split `schema.list_page`'s rows into the page's checkpoint rows (in order) and
-    the write rows of each (every checkpoint's key present), in `writes_sort_key` order."""
-    checkpoints = [r for r in rows if r[12] == 0]
-    writes: dict[tuple[Any, Any, Any], list[WriteRow]] = {
-        (r[0], r[1], r[2]): [] for r in checkpoints
-    }
-    for r in rows:
-        if r[12] != 0:
-            found = writes.get((r[0], r[1], r[2]))
-            if found is None:
-                writes[(r[0], r[1], r[2])] = [r[3:10]]
-            else:
-                found.append(r[3:10])
-    for mine in writes.values():
-        if len(mine) > 1:
-            sort_writes(mine)
-    return checkpoints, writes
-
-
 def fetch_writes_for(
     conn: sqlite3.Connection, rows: Sequence[Row]
 ) -> dict[tuple[str, str, str], list[WriteRow]]:
@@ -486,9 +464,22 @@ def check_row(row: Row) -> None:
         UndecodableRow: the checksum is missing or does not hold, or a cell
             holds the wrong SQL type.
     """
-    thread_id, cid = row[0], row[2]
-    envelope, values_type, values_blob, metadata = row[4:8]
-    stored = row[11]
+    check_cells(row[0], row[2], row[3], row[4:8], row[11], row)
+
+
+def check_cells(
+    thread_id: Any, cid: Any, parent_id: Any, cells: Sequence[Any], stored: Any, row: Row | None
+) -> None:
+    """`check_row` of a row's cells: `cells` is `(envelope, values_type, values_blob, metadata)`.
+
+    `row` is the whole row (`_CHECKPOINT_COLUMNS`) when its position, token
+    and created_at are to be checked too; None when the statement that read
+    the cells checked their types already (`schema._TYPES_OK`).
+
+    Raises:
+        UndecodableRow: as `check_row`.
+    """
+    envelope, values_type, values_blob, metadata = cells
     if stored is None:
         raise UndecodableRow(
             thread_id, cid, "the row has no checksum (written outside this library?)"
@@ -505,15 +496,22 @@ def check_row(row: Row) -> None:
         and type(values_type) is str
         and type(values_blob) is bytes
         and type(metadata) is str
-        and type(row[8]) is int
-        and (row[3] is None or type(row[3]) is str)
-        and (row[9] is None or type(row[9]) is int)
-        and type(row[10]) in (int, float)
+        and (parent_id is None or type(parent_id) is str)
+        and (
+            row is None
+            or (
+                type(row[8]) is int
+                and (row[9] is None or type(row[9]) is int)
+                and type(row[10]) in (int, float)
+            )
+        )
     ):
         return
-    for i, column, types in _ROW_TYPES:
-        if type(row[i]) not in types:
-            raise UndecodableRow(thread_id, cid, f"{column} holds {type(row[i]).__name__}")
+    given = (None, None, None, parent_id, *cells)
+    for i, column, types in _ROW_TYPES if row is not None else _ROW_TYPES[:5]:
+        value = row[i] if row is not None else given[i]
+        if type(value) not in types:
+            raise UndecodableRow(thread_id, cid, f"{column} holds {type(value).__name__}")
 
 
 def decode_metadata(row: Row) -> dict[str, Any]:
@@ -522,12 +520,16 @@ def decode_metadata(row: Row) -> dict[str, Any]:
     Raises:
         UndecodableRow: the metadata is not a JSON object.
     """
+    return _metadata(row[0], row[2], row[7])
+
+
+def _metadata(thread_id: Any, cid: Any, text: Any) -> dict[str, Any]:
     try:
-        md = loads_json(row[7], "metadata")
+        md = loads_json(text, "metadata")
     except FencedSqliteError as exc:
-        raise UndecodableRow(row[0], row[2], str(exc)) from exc
+        raise UndecodableRow(thread_id, cid, str(exc)) from exc
     if not isinstance(md, dict):
-        raise UndecodableRow(row[0], row[2], f"metadata is JSON {type(md).__name__}, not an object")
+        raise UndecodableRow(thread_id, cid, f"metadata is JSON {type(md).__name__}, not an object")
     return md
 
 
@@ -561,7 +563,26 @@ def decode_tuple(
 ) -> CheckpointTuple:
     """Rebuild a `CheckpointTuple`; a row that does not decode is `UndecodableRow`."""
     check_row(row)
-    thread_id, ns, cid, parent_id, envelope, values_type, values_blob = row[:7]
+    return decode_checked(serde, row[0], row[1], row[2], row[3], row[4:8], writes)
+
+
+def decode_checked(
+    serde: SerializerProtocol,
+    thread_id: str,
+    ns: str,
+    cid: str,
+    parent_id: str | None,
+    stored: Sequence[Any],
+    writes: Sequence[WriteRow],
+) -> CheckpointTuple:
+    """Rebuild a `CheckpointTuple` from cells `check_cells` passed.
+
+    `stored` is `(envelope, values_type, values_blob, metadata)`.
+
+    Raises:
+        UndecodableRow: a cell, or a write, does not decode.
+    """
+    envelope, values_type, values_blob, metadata = stored
     try:
         env = loads_json(envelope, "checkpoint envelope")
         if not isinstance(env, dict):
@@ -584,8 +605,10 @@ def decode_tuple(
         raise
     except _DECODE_ERRORS as exc:
         raise UndecodableRow(thread_id, cid, str(exc)) from exc
-    pending = [(w[0], w[1], decode_write(serde, thread_id, cid, w)) for w in writes]
-    md = decode_metadata(row)
+    pending: list[tuple[str, str, Any]] = []
+    if writes:
+        pending = [(w[0], w[1], decode_write(serde, thread_id, cid, w)) for w in writes]
+    md = _metadata(thread_id, cid, metadata)
     config: RunnableConfig = {
         "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}
     }
@@ -601,6 +624,97 @@ def decode_tuple(
     # `tuple.__new__` is what the named tuple's own (Python) `__new__` calls.
     result: CheckpointTuple = _new_tuple(CheckpointTuple, (config, env, md, parent, pending))
     return result
+
+
+# --- the narrow reads of `get_tuple` and `list` (schema.read_tuple, schema.read_page) -----
+
+
+def split_read(rows: Sequence[Row]) -> tuple[Row, list[WriteRow]] | None:
+    """Split `schema.read_tuple`'s rows into the checkpoint row and its writes.
+
+    Returns:
+        None if no checkpoint was found, else the checkpoint row
+        (`schema._READ_COLUMNS`, then its types flag) and its write rows in
+        `writes_sort_key` order.
+    """
+    if not rows:
+        return None
+    row = rows[0]
+    if row[7] == 1:
+        # A write row first: SQLite runs a UNION ALL's arms in order, so this
+        # is a result with no checkpoint (writes of one not stored); the
+        # search only makes that order no assumption.
+        found = next((r for r in rows if r[7] != 1), None)
+        if found is None:
+            return None
+        row = found
+    if len(rows) == 1:
+        return row, []
+    writes = [r[:7] for r in rows if r is not row]
+    if len(writes) > 1:
+        sort_writes(writes)
+    return row, writes
+
+
+def decode_read(
+    serde: SerializerProtocol,
+    thread_id: str,
+    ns: str,
+    row: Row,
+    writes: Sequence[WriteRow],
+) -> CheckpointTuple:
+    """Rebuild a `CheckpointTuple` from `split_read`'s row, checked as `check_row` checks.
+
+    The row's types flag must be 0 (the caller reads a flagged row again in
+    full, through `decode_tuple`, which names the cell).
+
+    Raises:
+        UndecodableRow: as `decode_tuple`.
+    """
+    cid, parent_id = row[0], row[1]
+    cells = row[2:6]
+    check_cells(thread_id, cid, parent_id, cells, row[6], None)
+    return decode_checked(serde, thread_id, ns, cid, parent_id, cells, writes)
+
+
+def split_read_page(
+    rows: Sequence[Row],
+) -> tuple[list[Row], dict[tuple[Any, Any, Any], list[WriteRow]]]:
+    """Split `schema.read_page`'s rows into the page's checkpoint rows (in order) and
+    the write rows of each (every checkpoint's key present), in `writes_sort_key` order."""
+    checkpoints = [r for r in rows if r[10] == 0]
+    writes: dict[tuple[Any, Any, Any], list[WriteRow]] = {
+        (r[0], r[1], r[2]): [] for r in checkpoints
+    }
+    if len(checkpoints) == len(rows):
+        return checkpoints, writes
+    for r in rows:
+        if r[10] != 0:
+            found = writes.get((r[0], r[1], r[2]))
+            if found is None:
+                writes[(r[0], r[1], r[2])] = [r[3:10]]
+            else:
+                found.append(r[3:10])
+    for mine in writes.values():
+        if len(mine) > 1:
+            sort_writes(mine)
+    return checkpoints, writes
+
+
+def decode_listed(
+    serde: SerializerProtocol, thread_id: str, ns: str, row: Row, writes: Sequence[WriteRow]
+) -> CheckpointTuple:
+    """Rebuild a `CheckpointTuple` from one of `split_read_page`'s rows (types flag 0).
+
+    `thread_id` and `ns` are the row's, or the query's where the row holds NULL.
+
+    Raises:
+        UndecodableRow: as `decode_tuple`.
+    """
+    cid, parent_id = row[2], row[3]
+    cells = row[4:8]
+    check_cells(thread_id, cid, parent_id, cells, row[8], None)
+    return decode_checked(serde, thread_id, ns, cid, parent_id, cells, writes)
 
 
 # A retention skeleton row: ns, id, parent, position, source, run_id,

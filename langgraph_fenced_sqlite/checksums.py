@@ -27,6 +27,11 @@ _NULL = b"\xff\xff\xff\xff"
 # length prefix (< 2**32 - 2) can equal this marker or `_NULL`.
 _NUMBER = b"\xfe\xff\xff\xff"
 _LENGTH = struct.Struct("<I").pack
+# The prefixes of short cells, made once: a `pack` call costs as much as
+# hashing a few hundred bytes, and most cells (types, channels, ids, metadata,
+# small envelopes) are short. About 40 KB.
+_SHORT = 1024
+_PREFIXES = tuple(_LENGTH(n) for n in range(_SHORT))
 _crc32 = zlib.crc32
 
 
@@ -101,16 +106,17 @@ def checkpoint_checksum(envelope: Any, values_type: Any, values_blob: Any, metad
             env, kind, meta = envelope.encode(), values_type.encode(), metadata.encode()
         except UnicodeEncodeError:
             return checksum(envelope, values_type, values_blob, metadata)
+        n_env, n_kind, n_blob, n_meta = len(env), len(kind), len(values_blob), len(meta)
         return _crc32(
             b"".join(
                 (
-                    _LENGTH(len(env)),
+                    _PREFIXES[n_env] if n_env < _SHORT else _LENGTH(n_env),
                     env,
-                    _LENGTH(len(kind)),
+                    _PREFIXES[n_kind] if n_kind < _SHORT else _LENGTH(n_kind),
                     kind,
-                    _LENGTH(len(values_blob)),
+                    _PREFIXES[n_blob] if n_blob < _SHORT else _LENGTH(n_blob),
                     values_blob,
-                    _LENGTH(len(meta)),
+                    _PREFIXES[n_meta] if n_meta < _SHORT else _LENGTH(n_meta),
                     meta,
                 )
             )
@@ -125,8 +131,18 @@ def write_checksum(channel: Any, type_: Any, blob: Any) -> int:
             chan, kind = channel.encode(), type_.encode()
         except UnicodeEncodeError:
             return checksum(channel, type_, blob)
+        n_chan, n_kind, n_blob = len(chan), len(kind), len(blob)
         return _crc32(
-            b"".join((_LENGTH(len(chan)), chan, _LENGTH(len(kind)), kind, _LENGTH(len(blob)), blob))
+            b"".join(
+                (
+                    _PREFIXES[n_chan] if n_chan < _SHORT else _LENGTH(n_chan),
+                    chan,
+                    _PREFIXES[n_kind] if n_kind < _SHORT else _LENGTH(n_kind),
+                    kind,
+                    _PREFIXES[n_blob] if n_blob < _SHORT else _LENGTH(n_blob),
+                    blob,
+                )
+            )
         )
     return checksum(channel, type_, blob)
 

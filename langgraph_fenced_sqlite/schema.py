@@ -396,6 +396,54 @@ def get_tuple(thread_id: str, checkpoint_ns: str, checkpoint_id: str | None) -> 
     return GET_TUPLE_LATEST, (thread_id, checkpoint_ns)
 
 
+# `get_tuple` and `list` as LangGraph calls them read fewer cells than the
+# statements above: each cell costs the sqlite3 module about 1.5k CPU
+# instructions (a mutex per call, a Python object), about as much as the
+# seek that finds the row. A checkpoint row is `_READ_COLUMNS` then
+# `_TYPES_OK` (0: position, token and created_at hold the SQL types
+# `checkpoints.check_row` accepts; 2: not, and the reader reads the row again
+# through `GET_TUPLE_*` to name the cell): they are checked, not returned.
+_READ_COLUMNS = (
+    "checkpoint_id, parent_checkpoint_id, envelope, values_type, values_blob, metadata, checksum"
+)
+_TYPES_OK = (
+    "CASE WHEN typeof(position) = 'integer' AND (token IS NULL OR typeof(token) = 'integer') "
+    "AND typeof(created_at) IN ('integer', 'real') THEN 0 ELSE 2 END"
+)
+# The write rows: `WRITES_OF_CHECKPOINT`'s columns, then 1.
+_READ_WRITE = (
+    "SELECT task_id, channel, type, blob, task_path, idx, checksum, 1 FROM writes "
+    "WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = "
+)
+# The latest by position, found in the position index alone (its entries end
+# in the rowid): one seek fewer than through its id and the primary key.
+_LATEST_ROWID = (
+    "(SELECT rowid FROM checkpoints WHERE thread_id = ?1 AND checkpoint_ns = ?2 "
+    "ORDER BY position DESC LIMIT 1)"
+)
+READ_TUPLE_BY_ID = (
+    f"SELECT {_READ_COLUMNS}, {_TYPES_OK} FROM checkpoints WHERE thread_id = ?1 "
+    f"AND checkpoint_ns = ?2 AND checkpoint_id = ?3 UNION ALL {_READ_WRITE}?3"
+)
+READ_TUPLE_LATEST = (
+    f"SELECT {_READ_COLUMNS}, {_TYPES_OK} FROM checkpoints WHERE rowid = {_LATEST_ROWID} "
+    f"UNION ALL {_READ_WRITE}(SELECT checkpoint_id FROM checkpoints WHERE rowid = "
+    f"{_LATEST_ROWID})"
+)
+
+
+def read_tuple(thread_id: str, checkpoint_ns: str, checkpoint_id: str | None) -> tuple[str, Any]:
+    """Build `get_tuple`'s one statement: `READ_TUPLE_BY_ID`, or `READ_TUPLE_LATEST` with no id.
+
+    Rows are the checkpoint's (`_READ_COLUMNS`, then 0 or 2) and its writes'
+    (`task_id, channel, type, blob, task_path, idx, checksum, 1`), in no
+    particular order; one snapshot, as `get_tuple`'s.
+    """
+    if checkpoint_id:
+        return READ_TUPLE_BY_ID, (thread_id, checkpoint_ns, checkpoint_id)
+    return READ_TUPLE_LATEST, (thread_id, checkpoint_ns)
+
+
 # The namespace's latest checkpoint committed before `position`.
 GET_LATEST_ID_BEFORE = (
     "SELECT checkpoint_id FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
@@ -619,7 +667,10 @@ def list_checkpoints(
 _LIST_ORDER = "ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC LIMIT ?"
 
 
-def list_page(
+_KEYS = ("thread_id, checkpoint_ns", "w.thread_id, w.checkpoint_ns")
+
+
+def read_page(
     *,
     thread_id: str | None,
     checkpoint_ns: str | None,
@@ -635,24 +686,36 @@ def list_page(
     so the page and its writes agree with no BEGIN and COMMIT around them.
     The page's keys are selected again (same filter, same total order, same
     snapshot: the same rows) for the writes' join; a join, not
-    `(t, ns, id) IN (...)`, which SQLite 3.40 plans as a scan of the writes.
+    `(t, ns, id) IN (...)`, which SQLite 3.40 plans as a scan of the writes,
+    and a CROSS JOIN, so that SQLite reads the keys as a co-routine: a plain
+    JOIN materializes them in a temporary table first (about 15k CPU
+    instructions a page). Checkpoint rows carry only the cells `list`
+    returns or checks (see `_READ_COLUMNS`); when the query names the thread
+    and the namespace (as LangGraph's history does), every row carries NULL
+    for both instead (the reader knows them: two cells fewer a row).
 
     Returns:
         `(sql, params)`; rows are the page's checkpoints in order
-        (`_CHECKPOINT_COLUMNS`, then 0), then their writes in no particular
-        order: `(thread_id, checkpoint_ns, checkpoint_id, task_id, channel,
-        type, blob, task_path, idx, checksum, NULL, NULL, 1)`.
+        (`thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id,
+        envelope, values_type, values_blob, metadata, checksum`, then
+        `_TYPES_OK`, then 0), then their writes in no particular order:
+        `(thread_id, checkpoint_ns, checkpoint_id, task_id, channel, type,
+        blob, task_path, idx, checksum, 1)`.
     """
     clause, params = _list_where(
         thread_id, checkpoint_ns, checkpoint_id, metadata_filter, before_id, after_key
     )
+    known = thread_id is not None and checkpoint_ns is not None
+    keys, w_keys = ("NULL, NULL", "NULL, NULL") if known else _KEYS
     sql = (
-        f"SELECT *, 0 FROM (SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints {clause}{_LIST_ORDER}) "
-        "UNION ALL SELECT w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.channel, "
-        "w.type, w.blob, w.task_path, w.idx, w.checksum, NULL, NULL, 1 FROM (SELECT thread_id, "
+        f"SELECT * FROM (SELECT {keys}, checkpoint_id, parent_checkpoint_id, "
+        f"envelope, values_type, values_blob, metadata, checksum, {_TYPES_OK}, 0 "
+        f"FROM checkpoints {clause}{_LIST_ORDER}) "
+        f"UNION ALL SELECT {w_keys}, w.checkpoint_id, w.task_id, w.channel, "
+        "w.type, w.blob, w.task_path, w.idx, w.checksum, 1 FROM (SELECT thread_id, "
         f"checkpoint_ns, checkpoint_id FROM checkpoints {clause}{_LIST_ORDER}) AS k "
-        "JOIN writes AS w ON w.thread_id = k.thread_id AND w.checkpoint_ns = k.checkpoint_ns "
-        "AND w.checkpoint_id = k.checkpoint_id"
+        "CROSS JOIN writes AS w ON w.thread_id = k.thread_id "
+        "AND w.checkpoint_ns = k.checkpoint_ns AND w.checkpoint_id = k.checkpoint_id"
     )
     return sql, [*params, limit, *params, limit]
 

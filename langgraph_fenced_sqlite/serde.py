@@ -355,16 +355,20 @@ class DataOnlySerializer(JsonPlusSerializer):
             cached = self._plain_hooks.get(unknown_tag)
             if cached is None or cached[0] is not self:
                 return self._unpack(payload, build=True, tag=unknown_tag)
-            errors = _hook_errors()
-            errors.clear()
+            # The hook's error list is empty between calls (every failure
+            # below empties it), so it is looked up only when one failed.
             try:
                 return _unpackb(payload, ext_hook=cached[1], option=_OPTION)
             except (ValueError, TypeError) as exc:
+                errors = _hook_errors()
                 if errors:
                     first = errors[0]
                     errors.clear()
                     raise first from None
                 raise SerializationError("msgpack", message=f"corrupt msgpack: {exc}") from exc
+            except BaseException:
+                _hook_errors().clear()
+                raise
         if tag == "null":
             return None
         if tag == "bytes":
@@ -416,6 +420,9 @@ class DataOnlySerializer(JsonPlusSerializer):
                 errors.clear()
                 raise first from None
             raise SerializationError("msgpack", message=f"corrupt msgpack: {exc}") from exc
+        except BaseException:
+            errors.clear()  # `loads_typed` relies on finding the list empty
+            raise
 
     def _make_hook(
         self,

@@ -209,7 +209,12 @@ def loads_json(text: Any, what: str = "JSON") -> Any:
         except (ValueError, TypeError):  # JSONDecodeError/JSONEncodeError are ValueErrors
             same = False
         if same:
-            if _may_be_deep(text) and _depth(value) > MAX_JSON_DEPTH:
+            # `_may_be_deep`, inlined (every read decodes two texts here).
+            if (
+                len(text) > 2 * MAX_JSON_DEPTH
+                and text.count("[") + text.count("{") > MAX_JSON_DEPTH
+                and _depth(value) > MAX_JSON_DEPTH
+            ):
                 raise _too_deep(what)
             return value
         return _loads_scanned(text, what)

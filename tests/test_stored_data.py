@@ -270,6 +270,22 @@ def test_a_cell_of_the_wrong_type_behind_a_valid_checksum_is_named(
         list(store.list(plain_config("t")))
 
 
+def test_a_cell_get_tuple_and_list_check_but_do_not_read_is_still_named(
+    open_store: Any, db_path: str
+) -> None:
+    """`get_tuple` and `list` read only the cells they return or check; SQL checks the
+    types of position, token and created_at, and a row that fails is read again in
+    full so that the error names the cell, as before: latest, by id and listed."""
+    store = open_store()
+    configs = _fill(store)
+    _plant(db_path, "UPDATE checkpoints SET position = 'x' || position", sealed=True)
+    for config in (plain_config("t"), configs["second"], configs["first"]):
+        with pytest.raises(UndecodableRow, match="position holds str"):
+            store.get_tuple(config)
+    with pytest.raises(UndecodableRow, match="position holds str"):
+        list(store.list(plain_config("t"), limit=1))
+
+
 # --- reads in one statement (checkpoints.split_tuple, decode_page) -------------------
 
 
