@@ -85,9 +85,12 @@ def runs() -> Iterator[dict[str, subprocess.Popen[str]]]:
     }
     yield procs
     for proc in procs.values():
-        if proc.poll() is None:
+        if proc.poll() is None:  # a script a `-k` filter left out, or one that hung
             proc.kill()
             proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
 
 
 @pytest.mark.parametrize("script", sorted(EXPECTED))
