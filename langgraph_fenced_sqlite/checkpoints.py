@@ -662,18 +662,22 @@ def decode_read(
     ns: str,
     row: Row,
     writes: Sequence[WriteRow],
+    at: int = 0,
 ) -> CheckpointTuple:
-    """Rebuild a `CheckpointTuple` from `split_read`'s row, checked as `check_row` checks.
+    """Rebuild a `CheckpointTuple` from a narrow read's row, checked as `check_row` checks.
 
-    The row's types flag must be 0 (the caller reads a flagged row again in
-    full, through `decode_tuple`, which names the cell).
+    The row holds `schema._READ_COLUMNS` from index `at`: 0 for
+    `split_read`'s row, 2 for one of `split_read_page`'s (after its thread
+    and namespace; `thread_id` and `ns` are the row's, or the query's where
+    the row holds NULL). Its types flag must be 0 (the caller reads a flagged
+    row again in full, through `decode_tuple`, which names the cell).
 
     Raises:
         UndecodableRow: as `decode_tuple`.
     """
-    cid, parent_id = row[0], row[1]
-    cells = row[2:6]
-    check_cells(thread_id, cid, parent_id, cells, row[6], None)
+    cid, parent_id = row[at], row[at + 1]
+    cells = row[at + 2 : at + 6]
+    check_cells(thread_id, cid, parent_id, cells, row[at + 6], None)
     return decode_checked(serde, thread_id, ns, cid, parent_id, cells, writes)
 
 
@@ -699,22 +703,6 @@ def split_read_page(
         if len(mine) > 1:
             sort_writes(mine)
     return checkpoints, writes
-
-
-def decode_listed(
-    serde: SerializerProtocol, thread_id: str, ns: str, row: Row, writes: Sequence[WriteRow]
-) -> CheckpointTuple:
-    """Rebuild a `CheckpointTuple` from one of `split_read_page`'s rows (types flag 0).
-
-    `thread_id` and `ns` are the row's, or the query's where the row holds NULL.
-
-    Raises:
-        UndecodableRow: as `decode_tuple`.
-    """
-    cid, parent_id = row[2], row[3]
-    cells = row[4:8]
-    check_cells(thread_id, cid, parent_id, cells, row[8], None)
-    return decode_checked(serde, thread_id, ns, cid, parent_id, cells, writes)
 
 
 # A retention skeleton row: ns, id, parent, position, source, run_id,

@@ -253,7 +253,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
                 page.append(again)
             else:
                 found = writes[(r[0], r[1], r[2])]
-                page.append(cps.decode_listed(serde, thread_id, ns, r, found))
+                page.append(cps.decode_read(serde, thread_id, ns, r, found, 2))
         return page
 
     def _put(self, enc: cps.EncodedCheckpoint, token: int | None) -> None:
