@@ -555,15 +555,59 @@ def _wake_ups(ours: Any, dsn: str, n: int) -> tuple[list[float], list[float]]:
     )
 
 
+def _process_tables(dsn: str, workers: int, proc_ops: int, proc_rounds: int) -> None:
+    """Print the PROCESSES table (distinct and contended threads) and the CONTENDED one."""
+    table = Table(
+        f"PROCESSES: {workers} workers x {proc_ops} invokes of the 5-node chain "
+        f"(wall time, {proc_rounds} interleaved rounds)",
+        ["threads", "FencedPostgresSaver", "PostgresSaver", "ratio", "target"],
+    )
+    for contended, label in (
+        (False, "distinct (one each)"),
+        (True, "one, contended (ours: FencedRunner enqueue; theirs: advisory lock)"),
+    ):
+        times: dict[str, list[float]] = {"ours": [], "theirs": []}
+        turns = {"ours": _Turns(), "theirs": _Turns()}
+        for r in range(proc_rounds):
+            order = ["ours", "theirs"] if r % 2 == 0 else ["theirs", "ours"]
+            for who in order:
+                tag = f"p{int(contended)}-{who}-{r}"
+                times[who].append(
+                    _processes(who, dsn, contended, proc_ops, tag, workers, turns[who])
+                )
+        ratio = paired_ratio(times["ours"], times["theirs"])
+        table.add(
+            label,
+            fmt_time(median(times["ours"])),
+            fmt_time(median(times["theirs"])),
+            f"{ratio:.2f}x",
+            f"<= 1.0x {verdict(ratio, 1.0)}",
+        )
+    table.print()
+    # The contended row's time, turn by turn (`turns` is that row's): a hand-off runs
+    # from a release's start (ours: end_run; theirs: the unlock) to the next
+    # grant (ours: a begin_run that returned; theirs: pg_advisory_lock returned).
+    # Theirs waits in the server's lock queue, woken when the lock is free; ours
+    # polls with backoff (runqueue.py) and holds for begin_run + invoke.
+    table = Table(
+        "CONTENDED: where one thread's time goes (every round's turns)",
+        ["checkpointer", "turns", "CPU per run: workers + backends"],
+    )
+    table.add("FencedPostgresSaver", turns["ours"].row(), turns["ours"].cpu())
+    table.add("PostgresSaver", turns["theirs"].row(), turns["theirs"].cpu())
+    table.print()
+
+
 # --- the run ------------------------------------------------------------------------------
 
 
 def _options(parser: Any) -> None:
     parser.add_argument(
         "--only",
-        choices=("all", "put"),
+        choices=("all", "put", "processes"),
         default="all",
-        help="put: only the round-trip, CPU, put and put_writes tables (about a minute)",
+        help="put: only the round-trip, CPU, put and put_writes tables (about a minute); "
+        "processes: only the PROCESSES and CONTENDED tables (a few minutes)",
     )
 
 
@@ -604,6 +648,12 @@ def main(argv: list[str] | None = None) -> int:
         ):
             ours.setup()
             theirs.setup()
+            if args.only == "processes":
+                _process_tables(dsn, workers, proc_ops, proc_rounds)
+                load = os.getloadavg()
+                print(f"load average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+                print("result: done (figures, not assertions; --only processes)")
+                return 0
             mine = _Chain(ours, "put-ours", ours.claim("put-ours", "bench", 3600).token)
             hush = _Chain(quiet, "put-quiet", quiet.claim("put-quiet", "bench", 3600).token)
             stock = _Chain(theirs, "put-theirs", None)
@@ -718,45 +768,7 @@ def main(argv: list[str] | None = None) -> int:
                 1.0,
             )
 
-            table = Table(
-                f"PROCESSES: {workers} workers x {proc_ops} invokes of the 5-node chain "
-                f"(wall time, {proc_rounds} interleaved rounds)",
-                ["threads", "FencedPostgresSaver", "PostgresSaver", "ratio", "target"],
-            )
-            for contended, label in (
-                (False, "distinct (one each)"),
-                (True, "one, contended (ours: FencedRunner enqueue; theirs: advisory lock)"),
-            ):
-                times: dict[str, list[float]] = {"ours": [], "theirs": []}
-                turns = {"ours": _Turns(), "theirs": _Turns()}
-                for r in range(proc_rounds):
-                    order = ["ours", "theirs"] if r % 2 == 0 else ["theirs", "ours"]
-                    for who in order:
-                        tag = f"p{int(contended)}-{who}-{r}"
-                        times[who].append(
-                            _processes(who, dsn, contended, proc_ops, tag, workers, turns[who])
-                        )
-                ratio = paired_ratio(times["ours"], times["theirs"])
-                table.add(
-                    label,
-                    fmt_time(median(times["ours"])),
-                    fmt_time(median(times["theirs"])),
-                    f"{ratio:.2f}x",
-                    f"<= 1.0x {verdict(ratio, 1.0)}",
-                )
-            table.print()
-            # The contended row's time, turn by turn (`turns` is that row's): a hand-off runs
-            # from a release's start (ours: end_run; theirs: the unlock) to the next
-            # grant (ours: a begin_run that returned; theirs: pg_advisory_lock returned).
-            # Theirs waits in the server's lock queue, woken when the lock is free; ours
-            # polls with backoff (runqueue.py) and holds for begin_run + invoke.
-            table = Table(
-                "CONTENDED: where one thread's time goes (every round's turns)",
-                ["checkpointer", "turns", "CPU per run: workers + backends"],
-            )
-            table.add("FencedPostgresSaver", turns["ours"].row(), turns["ours"].cpu())
-            table.add("PostgresSaver", turns["theirs"].row(), turns["theirs"].cpu())
-            table.print()
+            _process_tables(dsn, workers, proc_ops, proc_rounds)
 
             from_call, from_ack = _wake_ups(ours, dsn, wakes)
             table = Table(

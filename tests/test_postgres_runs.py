@@ -1,5 +1,6 @@
 """The run API on PostgreSQL where its transactions meet: an end queued behind a takeover,
-and a schema from before runs (version 3) upgraded under a live claim.
+a refused begin_run beside a holder's row lock, and a schema from before runs
+(version 3) upgraded under a live claim.
 
 The runner's behaviour on PostgreSQL (strategies, cancel, tenants, processes)
 is tested by the store-parametrised tests/test_runner*.py.
@@ -12,8 +13,13 @@ import time
 from typing import Any
 
 import psycopg
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+from psycopg.conninfo import conninfo_to_dict
 
-from langgraph_fenced_sqlite.postgres import FencedPostgresSaver, runs, sql
+from langgraph_fenced_sqlite import TenantMismatch, ThreadBusy
+from langgraph_fenced_sqlite.clock import ManualClock
+from langgraph_fenced_sqlite.postgres import FencedPostgresSaver, runs, sql, txns
 
 
 def _wait_for_lock_wait(watch: Any) -> None:
@@ -62,6 +68,108 @@ def test_an_end_of_run_queued_behind_a_takeover_logs_and_releases_nothing(pg_dsn
             ("run_superseded", "r-old"),
             ("run_started", "r-new"),
         ]
+
+
+def _short_lock_timeout(pg_dsn: str) -> psycopg.Connection[Any]:
+    """A connection that waits at most 100 ms for a lock."""
+    options = conninfo_to_dict(pg_dsn)["options"]
+    return psycopg.connect(pg_dsn, autocommit=True, options=f"{options} -c lock_timeout=100")
+
+
+def _history(saver: FencedPostgresSaver) -> list[tuple[str, Any]]:
+    return [(e.kind, e.data.get("run_id")) for e in saver.events_after("t", 0)]
+
+
+def test_a_refused_begin_run_takes_no_row_lock(
+    pg_dsn: str, open_pg: Any, clock: ManualClock
+) -> None:
+    """A begin_run refused for a live claim never waits for (or takes) the thread's row lock.
+
+    Deterministic: another connection holds the row lock (`SELECT ... FOR
+    UPDATE`, as a holder's fenced write does) while competing begin_runs run
+    on a connection whose lock_timeout is 100 ms. Each is refused at once, as
+    it would be with no lock held: TenantMismatch for another tenant (before
+    ThreadBusy), else ThreadBusy naming the holder and the latest checkpoint;
+    a begin_run that locked the row first would fail with StoreBusy instead.
+    Nothing changes.
+    """
+    saver = open_pg()
+    claim = saver.begin_run("t", "alice", 30, run_id="r1", tenant="acme")
+    cp = empty_checkpoint()
+    saver.put(claim.config(checkpoint_ns=""), cp, {"source": "update", "step": 1}, {})
+    before = _history(saver)
+    with _short_lock_timeout(pg_dsn) as conn, psycopg.connect(pg_dsn) as locker:
+        other = FencedPostgresSaver(conn, clock=clock)
+        try:
+            locker.execute("SELECT 1 FROM lgfs_threads WHERE thread_id = 't' FOR UPDATE")
+            with pytest.raises(TenantMismatch) as mismatch:
+                other.begin_run("t", "bob", 30, run_id="r2", tenant="globex")
+            assert (mismatch.value.tenant, mismatch.value.thread_tenant) == ("globex", "acme")
+            for tenant, strategy in ((None, "reject"), ("acme", "enqueue")):
+                with pytest.raises(ThreadBusy) as busy:
+                    other.begin_run("t", "bob", 30, run_id="r3", strategy=strategy, tenant=tenant)
+                assert (busy.value.holder, busy.value.latest_checkpoint_id) == ("alice", cp["id"])
+            locker.rollback()
+        finally:
+            other.close()
+    assert saver.current_claim("t") == claim
+    assert _history(saver) == before
+
+
+def test_a_begin_run_that_read_an_expired_claim_decides_under_the_lock(
+    pg_dsn: str, open_pg: Any, clock: ManualClock
+) -> None:
+    """A claim renewed while a begin_run waited for the row lock refuses it: the lock decides.
+
+    Deterministic: the claim has expired when another connection locks the
+    thread's row and renews the claim (uncommitted); the begin_run reads the
+    expired claim, so it must take the lock to grant, waits for it, then sees
+    the renewed claim and raises ThreadBusy. Granting from what it read
+    would fence off a live holder that renewed in time.
+    """
+    saver = open_pg()
+    claim = saver.begin_run("t", "alice", 10, run_id="r1")
+    clock.advance(20)
+    before = _history(saver)
+    other = open_pg()
+    outcome: list[Any] = []
+
+    def compete() -> None:
+        try:
+            outcome.append(other.begin_run("t", "bob", 10, run_id="r2", strategy="enqueue"))
+        except ThreadBusy as busy:
+            outcome.append(busy)
+
+    competitor = threading.Thread(target=compete)
+    with psycopg.connect(pg_dsn) as renewer, psycopg.connect(pg_dsn) as watch:
+        cur = renewer.cursor()
+        renewed = txns.renew(cur, "t", claim.token, 30, now=clock.now())
+        competitor.start()
+        _wait_for_lock_wait(watch)
+        renewer.commit()
+        competitor.join(timeout=30)
+    assert len(outcome) == 1 and isinstance(outcome[0], ThreadBusy)
+    assert outcome[0].holder == "alice"
+    assert saver.current_claim("t") == renewed
+    assert _history(saver) == before
+
+
+def test_a_claim_whose_expiry_the_server_reads_as_live_but_is_nan_is_judged_under_the_lock(
+    pg_dsn: str, open_pg: Any
+) -> None:
+    """An expiry of NaN (a damaged cell) sorts above every time in PostgreSQL, not in `claim_live`.
+
+    The read that takes no lock skips the lock on what the server compares as
+    live; `claim_live` cannot judge it, so begin_run locks the row and decides
+    as it always did for a damaged claim (not live: the run is granted).
+    """
+    saver = open_pg()
+    old = saver.begin_run("t", "alice", 30, run_id="r1")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE lgfs_threads SET expires_at = 'NaN' WHERE thread_id = 't'")
+    new = saver.begin_run("t", "bob", 30, run_id="r2")
+    assert new.token > old.token and saver.current_claim("t") == new
+    assert [kind for kind, _ in _history(saver)] == ["run_started", "run_superseded", "run_started"]
 
 
 def test_a_version_3_schema_is_upgraded_under_a_live_claim(pg_dsn: str) -> None:

@@ -1,10 +1,14 @@
 """The PostgreSQL store's run lifecycle: a claim and its first event, an end event and its release.
 
 Invariant: the same meaning as the SQLite store's `runs.py`, one transaction
-each. `begin_run` locks the thread's row first (`LOCK_RUN_THREAD`), judges the
+each. `begin_run` locks the thread's row (`LOCK_RUN_THREAD`), judges the
 tenant and the claim there, then draws the token after the lock and takes
 the commit's position in the same statement (`SET_RUN_CLAIM`, the grant and
-the fence under its new token); `run_started` (with
+the fence under its new token). A run that does not take over first reads
+the row without locking it, in the locking statement (`_lock_unless_busy`):
+that read may only refuse, so a refused poll on a busy thread neither waits
+for the holder's row lock nor makes the holder's next write wait for its
+own, and whatever it reads as free is decided under the lock. `run_started` (with
 `run_superseded`, and for "rollback" the retraction and its `retracted`
 event) commits with the claim. `end_run` begins with `FENCE` on the run's
 token: a run that lost its claim records and releases nothing. A cancel is
@@ -67,6 +71,36 @@ def _lock(cur: Cursor, thread_id: str, now: float | None) -> tuple[Any, ...]:
     return tuple(txns._one(cur, sql.LOCK_RUN_THREAD, {"thread_id": thread_id, "now": now}))
 
 
+def _lock_unless_busy(
+    cur: Cursor, thread_id: str, tenant: str | None, now: float | None
+) -> tuple[Any, ...]:
+    """Lock the thread's row as `_lock` does, unless a read that takes no lock refuses the run.
+
+    The read (in `sql.LOCK_RUN_THREAD_UNLESS_LIVE`, one round trip) is one READ
+    COMMITTED snapshot, which may be stale by the time it is used: it raises
+    only what the locked path would have raised at that moment
+    (TenantMismatch first, then ThreadBusy for a claim live by the database's
+    clock, read after the snapshot). A new thread, no claim, or an expired
+    one is locked in the same statement and judged by the caller.
+
+    Raises:
+        TenantMismatch: the thread is another tenant's.
+        ThreadBusy: the thread has a live claim.
+    """
+    locked, *cells, latest = txns._one(
+        cur, sql.LOCK_RUN_THREAD_UNLESS_LIVE, {"thread_id": thread_id, "now": now}
+    )
+    if locked:
+        return tuple(cells)
+    holder, token, expires_at, at, _, owner, holds_data, _ = cells
+    _adopts(thread_id, tenant, owner, holds_data)
+    if claim_live(token, expires_at, at):
+        raise ThreadBusy(thread_id, holder, latest)
+    # The statement saw a live claim that `claim_live` does not (a damaged
+    # cell): the lock decides, as for any other claim that is not live.
+    return _lock(cur, thread_id, now)
+
+
 def begin_run(
     cur: Cursor,
     thread_id: str,
@@ -87,12 +121,14 @@ def begin_run(
         ThreadBusy: the thread has a live claim and the strategy does not
             take over; nothing changes.
     """
-    old_holder, old_token, expires_at, at, old_run, owner, holds_data, _ = _lock(
-        cur, thread_id, now
+    take_over = strategy in _TAKE_OVER
+    locked = (
+        _lock(cur, thread_id, now) if take_over else _lock_unless_busy(cur, thread_id, tenant, now)
     )
+    old_holder, old_token, expires_at, at, old_run, owner, holds_data, _ = locked
     adopt = _adopts(thread_id, tenant, owner, holds_data)
     was_live = bool(claim_live(old_token, expires_at, at))
-    if was_live and strategy not in _TAKE_OVER:
+    if was_live and not take_over:
         raise ThreadBusy(thread_id, old_holder, txns.latest_id(cur, thread_id))
     if adopt:
         cur.execute(sql.SET_TENANT, {"tenant": tenant, "thread_id": thread_id})

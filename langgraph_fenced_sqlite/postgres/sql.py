@@ -240,21 +240,43 @@ ADJUST_SEQ = "UPDATE lgfs_threads SET next_seq = next_seq + %(n)s WHERE thread_i
 
 # --- runs (`runs.py`) -----------------------------------------------------------------
 
+# Whether thread row `t` holds anything a tenant could own (an event or a checkpoint).
+_HOLDS_DATA = (
+    "t.next_seq > 1 OR EXISTS (SELECT 1 FROM lgfs_checkpoints c WHERE c.thread_id = t.thread_id)"
+)
 # `LOCK_THREAD` for a run: also the claim's run, the thread's tenant, whether
 # it holds anything a tenant could own, and whether this statement created the
 # row (an inserted row version has no xmax; an upserted one has ours).
 LOCK_RUN_THREAD = (
     "INSERT INTO lgfs_threads AS t (thread_id) VALUES (%(thread_id)s) "
     "ON CONFLICT (thread_id) DO UPDATE SET thread_id = t.thread_id "
-    f"RETURNING t.holder, t.token, t.expires_at, {NOW}, t.run_id, t.tenant, "
-    "t.next_seq > 1 OR EXISTS (SELECT 1 FROM lgfs_checkpoints c WHERE c.thread_id = t.thread_id), "
+    f"RETURNING t.holder, t.token, t.expires_at, {NOW}, t.run_id, t.tenant, {_HOLDS_DATA}, "
     "t.xmax::text = '0'"
 )
-# A thread's tenant and whether it holds anything (no row: a new thread).
-GET_TENANT = (
-    "SELECT t.tenant, t.next_seq > 1 OR EXISTS (SELECT 1 FROM lgfs_checkpoints c "
-    "WHERE c.thread_id = t.thread_id) FROM lgfs_threads t WHERE t.thread_id = %(thread_id)s"
+# `LOCK_RUN_THREAD` for a run that does not take over, unless the thread's
+# claim is live: it first reads the row without locking it (`peek`, the same
+# cells, and the latest root checkpoint for ThreadBusy), and locks (creating)
+# it only if that read shows no live claim. One round trip either way. The
+# first column says which: true, the locked row's cells (then NULL); false,
+# the read's (then the latest root checkpoint id), with no lock taken and
+# nothing written. The time of the read is taken after its snapshot, so a
+# claim live by it was live at that snapshot's moment. This comparison only
+# chooses not to lock: `runs.begin_run` judges the cells with `claim_live`.
+LOCK_RUN_THREAD_UNLESS_LIVE = (
+    f"WITH peek AS (SELECT t.holder, t.token, t.expires_at, {NOW} AS now, t.run_id, t.tenant, "
+    f"{_HOLDS_DATA}, false, (SELECT c.checkpoint_id FROM lgfs_checkpoints c "
+    "WHERE c.thread_id = t.thread_id AND c.checkpoint_ns = '' ORDER BY c.position DESC LIMIT 1) "
+    "FROM lgfs_threads t WHERE t.thread_id = %(thread_id)s), "
+    "locked AS (INSERT INTO lgfs_threads AS t (thread_id) SELECT %(thread_id)s "
+    "WHERE NOT EXISTS (SELECT 1 FROM peek WHERE peek.now < peek.expires_at "
+    "AND peek.token IS NOT NULL) ON CONFLICT (thread_id) DO UPDATE SET thread_id = t.thread_id "
+    f"RETURNING t.holder, t.token, t.expires_at, {NOW}, t.run_id, t.tenant, {_HOLDS_DATA}, "
+    "t.xmax::text = '0') "
+    "SELECT true, locked.*, NULL FROM locked "
+    "UNION ALL SELECT false, peek.* FROM peek WHERE NOT EXISTS (SELECT 1 FROM locked)"
 )
+# A thread's tenant and whether it holds anything (no row: a new thread).
+GET_TENANT = f"SELECT t.tenant, {_HOLDS_DATA} FROM lgfs_threads t WHERE t.thread_id = %(thread_id)s"
 SET_TENANT = (
     "UPDATE lgfs_threads SET tenant = %(tenant)s WHERE thread_id = %(thread_id)s AND tenant IS NULL"
 )
