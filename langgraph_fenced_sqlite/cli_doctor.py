@@ -43,8 +43,12 @@ def cmd_doctor(args: argparse.Namespace, out: Out) -> int:
 def _text(report: Diagnosis) -> str:
     status = "ok" if report.ok else "PROBLEMS: " + "; ".join(report.problems)
     stats = report.stats
-    if "schema_version" not in stats:  # too damaged to open
-        return f"{'file':<15} {report.path}\n{'status':<15} {status}"
+    if "threads" not in stats:  # too damaged to open, or an older schema (left unread)
+        short: list[tuple[str, object]] = [("file", report.path)]
+        if "schema_version" in stats:
+            short.append(("schema version", stats["schema_version"]))
+        short.append(("status", status))
+        return "\n".join(f"{k:<15} {v}" for k, v in short)
     lines: list[tuple[str, object]] = [("file", report.path)]
     lines.append(("schema version", stats["schema_version"]))
     for check in report.checks:

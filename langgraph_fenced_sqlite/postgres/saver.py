@@ -26,7 +26,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from .. import checkpoints as cps
 from ..base_saver import FencedSaverBase, store_options
 from ..clock import Clock, read_now, to_seconds
-from ..errors import UnsupportedFormat, bad_argument
+from ..errors import SchemaTooOld, UnsupportedFormat, bad_argument
 from ..serde import TypeKey
 from ..validation import check_name
 from . import sql, txns
@@ -135,7 +135,8 @@ class FencedPostgresSaver(  # type: ignore[misc]
             InvalidArgument: `conn` is not a connection or pool, or another
                 argument is wrong (the message names it).
             UnsupportedFormat: `readonly`, and the schema is missing (`setup()`
-                never ran), older than this version (it needs migrating) or newer.
+                never ran), older than this version (`SchemaTooOld`: it needs
+                migrating) or newer.
             StoreError: `readonly`, and the schema could not be read.
         """
         serde = store_options(serde, allowed_types, allowed_modules, clock, require_claim)
@@ -243,10 +244,11 @@ class FencedPostgresSaver(  # type: ignore[misc]
                 "run setup() once from a writable store"
             )
         else:
-            why = (
-                f"schema version {version} needs migrating to {current}, which a "
-                "read-only store cannot do; run setup() once from a writable store"
+            message = (
+                f"{op} on {where}: schema version {version} needs migrating to {current}, "
+                "which a read-only store cannot do; run setup() once from a writable store"
             )
+            return SchemaTooOld(op, where, version, current, message=message)
         return UnsupportedFormat(op, where, message=f"{op} on {where}: {why}")
 
     def stats(self) -> dict[str, Any]:
