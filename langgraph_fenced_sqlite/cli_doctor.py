@@ -24,7 +24,7 @@ _LABELS = {"journal_size_limit": "wal size limit"}
 
 
 def cmd_doctor(args: argparse.Namespace, out: Out) -> int:
-    """Run `lgfs doctor PATH`: pragmas, schema, counts, claims, integrity.
+    """Run `lgfs doctor PATH`: pragmas, schema, counts (orphan writes too), claims, integrity.
 
     On a PostgreSQL URL: the schema version, every stored row read back
     (checksum and decoding), counts and claims (`doctor.diagnose_pg`).
@@ -62,11 +62,18 @@ def _text(report: Diagnosis) -> str:
             mark = "" if check.ok else f"  (expected {check.expected})"
             lines.append((_LABELS.get(check.name, check.name.replace("_", " ")), f"{value}{mark}"))
     lines.append(("wal size", f"{stats['wal_bytes']} bytes"))
-    lines += [(k, stats[k]) for k in ("threads", "checkpoints", "writes", "events")]
+    lines += [(k, stats[k]) for k in ("threads", "checkpoints", "writes")]
+    lines.append(_orphans(stats))
+    lines.append(("events", stats["events"]))
     lines.append(("claims", f"{stats['claims']} ({stats['live_claims']} live)"))
     lines.append(("token counter", stats["token_counter"]))
     lines.append(("status", status))
     return "\n".join(f"{k:<15} {v}" for k, v in lines)
+
+
+def _orphans(stats: dict[str, object]) -> tuple[str, object]:
+    n = stats["orphan_writes"]
+    return ("orphan writes", f"{n} (prune removes them)" if n else n)
 
 
 def _pg_text(report: Diagnosis) -> str:
@@ -82,7 +89,10 @@ def _pg_text(report: Diagnosis) -> str:
             found = "ok" if check.ok else f"FAILED ({len(check.found)} do not decode)"
             lines.append(("rows", f"{found}: read {what}"))
     if "threads" in stats:
-        lines += [(k, stats[k]) for k in ("threads", "checkpoints", "writes", "events")]
+        lines += [(k, stats[k]) for k in ("threads", "checkpoints", "writes")]
+        if "orphan_writes" in stats:  # not read from a schema of another version
+            lines.append(_orphans(stats))
+        lines.append(("events", stats["events"]))
     if "claims" in stats:  # not read from a schema of another version
         lines.append(("claims", f"{stats['claims']} ({stats['live_claims']} live)"))
     if "token_counter" in stats:

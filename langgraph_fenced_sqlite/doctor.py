@@ -63,9 +63,13 @@ class Diagnosis:
         path: The file (the server, `postgresql://host:port/db`, for PostgreSQL).
         checks: Every check made, in order (pragmas, integrity, claims; on
             PostgreSQL schema version, rows, claims).
-        stats: The store's `stats()` plus `claims` and `live_claims`, and
-            `wal_bytes` for a file (`rows_read` for PostgreSQL); only
-            `integrity` for a file too damaged to open.
+        stats: The store's `stats()` plus `claims`, `live_claims` and
+            `orphan_writes` (writes whose checkpoint is not stored, older
+            than their namespace's latest checkpoint: what `prune` removes;
+            not a problem, space a prune gives back), and `wal_bytes` for a
+            file (`rows_read` for PostgreSQL, which leaves orphans unread);
+            only `integrity` for a file too damaged to open, only
+            `schema_version` for a store of another schema version.
     """
 
     path: str
@@ -146,6 +150,7 @@ def diagnose(path: str, *, serde: SerializerProtocol | None = None) -> Diagnosis
             return Diagnosis(path, (check,), {"schema_version": old.version})
         with FencedSqliteSaver(path, serde=serde) as saver:
             stats, claims, now = saver.stats(), saver.claims(), saver.clock.now()
+            stats["orphan_writes"] = saver._count_orphan_writes()
             stats["wal_bytes"] = os.path.getsize(wal) if os.path.exists(wal) else 0
     except StoreError as exc:
         if not damaged(exc):
@@ -219,6 +224,7 @@ def diagnose_pg(saver: Any) -> Diagnosis:
         return Diagnosis(saver.path, tuple(checks), stats)
     read, damage = scan_rows(saver)
     stats["rows_read"] = read
+    stats["orphan_writes"] = saver._count_orphan_writes()
     rows_problem: str | None = None
     if damage:
         more = f" (and {len(damage) - 1} more)" if len(damage) > 1 else ""

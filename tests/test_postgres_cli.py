@@ -24,10 +24,11 @@ import psycopg.conninfo
 import pytest
 from _ops import lgfs, same_ids, write_threads
 
-from langgraph_fenced_sqlite import FencedSqliteSaver, ManualClock
+from langgraph_fenced_sqlite import FencedSqliteSaver, ManualClock, RetentionPolicy
 from langgraph_fenced_sqlite.cli import main
 from langgraph_fenced_sqlite.cli_pg import redacted
 from langgraph_fenced_sqlite.postgres import FencedPostgresSaver, sql
+from langgraph_fenced_sqlite.testing._helpers import plain_config, values_checkpoint
 
 # The exit codes the tests expect (cli_io.EXIT_CODES documents them).
 PROBLEM, USAGE, NOT_FOUND, REFUSED, BUSY, NO_YES, STORE_ERROR = 1, 2, 3, 4, 5, 6, 7
@@ -349,6 +350,56 @@ def test_doctor_reads_back_every_row_of_a_postgresql_store(
 
 
 @pytest.mark.subprocess
+def _late_writes_after_a_prune(saver: Any) -> tuple[str, str]:
+    """Prune `plain` to its latest checkpoint, then write for a removed one, as a slow task would.
+
+    Returns the removed checkpoint's id and the id of the next checkpoint,
+    which is not put yet: until it is, the late writes are newer than the
+    latest checkpoint and may belong to a step in flight (not orphans).
+    """
+    (pruned,) = saver.prune(["plain"], strategy=RetentionPolicy(max_checkpoints=1))
+    gone = sorted(cid for ns, cid in pruned.checkpoints if ns == "")[0]
+    saver.put_writes(plain_config("plain", checkpoint_id=gone), [("a", 1), ("b", 2)], "slow")
+    latest = saver.get_tuple(plain_config("plain"))
+    return gone, latest.config["configurable"]["checkpoint_id"]
+
+
+@pytest.mark.subprocess
+def test_doctor_counts_orphan_writes_on_postgresql_as_on_a_file(
+    pair: tuple[str, str, str], cli: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    """Writes whose checkpoint is gone, older than the latest: counted alike, not a problem.
+
+    They are what the next prune of their thread removes (space, not
+    damage), so the doctor reports how many there are and stays ok.
+    """
+    path, url, dsn = pair
+    with FencedSqliteSaver(path) as sqlite, FencedPostgresSaver.from_conn_string(dsn) as pg:
+        parents = {}
+        for saver in (sqlite, pg):
+            _, parents[saver] = _late_writes_after_a_prune(saver)
+        for where in (path, url):  # in flight: not orphans yet
+            assert json.loads(cli("doctor", "--db", where, "--json").stdout)["orphan_writes"] == 0
+        for saver in (sqlite, pg):  # the next step commits: now they are
+            config = plain_config("plain", checkpoint_id=parents[saver])
+            meta = {"source": "loop", "step": 99, "parents": {}}
+            saver.put(config, values_checkpoint({"n": 1}), meta, {})
+        docs = {}
+        for where in (path, url):
+            done = cli("doctor", "--db", where, "--json")
+            assert done.returncode == 0 and done.stderr == "", done.stderr
+            docs[where] = json.loads(done.stdout)
+            assert docs[where]["ok"] and docs[where]["problems"] == []
+            text = cli("doctor", "--db", where)
+            assert "orphan writes   2 (prune removes them)\n" in text.stdout, text.stdout
+        assert docs[path]["orphan_writes"] == docs[url]["orphan_writes"] == 2
+        for saver in (sqlite, pg):
+            (result,) = saver.prune(["plain"])
+            assert result.writes_removed == 2
+    for where in (path, url):
+        assert json.loads(cli("doctor", "--db", where, "--json").stdout)["orphan_writes"] == 0
+
+
 def _schema_version(dsn: str) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
         return int(conn.execute("SELECT max(v) FROM lgfs_migrations").fetchone()[0])

@@ -581,13 +581,16 @@ PAST_LAST_EVENT_OF = (
 )
 # Orphan writes (as the SQLite store's): their checkpoint is not stored, and
 # they were committed before the latest checkpoint of their namespace.
-DELETE_ORPHAN_WRITES = (
-    "DELETE FROM lgfs_writes w WHERE w.thread_id = %(thread_id)s AND NOT EXISTS (SELECT 1 "
+_ORPHAN = (
+    "NOT EXISTS (SELECT 1 "
     "FROM lgfs_checkpoints c WHERE c.thread_id = w.thread_id AND c.checkpoint_ns = "
     "w.checkpoint_ns AND c.checkpoint_id = w.checkpoint_id) AND w.position < (SELECT "
     "max(l.position) FROM lgfs_checkpoints l WHERE l.thread_id = w.thread_id "
     "AND l.checkpoint_ns = w.checkpoint_ns)"
 )
+DELETE_ORPHAN_WRITES = "DELETE FROM lgfs_writes w WHERE w.thread_id = %(thread_id)s AND " + _ORPHAN
+# Of every thread (`lgfs doctor`): what the next prune of each would remove.
+COUNT_ALL_ORPHAN_WRITES = "SELECT count(*) FROM lgfs_writes w WHERE " + _ORPHAN
 # A retention policy's prune (no claim needed): the thread row locked, so it
 # waits for the thread's writers (and they for it) as on SQLite's write lock.
 LOCK_FOR_PRUNE = (
