@@ -35,6 +35,7 @@ from .api_events import PgEventsAPI
 from .api_retention import PgRetentionAPI
 from .api_threads import PgReadAPI
 from .connection import PgConnection
+from .runs import LatestRoots
 
 __all__ = ["DatabaseClock", "FencedPostgresSaver"]
 
@@ -150,6 +151,9 @@ class FencedPostgresSaver(  # type: ignore[misc]
         self._notify = notify
         self._engine = PgConnection(conn, owned=_owned, readonly=readonly)
         self._clock = clock
+        # What this saver's fenced writes made each thread's latest root
+        # checkpoint: the hint that lets `end_run` take one round trip.
+        self._latest_roots = LatestRoots()
         if readonly:
             self._check_schema("open")
 
@@ -303,6 +307,8 @@ class FencedPostgresSaver(  # type: ignore[misc]
             ),
             batch=txns.put_batch(enc, token, now=now, notify=self._notify),
         )
+        if token is not None:  # a run's put (see `_latest_roots`)
+            self._latest_roots.put(enc.thread_id, enc.checkpoint_ns, enc.checkpoint_id)
 
     def _put_writes(
         self, key: _Key, encoded: _list[cps.EncodedWrite], token: int | None, run_id: str | None
@@ -324,6 +330,8 @@ class FencedPostgresSaver(  # type: ignore[misc]
                 *key, encoded, token, run_id=run_id, now=now, notify=self._notify
             ),
         )
+        if token is not None:
+            self._latest_roots.put_writes(key, encoded)
 
 
 def without_password(message: str, dsn: str) -> str:

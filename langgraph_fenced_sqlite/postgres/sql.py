@@ -314,6 +314,40 @@ _INSERT_EVENTS = (
 )
 INSERT_EVENTS = _INSERT_EVENTS
 INSERT_EVENTS_NOTIFY = _INSERT_EVENTS + ", pg_notify('lgfs_events', %(thread_id)s) AS n"
+# `end_run` in one statement (`runs.end_run_batch`): the fence and the
+# release in one UPDATE (`FENCE` and `RELEASE_CLAIM`'s assignments: it takes
+# the row lock and the position), then the end event at that position. A
+# `run_completed` event names the latest root checkpoint and its interrupts,
+# made into the event (and its checksum) by the client beforehand from what
+# this saver committed (`check_latest`): the statement checks it against its
+# snapshot, which it trusts only if that holds the commit just before this
+# one (every commit that takes positions logs its last event at the last of
+# them, and commits take them under the row lock, in commit order; a commit
+# made while this statement waited for the lock is not in its snapshot).
+# Anything else, a stale token first, refuses (`lgfs_refuse`) and
+# `runs.end_run` decides statement by statement.
+_END_RUN_AT_FENCE = (
+    "WITH f AS (UPDATE lgfs_threads SET next_seq = next_seq + 1, holder = NULL, token = NULL, "
+    "expires_at = NULL, claimed_at = NULL, run_id = NULL, cancel_by = NULL "
+    "WHERE thread_id = %(thread_id)s AND token = %(token)s RETURNING next_seq - 1 AS seq), "
+    "e AS (INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data, "
+    f"token, ts, checksum) SELECT %(thread_id)s, f.seq, %(kind)s, '', NULL, %(data)s, "
+    f"%(token)s, {NOW}, %(checksum)s FROM f WHERE NOT %(check_latest)s OR ((f.seq = 1 OR "
+    "EXISTS (SELECT 1 FROM lgfs_events p WHERE p.thread_id = %(thread_id)s "
+    "AND p.seq = f.seq - 1)) AND (SELECT c.checkpoint_id FROM lgfs_checkpoints c "
+    "WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = '' ORDER BY c.position DESC "
+    "LIMIT 1) IS NOT DISTINCT FROM %(latest_id)s::text AND (SELECT count(*) FROM lgfs_writes w "
+    "WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = '' "
+    "AND w.checkpoint_id = %(latest_id)s::text AND w.channel = '__interrupt__') "
+    "= %(interrupts)s::bigint) RETURNING seq) "
+    "SELECT CASE WHEN e.seq IS NULL THEN lgfs_refuse('end_run: stale token, or not the latest "
+    "expected') ELSE e.seq END"
+)
+_END_RUN_FROM = " FROM (SELECT 1) AS one LEFT JOIN e ON true"
+END_RUN_AT_FENCE = _END_RUN_AT_FENCE + _END_RUN_FROM
+END_RUN_AT_FENCE_NOTIFY = (
+    _END_RUN_AT_FENCE + ", pg_notify('lgfs_events', %(thread_id)s)" + _END_RUN_FROM
+)
 NOTIFY_CHANNEL = "lgfs_events"
 LISTEN = "LISTEN lgfs_events"
 # In `events.decode_event`'s order.
