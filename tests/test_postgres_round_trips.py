@@ -166,6 +166,36 @@ def test_an_end_whose_hint_is_wrong_decides_statement_by_statement(
     assert saver.events_after("t")[-1].kind == "run_started"
 
 
+def test_threads_and_a_threads_summary_and_status_are_one_round_trip_however_many(
+    open_pg: Any,
+) -> None:
+    """`threads()` reads summaries, the time and every status's facts in one snapshot: one
+    pipeline of four statements (it took 13 round trips for one thread, 8 more for each
+    other: every thread's row, latest checkpoint, writes and run event, one by one).
+    `thread_summary` (every `lgfs` command on a thread) and `thread_status` took 13 and 12."""
+    saver = open_pg()
+    conn = saver._engine._conn
+    got: list[Any] = []
+    assert round_trips(conn, lambda: got.append(saver.threads())) == 1
+    assert got[-1] == []
+    for n in range(3):
+        claim = saver.begin_run(f"t{n}", "w", 60, run_id=f"r{n}")
+        cp = _put(saver, claim.token, thread_id=f"t{n}")
+        wconf = _config(f"t{n}", claim.token, checkpoint_id=cp["id"])
+        saver.put_writes(wconf, [("__interrupt__", "ask?")], "task")
+        if n:
+            saver.end_run(f"t{n}", claim.token, "run_completed", {"run_id": f"r{n}"})
+    assert round_trips(conn, lambda: got.append(saver.threads())) == 1
+    states = {t["thread_id"]: t["status"]["state"] for t in got[-1]}
+    assert states == {"t0": "running", "t1": "interrupted", "t2": "interrupted"}
+    assert round_trips(conn, lambda: got.append(saver.thread_summary("t1"))) == 1
+    assert got[-1]["status"]["state"] == "interrupted" and got[-1]["checkpoints"] == 1
+    assert round_trips(conn, lambda: got.append(saver.thread_status("t1"))) == 1
+    assert got[-1].run_id == "r1" and len(got[-1].waiting) == 1
+    assert round_trips(conn, lambda: got.append(saver.thread_status("nobody"))) == 1
+    assert got[-1] is None and saver.thread_summary("nobody") is None
+
+
 def test_refused_batches_decide_as_before_and_leave_the_seqs_gap_free(open_pg: Any) -> None:
     """Each way the one-round-trip put can refuse itself ends as the statement-by-statement
     path decides: the right error, or an identical retry accepted, and no seq spent."""

@@ -265,6 +265,56 @@ def _damage_pg(dsn: str) -> None:
         conn.execute(f"UPDATE lgfs_writes SET blob = %s {_FLIP}", (flipped,))
 
 
+def test_a_damaged_or_outdated_run_event_is_judged_as_in_the_sqlite_store(
+    open_store: Any, open_pg: Any, db_path: str, pg_dsn: str
+) -> None:
+    """`broken`'s `run_failed` event damaged, and `done` checkpointed after its run by a plain
+    (unfenced) write: each store ignores that event when judging, alike, in every read."""
+    reads = []
+    for opener, damage in (
+        (open_store, lambda: _damage_event_sqlite(db_path)),
+        (open_pg, lambda: _damage_event_pg(pg_dsn)),
+    ):
+        clock = ManualClock()
+        saver = opener(clock=clock)
+        write_threads(saver, clock)
+        before = {t: saver.thread_status(t) for t in ("broken", "done")}
+        assert before["broken"].state == "failed"
+        assert before["broken"].run_id and before["done"].run_id  # from their run events
+        damage()
+        latest = saver.get_tuple({"configurable": {"thread_id": "done", "checkpoint_ns": ""}})
+        _put(saver, "done", 99, latest.config["configurable"]["checkpoint_id"])
+        statuses = {t: saver.thread_status(t).to_dict() for t in ("broken", "done")}
+        summaries = {t: saver.thread_summary(t)["status"] for t in ("broken", "done")}
+        assert summaries == statuses
+        listed = {t["thread_id"]: t["status"] for t in saver.threads()}
+        assert {t: listed[t] for t in statuses} == statuses
+        reads.append(same_ids(statuses))
+    assert reads[0] == reads[1]
+    # Neither event speaks for its thread any more: no run is named.
+    assert reads[1]["broken"]["run_id"] is reads[1]["done"]["run_id"] is None
+    assert reads[1]["broken"]["state"] == "failed"  # by its checkpoint's error write
+
+
+_LAST_FAILED = "WHERE thread_id = 'broken' AND kind = 'run_failed'"
+
+
+def _damage_event_sqlite(path: str) -> None:
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute(f"UPDATE events SET checksum = checksum + 1 {_LAST_FAILED}")
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _damage_event_pg(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"UPDATE lgfs_events SET checksum = checksum + 1 {_LAST_FAILED}")
+
+
 def test_a_thread_cell_of_the_wrong_type_cannot_be_stored(pg_dsn: str, open_pg: Any) -> None:
     """Why this store's summaries carry no "wrong type" error, unlike the SQLite store's.
 

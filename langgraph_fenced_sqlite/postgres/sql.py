@@ -770,25 +770,41 @@ _SUMMARIES = (
 )
 THREAD_SUMMARIES = f"{_SUMMARIES} ORDER BY t.thread_id"
 THREAD_SUMMARY = f"{_SUMMARIES} AND t.thread_id = %(thread_id)s"
-THREAD_EXISTS = (
-    f"SELECT 1 FROM lgfs_threads t WHERE t.thread_id = %(thread_id)s AND {_NOT_TOMBSTONE}"
+# What a thread's status is judged from (`api_threads._status_facts`), for
+# every thread `_SUMMARIES` lists, in one statement: its row in
+# `claims.ThreadRow`'s order; its latest root checkpoint (`CHECKPOINT_COLUMNS`,
+# NULLs if none); its latest run lifecycle event (`EVENTS_AFTER`'s columns,
+# NULLs if none); and whether a root checkpoint was committed after that
+# event under another token.
+_LATEST_ROOT = (
+    "SELECT * FROM lgfs_checkpoints c WHERE c.thread_id = t.thread_id AND c.checkpoint_ns = '' "
+    "ORDER BY c.position DESC LIMIT 1"
 )
-# In `claims.ThreadRow`'s order.
-GET_THREAD_ROW = (
-    "SELECT next_seq, floor, holder, token, expires_at, run_id, incarnation FROM lgfs_threads "
-    "WHERE thread_id = %(thread_id)s"
+_STATUS_FACTS = (
+    "SELECT t.thread_id, t.next_seq, t.floor, t.holder, t.token, t.expires_at, t.run_id, "
+    "t.incarnation, "
+    + ", ".join(f"lc.{column.strip()}" for column in CHECKPOINT_COLUMNS.split(","))
+    + ", le.seq, le.kind, le.checkpoint_ns, le.checkpoint_id, le.data, le.token, le.ts, "
+    "le.checksum, EXISTS (SELECT 1 FROM lgfs_checkpoints a WHERE a.thread_id = t.thread_id "
+    "AND a.checkpoint_ns = '' AND a.position > le.seq AND a.token IS DISTINCT FROM le.token) "
+    f"FROM lgfs_threads t LEFT JOIN LATERAL ({_LATEST_ROOT}) lc ON true "
+    "LEFT JOIN LATERAL (SELECT * FROM lgfs_events e WHERE e.thread_id = t.thread_id "
+    "AND e.kind = ANY(%(kinds)s) ORDER BY e.seq DESC LIMIT 1) le ON true "
+    f"WHERE {_NOT_TOMBSTONE}"
 )
+STATUS_FACTS = _STATUS_FACTS
+STATUS_FACTS_OF = f"{_STATUS_FACTS} AND t.thread_id = %(thread_id)s"
+# The writes of those latest root checkpoints (`WRITES_OF_CHECKPOINTS`' columns
+# and order, thread by thread).
+_LATEST_ROOT_WRITES = (
+    f"SELECT {_WRITE_COLUMNS} FROM lgfs_threads t JOIN LATERAL ({_LATEST_ROOT}) lc ON true "
+    "JOIN lgfs_writes w ON w.thread_id = t.thread_id AND w.checkpoint_ns = '' "
+    "AND w.checkpoint_id = lc.checkpoint_id"
+)
+_BY_THREAD = "ORDER BY w.thread_id, w.task_path, w.task_id, w.idx"
+LATEST_ROOT_WRITES = f"{_LATEST_ROOT_WRITES} {_BY_THREAD}"
+LATEST_ROOT_WRITES_OF = f"{_LATEST_ROOT_WRITES} WHERE t.thread_id = %(thread_id)s {_BY_THREAD}"
 THREAD_NAMESPACES = (
     "SELECT DISTINCT checkpoint_ns FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s "
     "ORDER BY checkpoint_ns"
-)
-# A thread's status: its latest event of the kinds given (`status.RUN_EVENTS`),
-# and whether a root checkpoint was committed after it under another token.
-LAST_EVENT_OF_KINDS = (
-    "SELECT seq FROM lgfs_events WHERE thread_id = %(thread_id)s AND kind = ANY(%(kinds)s) "
-    "ORDER BY seq DESC LIMIT 1"
-)
-ROOT_CHECKPOINT_AFTER = (
-    "SELECT 1 FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s AND checkpoint_ns = '' "
-    "AND position > %(seq)s AND token IS DISTINCT FROM %(token)s LIMIT 1"
 )
