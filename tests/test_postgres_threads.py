@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -107,20 +108,28 @@ def test_threads_reads_every_thread_in_one_snapshot_while_another_host_commits(
         _put(reader, f"t{i:02d}", 0, None)
     parent = _put(writer, "z-hot", 0, None)
     stop = threading.Event()
+    committed = [0]
 
     def write() -> None:
         step, last = 1, parent
         while not stop.is_set():
             last = _put(writer, "z-hot", step, last)
+            committed[0] = step
             step += 1
 
     thread = threading.Thread(target=write)
     thread.start()
     try:
-        for _ in range(15):
+        # At least 15 listings, and until the writer committed more than 15
+        # checkpoints meanwhile: a listing is one round trip, so the writer's
+        # commits may come slower than the listings do.
+        listed, deadline = 0, time.monotonic() + 120
+        while listed < 15 or committed[0] <= 15:
+            assert time.monotonic() < deadline, (listed, committed)
             (hot,) = [t for t in reader.threads() if t["thread_id"] == "z-hot"]
             assert hot["status"]["checkpoint_id"] == f"s{hot['latest_step']:05d}", hot
             assert hot["checkpoints"] == hot["latest_step"] + 1 == hot["next_seq"] - 1, hot
+            listed += 1
     finally:
         stop.set()
         thread.join()
