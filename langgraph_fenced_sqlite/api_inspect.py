@@ -143,6 +143,14 @@ class InspectionAPI:
             out.append(Claim(thread_id, holder or "", token or 0, expires_at or 0.0))
         return out
 
+    def _count_orphan_writes(self) -> int:
+        """Count every thread's orphan writes (`lgfs doctor`): what prunes would remove."""
+        return int(
+            self._engine.read(
+                "doctor", lambda c: c.execute(schema.COUNT_ALL_ORPHAN_WRITES).fetchone()[0]
+            )
+        )
+
     def stats(self) -> dict[str, Any]:
         """Report the file's pragmas, schema version, counts and integrity.
 

@@ -39,7 +39,7 @@ from .cli_io import (
     plural,
 )
 from .cli_ops import add_claims_command, add_db_option, parse_claims_words, resolve_file
-from .cli_pg import check_store, is_pg_url, open_store
+from .cli_pg import check_store, is_pg_url, migrate, open_store, redacted
 from .cli_render import claim_cell, diff_text, event_line, show_text, status_cell
 from .cli_retention import add_prune_command, add_vacuum_command
 from .cli_text import Fit, stamp
@@ -65,6 +65,13 @@ def _open(path: str) -> FencedSqliteSaver:
     return store
 
 
+def _read(path: str) -> FencedSqliteSaver:
+    # A command that only reads writes nothing: an older store is refused
+    # (`SchemaTooOld`, whose message says to run `lgfs migrate`), never migrated.
+    store: FencedSqliteSaver = open_store(path, readonly=True)
+    return store
+
+
 # The one summary lookup (a missing thread is `thread_not_found`).
 _thread = find_thread
 
@@ -82,7 +89,7 @@ def _ns(saver: FencedSqliteSaver, args: argparse.Namespace) -> None:
 
 
 def _cmd_threads(args: argparse.Namespace, out: Out) -> int:
-    with _open(args.path) as saver:
+    with _read(args.path) as saver:
         rows = saver.threads(status=args.status, inactive_for=args.inactive_for)
         now = saver.clock.now()
     items = []
@@ -112,7 +119,7 @@ def _cmd_threads(args: argparse.Namespace, out: Out) -> int:
 
 
 def _cmd_history(args: argparse.Namespace, out: Out) -> int:
-    with _open(args.path) as saver:
+    with _read(args.path) as saver:
         _thread(saver, args.thread)
         _ns(saver, args)
         records = saver.history_records(
@@ -147,7 +154,7 @@ def _inspect(saver: FencedSqliteSaver, args: argparse.Namespace, cid: str | None
 
 
 def _cmd_show(args: argparse.Namespace, out: Out) -> int:
-    with _open(args.path) as saver:
+    with _read(args.path) as saver:
         _thread(saver, args.thread)
         _ns(saver, args)
         found = _inspect(saver, args, args.checkpoint)
@@ -170,7 +177,7 @@ def _cmd_show(args: argparse.Namespace, out: Out) -> int:
 
 
 def _cmd_diff(args: argparse.Namespace, out: Out) -> int:
-    with _open(args.path) as saver:
+    with _read(args.path) as saver:
         _thread(saver, args.thread)
         _ns(saver, args)
         diff = saver.diff_checkpoints(
@@ -190,7 +197,7 @@ def _cmd_events(args: argparse.Namespace, out: Out) -> int:
     def wanted(event: Any) -> bool:
         return not kinds or event.kind in kinds
 
-    with _open(args.path) as saver:
+    with _read(args.path) as saver:
         # Following a thread that does not exist yet waits for its first event.
         summary = saver.thread_summary(args.thread) if args.follow else _thread(saver, args.thread)
         floor = 1 if summary is None else summary["floor"]
@@ -288,6 +295,21 @@ def _cmd_runs(args: argparse.Namespace, out: Out) -> int:
             if claim is None
             else f"{args.thread}: asked the run of {claim.holder} (token {claim.token}) "
             "to stop; it stops within one renewal of its claim"
+        ),
+    )
+    return 0
+
+
+def _cmd_migrate(args: argparse.Namespace, out: Out) -> int:
+    before, version = migrate(args.path)
+    doc = {"path": redacted(args.path), "migrated": before is not None, "from_version": before}
+    doc["schema_version"] = version
+    out.document(
+        doc,
+        lambda: (
+            f"{doc['path']}: already at schema version {version}; nothing to do"
+            if before is None
+            else f"{doc['path']}: migrated schema version {before} -> {version}"
         ),
     )
     return 0
@@ -446,6 +468,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--by", metavar="NAME", help="who asks, for the event log (default: lgfs:HOST:PID)"
     )
     p = command("doctor", cmd_doctor, "check the file; exit 1 on a problem")
+    path_only(p)
+    p = command("migrate", _cmd_migrate, "upgrade an older store's schema (read commands never do)")
     path_only(p)
     add_vacuum_command(command, path_only)
     p = command("import-sqlitesaver", _cmd_import, "copy a LangGraph SqliteSaver file into DEST")

@@ -42,7 +42,8 @@ def cmd_copy_to(args: argparse.Namespace, out: Out) -> int:
             'pip install "langgraph-fenced-sqlite[postgres]"',
         ) from exc
     serde = cli_serde(unknown="refuse")
-    with open_existing(args.path, serde=serde) as source:
+    # The source is only read: opened read-only, an older file is refused, not migrated.
+    with open_existing(args.path, serde=serde, readonly=True) as source:
         with FencedPostgresSaver.from_conn_string(dsn, serde=serde) as target:
             target.setup()
             report = copy_threads(

@@ -24,7 +24,7 @@ _LABELS = {"journal_size_limit": "wal size limit"}
 
 
 def cmd_doctor(args: argparse.Namespace, out: Out) -> int:
-    """Run `lgfs doctor PATH`: pragmas, schema, counts, claims, integrity.
+    """Run `lgfs doctor PATH`: pragmas, schema, counts (orphan writes too), claims, integrity.
 
     On a PostgreSQL URL: the schema version, every stored row read back
     (checksum and decoding), counts and claims (`doctor.diagnose_pg`).
@@ -43,8 +43,12 @@ def cmd_doctor(args: argparse.Namespace, out: Out) -> int:
 def _text(report: Diagnosis) -> str:
     status = "ok" if report.ok else "PROBLEMS: " + "; ".join(report.problems)
     stats = report.stats
-    if "schema_version" not in stats:  # too damaged to open
-        return f"{'file':<15} {report.path}\n{'status':<15} {status}"
+    if "threads" not in stats:  # too damaged to open, or an older schema (left unread)
+        short: list[tuple[str, object]] = [("file", report.path)]
+        if "schema_version" in stats:
+            short.append(("schema version", stats["schema_version"]))
+        short.append(("status", status))
+        return "\n".join(f"{k:<15} {v}" for k, v in short)
     lines: list[tuple[str, object]] = [("file", report.path)]
     lines.append(("schema version", stats["schema_version"]))
     for check in report.checks:
@@ -58,11 +62,18 @@ def _text(report: Diagnosis) -> str:
             mark = "" if check.ok else f"  (expected {check.expected})"
             lines.append((_LABELS.get(check.name, check.name.replace("_", " ")), f"{value}{mark}"))
     lines.append(("wal size", f"{stats['wal_bytes']} bytes"))
-    lines += [(k, stats[k]) for k in ("threads", "checkpoints", "writes", "events")]
+    lines += [(k, stats[k]) for k in ("threads", "checkpoints", "writes")]
+    lines.append(_orphans(stats))
+    lines.append(("events", stats["events"]))
     lines.append(("claims", f"{stats['claims']} ({stats['live_claims']} live)"))
     lines.append(("token counter", stats["token_counter"]))
     lines.append(("status", status))
     return "\n".join(f"{k:<15} {v}" for k, v in lines)
+
+
+def _orphans(stats: dict[str, object]) -> tuple[str, object]:
+    n = stats["orphan_writes"]
+    return ("orphan writes", f"{n} (prune removes them)" if n else n)
 
 
 def _pg_text(report: Diagnosis) -> str:
@@ -78,7 +89,10 @@ def _pg_text(report: Diagnosis) -> str:
             found = "ok" if check.ok else f"FAILED ({len(check.found)} do not decode)"
             lines.append(("rows", f"{found}: read {what}"))
     if "threads" in stats:
-        lines += [(k, stats[k]) for k in ("threads", "checkpoints", "writes", "events")]
+        lines += [(k, stats[k]) for k in ("threads", "checkpoints", "writes")]
+        if "orphan_writes" in stats:  # not read from a schema of another version
+            lines.append(_orphans(stats))
+        lines.append(("events", stats["events"]))
     if "claims" in stats:  # not read from a schema of another version
         lines.append(("claims", f"{stats['claims']} ({stats['live_claims']} live)"))
     if "token_counter" in stats:

@@ -33,6 +33,7 @@ from .errors import (
     FencedSqliteError,
     InvalidArgument,
     ReplayUnavailable,
+    SchemaTooOld,
     SerializationError,
     StaleClaim,
     StoreBusy,
@@ -76,7 +77,11 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (1, "a problem was found: doctor found one, or a row does not decode"),
     (2, "bad usage or a bad argument"),
     (3, "not found: missing file, unknown thread or checkpoint, events compacted away"),
-    (4, "file refused: not a database, not ours (or not a SqliteSaver file), newer schema"),
+    (
+        4,
+        "file refused: not a database, not ours (or not a SqliteSaver file), "
+        "newer schema (or older, to a read command)",
+    ),
     (5, "busy: the thread has a live claim, or the file stayed locked past busy_timeout"),
     (6, "data would be removed and --yes was not given; nothing was changed"),
     (7, "any other database or operating-system error, or an internal error"),
@@ -183,6 +188,8 @@ def fail(exc: BaseException, as_json: bool) -> int:
         doc = exc.to_dict()
         if _no_schema(exc):
             doc["message"] += " (no langgraph-fenced-sqlite schema here: run setup() first)"
+        elif isinstance(exc, SchemaTooOld):
+            doc["message"] += f" ({_MIGRATE_HINT})"
     elif isinstance(exc, FileNotFoundError):
         doc = {"code": "file_not_found", "message": f"{exc.filename}: no such file"}
     elif isinstance(exc, OSError):
@@ -201,6 +208,13 @@ def fail(exc: BaseException, as_json: bool) -> int:
     return exit_code(exc)
 
 
+# Why a read command refused an older store, and what to do: said once, here.
+_MIGRATE_HINT = (
+    "read commands never migrate; run `lgfs migrate` once every process that uses it "
+    "runs this version"
+)
+
+
 def _is_psycopg_error(exc: BaseException) -> bool:
     # By class; psycopg is imported only where a PostgreSQL store was opened.
     psycopg = sys.modules.get("psycopg")
@@ -215,18 +229,22 @@ def _no_schema(exc: BaseException) -> bool:
     return no_schema(exc)
 
 
-def open_existing(path: str, serde: SerializerProtocol | None = None) -> FencedSqliteSaver:
+def open_existing(
+    path: str, serde: SerializerProtocol | None = None, *, readonly: bool = False
+) -> FencedSqliteSaver:
     """Open the store on `path`, which must be an existing file (never create one).
 
     Args:
         path: The database file.
         serde: The serializer to read with (the CLI's allow-list), if not the default.
+        readonly: Open it read-only: nothing is written, an older file is not migrated.
 
     Raises:
         CliError: `file_not_found` or `not_a_file`.
+        SchemaTooOld: `readonly`, and the file needs migrating (left unchanged).
     """
     check_existing(path)
-    return FencedSqliteSaver(path, serde=serde)
+    return FencedSqliteSaver(path, serde=serde, readonly=readonly)
 
 
 def check_existing(path: str) -> None:

@@ -177,7 +177,7 @@ def cmd_claims(args: argparse.Namespace, out: Out) -> int:
 
 
 def _list_claims(args: argparse.Namespace, out: Out) -> int:
-    with open_store(args.path) as saver:
+    with open_store(args.path, readonly=True) as saver:  # only reads: never migrates
         claims, now = saver.claims(), saver.clock.now()
     items = [{"thread_id": c.thread_id, **claim_doc(c, now)} for c in claims]
     out.rows(

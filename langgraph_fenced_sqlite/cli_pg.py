@@ -8,8 +8,11 @@ URL are those that need what a PostgreSQL store does not have
 (`refusal`): `copy-to`, whose source is a file; it is refused with a usage
 error before anything is opened. Opening a PostgreSQL store never runs `setup()`:
 nothing is created, and a command on a database without the schema fails
-as a store error. Messages name the server as `postgresql://host:port/db`,
-never with the password.
+as a store error. A command that only reads opens either store `readonly`:
+it writes nothing and never migrates (an older schema is refused with
+`SchemaTooOld`, a missing one with `UnsupportedFormat`); only `lgfs migrate`
+(`migrate`) upgrades a store, on purpose. Messages name the server as
+`postgresql://host:port/db`, never with the password.
 """
 
 from __future__ import annotations
@@ -21,8 +24,18 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .cli_allow import cli_serde
 from .cli_io import CliError, open_existing
+from .errors import SchemaTooOld
+from .schema import SCHEMA_VERSION
 
-__all__ = ["check_store", "is_pg_url", "open_pg", "open_store", "redacted", "refusal"]
+__all__ = [
+    "check_store",
+    "is_pg_url",
+    "migrate",
+    "open_pg",
+    "open_store",
+    "redacted",
+    "refusal",
+]
 
 _EXTRA = 'pip install "langgraph-fenced-sqlite[postgres]"'
 
@@ -41,23 +54,30 @@ def redacted(path: str) -> str:
     return without_password(path, path)
 
 
-def open_store(path: str, serde: SerializerProtocol | None = None) -> Any:
+def open_store(
+    path: str, serde: SerializerProtocol | None = None, *, readonly: bool = False
+) -> Any:
     """Open the store `path` names: a PostgreSQL URL, or an existing checkpoint file.
 
     Args:
         path: `--db`: a `postgresql://` URL or a file path.
         serde: The serializer (default: the command line's allow-list, values
             outside it shown as tagged data).
+        readonly: For a command that only reads: the store is opened
+            `readonly=True`, so nothing is written and an older schema is
+            refused (`SchemaTooOld`), never migrated.
 
     Raises:
         CliError: `file_not_found` / `not_a_file` (a file), `usage` (no
             `[postgres]` extra installed).
         StoreError: the connection failed.
+        UnsupportedFormat: `readonly`, and the schema is not this version's
+            (`SchemaTooOld` when older), or missing.
     """
     serde = cli_serde() if serde is None else serde
     if is_pg_url(path):
-        return open_pg(path, serde)
-    return open_existing(path, serde=serde)
+        return open_pg(path, serde, readonly=readonly)
+    return open_existing(path, serde=serde, readonly=readonly)
 
 
 def _pg_saver_class() -> Any:
@@ -71,16 +91,46 @@ def _pg_saver_class() -> Any:
     return FencedPostgresSaver
 
 
-def open_pg(url: str, serde: SerializerProtocol | None = None) -> Any:
+def open_pg(url: str, serde: SerializerProtocol | None = None, *, readonly: bool = False) -> Any:
     """Connect to a PostgreSQL store (never `setup()`), with the command line's allow-list.
 
     Raises:
         CliError: `usage`, the `[postgres]` extra is not installed.
         StoreError: the connection failed (the message names host and port,
             never the password).
+        UnsupportedFormat: `readonly`, and the schema is not this version's.
     """
-    opener = _pg_saver_class().from_conn_string(url, serde=cli_serde() if serde is None else serde)
+    serde = cli_serde() if serde is None else serde
+    opener = _pg_saver_class().from_conn_string(url, serde=serde, readonly=readonly)
     return opener.__enter__()  # the saver owns the connection: closing it closes that
+
+
+def migrate(path: str) -> tuple[int | None, int]:
+    """Bring the store's schema up to this version, if it is older; a newer one is refused.
+
+    A file migrates when opened writable (in one transaction); a PostgreSQL
+    database by `setup()`, which never creates a schema here: a database
+    without one is refused as read commands refuse it.
+
+    Returns:
+        The version it had (None if it was already this version's) and this version's.
+
+    Raises:
+        UnsupportedFormat: not ours, a newer schema, or (PostgreSQL) no schema.
+    """
+    try:
+        with open_store(path, readonly=True):
+            pass
+    except SchemaTooOld as old:
+        with open_store(path) as saver:
+            if is_pg_url(path):
+                saver.setup()
+        return old.version, old.current
+    if is_pg_url(path):
+        from .postgres.sql import SCHEMA_VERSION as PG_VERSION
+
+        return None, PG_VERSION
+    return None, SCHEMA_VERSION
 
 
 def refusal(command: str) -> str | None:

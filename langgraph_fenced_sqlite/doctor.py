@@ -24,7 +24,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from . import schema
 from .claims import claim_live
-from .errors import StoreError
+from .errors import SchemaTooOld, StoreError
 
 __all__ = ["Check", "Diagnosis", "damaged", "diagnose", "diagnose_pg", "no_schema"]
 
@@ -63,9 +63,13 @@ class Diagnosis:
         path: The file (the server, `postgresql://host:port/db`, for PostgreSQL).
         checks: Every check made, in order (pragmas, integrity, claims; on
             PostgreSQL schema version, rows, claims).
-        stats: The store's `stats()` plus `claims` and `live_claims`, and
-            `wal_bytes` for a file (`rows_read` for PostgreSQL); only
-            `integrity` for a file too damaged to open.
+        stats: The store's `stats()` plus `claims`, `live_claims` and
+            `orphan_writes` (writes whose checkpoint is not stored, older
+            than their namespace's latest checkpoint: what `prune` removes;
+            not a problem, space a prune gives back), and `wal_bytes` for a
+            file (`rows_read` for PostgreSQL, which leaves orphans unread);
+            only `integrity` for a file too damaged to open, only
+            `schema_version` for a store of another schema version.
     """
 
     path: str
@@ -138,8 +142,15 @@ def diagnose(path: str, *, serde: SerializerProtocol | None = None) -> Diagnosis
         raise FileNotFoundError(errno.ENOENT, "no such file", path)
     wal = path + "-wal"
     try:
+        try:
+            # Read-only first: an older file is reported, never migrated.
+            FencedSqliteSaver(path, serde=serde, readonly=True).close()
+        except SchemaTooOld as old:
+            check = _schema_check(old.version, old.current)
+            return Diagnosis(path, (check,), {"schema_version": old.version})
         with FencedSqliteSaver(path, serde=serde) as saver:
             stats, claims, now = saver.stats(), saver.claims(), saver.clock.now()
+            stats["orphan_writes"] = saver._count_orphan_writes()
             stats["wal_bytes"] = os.path.getsize(wal) if os.path.exists(wal) else 0
     except StoreError as exc:
         if not damaged(exc):
@@ -163,6 +174,15 @@ def diagnose(path: str, *, serde: SerializerProtocol | None = None) -> Diagnosis
     checks.append(Check("integrity", ok, integrity, ["ok"], problem))
     checks.append(claims_check)
     return Diagnosis(path, tuple(checks), stats)
+
+
+def _schema_check(found: int, current: int) -> Check:
+    problem: str | None = None
+    if found < current:
+        problem = f"schema version {found} is older than {current}: run `lgfs migrate`"
+    elif found > current:
+        problem = f"schema version {found} is newer than this version knows ({current})"
+    return Check("schema_version", problem is None, found, current, problem)
 
 
 def _claims_check(claims: Any, now: float, stats: dict[str, Any]) -> Check:
@@ -199,20 +219,12 @@ def diagnose_pg(saver: Any) -> Diagnosis:
         problem = "no langgraph-fenced-sqlite schema in this database: run setup() first"
         check = Check("schema_version", False, None, SCHEMA_VERSION, problem)
         return Diagnosis(saver.path, (check,), {"schema_version": None})
-    found = stats["schema_version"]
-    ok = found == SCHEMA_VERSION
-    schema_problem: str | None = None
-    if found < SCHEMA_VERSION:
-        schema_problem = f"schema version {found} is older than {SCHEMA_VERSION}: run setup()"
-    elif found > SCHEMA_VERSION:
-        schema_problem = (
-            f"schema version {found} is newer than this version knows ({SCHEMA_VERSION})"
-        )
-    checks = [Check("schema_version", ok, found, SCHEMA_VERSION, schema_problem)]
-    if not ok:  # another schema's rows are not this version's to read or judge
+    checks = [_schema_check(stats["schema_version"], SCHEMA_VERSION)]
+    if not checks[0].ok:  # another schema's rows are not this version's to read or judge
         return Diagnosis(saver.path, tuple(checks), stats)
     read, damage = scan_rows(saver)
     stats["rows_read"] = read
+    stats["orphan_writes"] = saver._count_orphan_writes()
     rows_problem: str | None = None
     if damage:
         more = f" (and {len(damage) - 1} more)" if len(damage) > 1 else ""

@@ -41,6 +41,7 @@ from .doorbell import Ringer
 from .errors import (
     FencedSqliteError,
     ReadOnlyStore,
+    SchemaTooOld,
     StoreBusy,
     StoreClosed,
     UnsupportedFormat,
@@ -434,10 +435,12 @@ class Engine:
             # Tables, or another application's id on an empty file: not ours.
             raise self._refuse("an SQLite database that is not a langgraph-fenced-sqlite file")
         if self.readonly and version != schema.SCHEMA_VERSION:
-            raise self._refuse(
-                f"schema version {version} needs migrating to {schema.SCHEMA_VERSION}, "
-                "which a read-only store cannot do; open it once writable"
+            current = schema.SCHEMA_VERSION
+            message = (
+                f"open {self.path}: schema version {version} needs migrating to {current}, "
+                "which a read-only store cannot do; open it once writable (left unchanged)"
             )
+            raise SchemaTooOld("open", self.path, version, current, message=message)
         return version
 
     def _refuse(self, why: str) -> UnsupportedFormat:

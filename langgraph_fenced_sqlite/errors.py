@@ -19,6 +19,7 @@ __all__ = [
     "ReplayUnavailable",
     "RunCancelled",
     "RunTimedOut",
+    "SchemaTooOld",
     "SerializationError",
     "StaleClaim",
     "StoreBusy",
@@ -496,6 +497,37 @@ class UnsupportedFormat(StoreError):
     """Raise when a file is not ours, or was written by a newer schema."""
 
     code = "unsupported_format"
+
+
+class SchemaTooOld(UnsupportedFormat):
+    """Raise when a read-only store meets an older schema, which only a writable store migrates.
+
+    A read-only store never migrates (a migration is a write, and processes
+    still running an older version of the library would then refuse the
+    store as newer than they know). The store was left unchanged.
+
+    Attributes:
+        op: The operation that found it (`open`, `setup`).
+        path: The database file (`postgresql://host:port/db` for PostgreSQL).
+        version: The schema version the store holds (0: never set up).
+        current: The schema version this version of the library reads.
+    """
+
+    code = "schema_too_old"
+    _fields: ClassVar[tuple[str, ...]] = ("op", "path", "version", "current")
+    version: int
+    current: int
+
+    def __init__(
+        self, op: str, path: str, version: int, current: int, *, message: str | None = None
+    ) -> None:
+        FencedSqliteError.__init__(self, op, path, version, current, message=message)
+
+    def _default_message(self) -> str:
+        return (
+            f"{self.op} on {self.path}: schema version {self.version} needs migrating to "
+            f"{self.current}, which a read-only store cannot do (left unchanged)"
+        )
 
 
 class ReadOnlyStore(StoreError):

@@ -98,7 +98,8 @@ class FencedSqliteSaver(  # type: ignore[misc]
             StoreError: the file cannot be opened (missing directory...).
             ReadOnlyStore: a writable open of a read-only location (pass
                 `readonly=True` to read it).
-            UnsupportedFormat: not a database, not ours, or a newer schema.
+            UnsupportedFormat: not a database, not ours, or a newer schema;
+                `readonly`, an older one (`SchemaTooOld`: it needs migrating).
         """
         path = check_name(str(path) if hasattr(path, "__fspath__") else path, "path")
         busy = to_seconds(busy_timeout, "busy_timeout")

@@ -568,14 +568,17 @@ DELETE_WRITES_FROM_POSITION = "DELETE FROM writes WHERE thread_id = ? AND positi
 # writes BEFORE the put of their checkpoint, so writes for the next,
 # not-yet-stored checkpoint of an in-flight step are newer than the latest
 # stored one and stay; a namespace with no checkpoint keeps its writes.
-_ORPHAN_WRITES = (
-    "FROM writes WHERE thread_id = ? AND NOT EXISTS (SELECT 1 FROM checkpoints c "
+_ORPHAN = (
+    "NOT EXISTS (SELECT 1 FROM checkpoints c "
     "WHERE c.thread_id = writes.thread_id AND c.checkpoint_ns = writes.checkpoint_ns "
     "AND c.checkpoint_id = writes.checkpoint_id) AND position < (SELECT max(l.position) "
     "FROM checkpoints l WHERE l.thread_id = writes.thread_id "
     "AND l.checkpoint_ns = writes.checkpoint_ns)"
 )
+_ORPHAN_WRITES = "FROM writes WHERE thread_id = ? AND " + _ORPHAN
 COUNT_ORPHAN_WRITES = "SELECT count(*) " + _ORPHAN_WRITES
+# Of every thread (`lgfs doctor`): what the next prune of each would remove.
+COUNT_ALL_ORPHAN_WRITES = "SELECT count(*) FROM writes WHERE " + _ORPHAN
 DELETE_ORPHAN_WRITES = "DELETE " + _ORPHAN_WRITES
 # Writes of one namespace whose checkpoint is not stored (a past subgraph run's
 # namespace, once its checkpoints are removed: all of its writes).

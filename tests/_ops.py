@@ -19,6 +19,7 @@ import operator
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -30,6 +31,8 @@ from langgraph.graph import START, StateGraph
 from langgraph.types import Command, interrupt
 
 from langgraph_fenced_sqlite import FencedRunner, FencedSqliteSaver, ManualClock
+from langgraph_fenced_sqlite.checksums import checksum
+from langgraph_fenced_sqlite.schema import CHECKSUM_FUNCTION, MIGRATIONS
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 DAY = 86400.0
@@ -207,3 +210,33 @@ def write_threads(saver: Any, clock: ManualClock) -> None:
     runner.invoke({"count": 5}, config("deleted"), durability="sync")
     saver.delete_thread("deleted")
     clock.advance(5)
+
+
+# The tables of a version-3 file (before `thread_runs`), for `make_v3_file`.
+_V3_TABLES = ("meta", "threads", "checkpoints", "writes", "events")
+
+
+def make_v3_file(source: str, target: str) -> None:
+    """Write `target` as a version-3 file holding `source`'s rows (WAL, as a store leaves it).
+
+    Built from `MIGRATIONS[:3]` with the cells the current code writes (their
+    encoding did not change since), as a version-3 store left them: an older
+    file, for the tests of what migrates it and what must not.
+    """
+    conn = sqlite3.connect(target, isolation_level=None)
+    conn.create_function(CHECKSUM_FUNCTION, -1, checksum, deterministic=True)
+    conn.execute("PRAGMA journal_mode=wal")
+    conn.execute("BEGIN")
+    for step in MIGRATIONS[:3]:
+        for statement in step:
+            conn.execute(statement)
+    conn.execute("PRAGMA application_id = 1279739475")
+    conn.execute("PRAGMA user_version = 3")
+    conn.execute("ATTACH DATABASE ? AS src", (source,))
+    for table in _V3_TABLES:
+        names = ", ".join(r[1] for r in conn.execute(f"PRAGMA main.table_info({table})"))
+        conn.execute(f"DELETE FROM main.{table}")
+        conn.execute(f"INSERT INTO main.{table} ({names}) SELECT {names} FROM src.{table}")
+    conn.execute("COMMIT")
+    conn.execute("DETACH DATABASE src")
+    conn.close()

@@ -21,7 +21,7 @@ import time
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from _ops import file_fixtures
+from _ops import file_fixtures, make_v3_file
 from conftest import dump, read_bytes, reseal
 from langgraph.graph import START, StateGraph
 from langgraph.types import Command, interrupt
@@ -31,8 +31,8 @@ from langgraph_fenced_sqlite.cli import EXIT_CODES, build_parser, main
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 COMMANDS = (
-    "threads history show diff claims events prune compact retract delete runs doctor vacuum "
-    "import-sqlitesaver copy-to"
+    "threads history show diff claims events prune compact retract delete runs doctor migrate "
+    "vacuum import-sqlitesaver copy-to"
 ).split()
 
 
@@ -633,6 +633,88 @@ def test_errors_are_one_line_with_a_documented_exit_code(
     assert error["code"] == code and words in error["message"]
     assert os.path.exists(path) == (make is not _missing)  # a missing file is not created
     assert before is None or read_bytes(path) == before  # a refused file is left unchanged
+
+
+# The commands that only read: on an older file each must leave it as it is.
+READ_COMMANDS = (
+    ["threads"],
+    ["history", "order-1"],
+    ["show", "order-1"],
+    ["diff", "order-1"],
+    ["events", "order-1"],
+    ["claims"],
+)
+
+
+def _user_version(path: str) -> int:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return int(conn.execute("PRAGMA user_version").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_read_commands_refuse_an_older_file_unchanged_and_migrate_upgrades_it(
+    demo: str, tmp_path: Any, cli: Any
+) -> None:
+    """A read never migrates: one line naming `lgfs migrate`, exit 4, the file byte for byte.
+
+    Migrating is a write, and workers still on the older version would then
+    refuse the file as newer than they know: an operator reading at 3 a.m.
+    must not do that by accident. `lgfs doctor` reports the older schema as
+    a problem (exit 1), and only `lgfs migrate` upgrades the file.
+    """
+    from langgraph_fenced_sqlite.schema import SCHEMA_VERSION
+
+    path = str(tmp_path / "v3.db")
+    make_v3_file(demo, path)
+    before = read_bytes(path)
+    for command in READ_COMMANDS:
+        run = lgfs if command == ["threads"] else cli  # one for real, in a process of its own
+        done = run(*command, "--db", path)
+        assert done.returncode == 4, (command, done.stderr)
+        assert done.stdout == "" and len(done.stderr.splitlines()) == 1, done.stderr
+        assert f"schema version 3 needs migrating to {SCHEMA_VERSION}" in done.stderr
+        assert "lgfs migrate" in done.stderr and "Traceback" not in done.stderr
+        error = json.loads(cli(*command, "--db", path, "--json").stderr)
+        assert error["code"] == "schema_too_old"
+        assert (error["version"], error["current"]) == (3, SCHEMA_VERSION)
+        assert read_bytes(path) == before and _user_version(path) == 3, command
+    doctor = cli("doctor", path, "--json")
+    assert doctor.returncode == 1 and doctor.stderr == ""
+    assert json.loads(doctor.stdout)["problems"] == [
+        f"schema version 3 is older than {SCHEMA_VERSION}: run `lgfs migrate`"
+    ]
+    text = cli("doctor", path)
+    assert text.returncode == 1 and "schema version  3" in text.stdout, text.stdout
+    assert read_bytes(path) == before and _user_version(path) == 3
+
+    migrated = lgfs("migrate", "--db", path)
+    assert migrated.returncode == 0, migrated.stderr
+    assert migrated.stdout == f"{path}: migrated schema version 3 -> {SCHEMA_VERSION}\n"
+    assert _user_version(path) == SCHEMA_VERSION
+    threads = parsed(cli("threads", path, "--json"))
+    assert sorted(t["thread_id"] for t in threads) == ["order-1", "order-2", "order-3"]
+    again = parsed(cli("migrate", path, "--json"))
+    assert again == {
+        "path": path,
+        "migrated": False,
+        "from_version": None,
+        "schema_version": SCHEMA_VERSION,
+    }
+    assert cli("doctor", path).returncode == 0
+
+
+def test_migrate_refuses_a_newer_file_and_one_not_ours_unchanged(
+    tmp_path: Any, demo: str, cli: Any
+) -> None:
+    """`lgfs migrate` upgrades only an older file of ours: the others exit 4, left as they were."""
+    for make, words in ((_newer_schema, "is newer than"), (_not_a_database, "not an SQLite")):
+        path = make(tmp_path, demo)
+        before = read_bytes(path)
+        done = cli("migrate", path)
+        assert done.returncode == 4 and words in done.stderr, done.stderr
+        assert read_bytes(path) == before
 
 
 # --- the edges: huge numbers, damaged rows, corrupt files, unexpected errors ------------------

@@ -23,6 +23,7 @@ from langgraph_fenced_sqlite import (
     ReplayUnavailable,
     RunCancelled,
     RunTimedOut,
+    SchemaTooOld,
     SerializationError,
     StaleClaim,
     StoreBusy,
@@ -125,6 +126,11 @@ EXAMPLES: list[tuple[FencedSqliteError, str, dict[str, Any]]] = [
         "unsupported_format",
         {"op": "open", "path": "/x.db"},
     ),
+    (
+        SchemaTooOld("open", "/x.db", 3, 8),
+        "schema_too_old",
+        {"op": "open", "path": "/x.db", "version": 3, "current": 8},
+    ),
     (ReadOnlyStore("put", "/x.db"), "read_only_store", {"op": "put", "path": "/x.db"}),
     (WrongThread("claim", "/x.db"), "wrong_thread", {"op": "claim", "path": "/x.db"}),
     (WrongProcess("put", "/x.db"), "wrong_process", {"op": "put", "path": "/x.db"}),
@@ -201,6 +207,7 @@ def test_hierarchy() -> None:
     assert issubclass(RunTimedOut, TimeoutError) and not issubclass(RunCancelled, ClaimError)
     for cls in (StoreBusy, StoreClosed, UnsupportedFormat, WrongThread, WrongProcess):
         assert issubclass(cls, StoreError)
+    assert issubclass(SchemaTooOld, UnsupportedFormat)
     for cls in (
         ClaimError,
         CheckpointConflict,

@@ -24,12 +24,14 @@ import psycopg.conninfo
 import pytest
 from _ops import lgfs, same_ids, write_threads
 
-from langgraph_fenced_sqlite import FencedSqliteSaver, ManualClock
+from langgraph_fenced_sqlite import FencedSqliteSaver, ManualClock, RetentionPolicy
 from langgraph_fenced_sqlite.cli import main
-from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
+from langgraph_fenced_sqlite.cli_pg import redacted
+from langgraph_fenced_sqlite.postgres import FencedPostgresSaver, sql
+from langgraph_fenced_sqlite.testing._helpers import plain_config, values_checkpoint
 
 # The exit codes the tests expect (cli_io.EXIT_CODES documents them).
-PROBLEM, USAGE, NOT_FOUND, BUSY, NO_YES, STORE_ERROR = 1, 2, 3, 5, 6, 7
+PROBLEM, USAGE, NOT_FOUND, REFUSED, BUSY, NO_YES, STORE_ERROR = 1, 2, 3, 4, 5, 6, 7
 
 
 def as_url(dsn: str) -> str:
@@ -141,7 +143,11 @@ def test_the_text_views_read_postgresql(stores: tuple[str, str, str]) -> None:
 def test_a_missing_thread_and_a_failed_connection_are_the_files_errors(
     stores: tuple[str, str, str], pg_server: Any
 ) -> None:
-    """`thread_not_found` as on a file; an unreachable or empty database is a store error."""
+    """`thread_not_found` as on a file; an unreachable database is a store error.
+
+    A database never set up is refused by a read command (which opens the
+    store read-only) as a file that is not ours: exit 4, nothing created.
+    """
     path, url, _ = stores
     on_file = lgfs("show", "nobody", "--db", path, "--json")
     on_pg = lgfs("show", "nobody", "--db", url, "--json")
@@ -150,14 +156,19 @@ def test_a_missing_thread_and_a_failed_connection_are_the_files_errors(
     unreachable = lgfs("threads", "--db", "postgresql://lgfs:hunter2@127.0.0.1:1/db")
     # libpq quotes a malformed URL whole in its error: the password must not show.
     malformed = lgfs("claims", "--db", "postgresql://lgfs:hunter2@[::1/db")
-    empty = lgfs("threads", "--db", as_url(pg_server.fresh_dsn()), "--json")  # no setup()
+    bare = pg_server.fresh_dsn()
+    empty = lgfs("threads", "--db", as_url(bare), "--json")  # no setup()
     for done in (unreachable, malformed, empty):
-        assert done.returncode == STORE_ERROR, done.stderr
         assert "Traceback" not in done.stderr and done.stdout == ""
     for done in (unreachable, malformed):
+        assert done.returncode == STORE_ERROR, done.stderr
         assert "connect failed" in done.stderr and "hunter2" not in done.stderr, done.stderr
     assert "postgresql://lgfs:***@[::1/db" in malformed.stderr
-    assert json.loads(empty.stderr)["code"] == "store_error"
+    assert empty.returncode == REFUSED, empty.stderr
+    error = json.loads(empty.stderr)
+    assert error["code"] == "unsupported_format" and "setup() has not run" in error["message"]
+    with psycopg.connect(bare, autocommit=True) as conn:
+        assert conn.execute(sql.HAS_MIGRATIONS_TABLE).fetchone() == (False,)
 
 
 @pytest.fixture
@@ -368,6 +379,111 @@ def test_doctor_reads_back_every_row_of_a_postgresql_store(
 
 
 @pytest.mark.subprocess
+def _late_writes_after_a_prune(saver: Any) -> tuple[str, str]:
+    """Prune `plain` to its latest checkpoint, then write for a removed one, as a slow task would.
+
+    Returns the removed checkpoint's id and the id of the next checkpoint,
+    which is not put yet: until it is, the late writes are newer than the
+    latest checkpoint and may belong to a step in flight (not orphans).
+    """
+    (pruned,) = saver.prune(["plain"], strategy=RetentionPolicy(max_checkpoints=1))
+    gone = sorted(cid for ns, cid in pruned.checkpoints if ns == "")[0]
+    saver.put_writes(plain_config("plain", checkpoint_id=gone), [("a", 1), ("b", 2)], "slow")
+    latest = saver.get_tuple(plain_config("plain"))
+    return gone, latest.config["configurable"]["checkpoint_id"]
+
+
+@pytest.mark.subprocess
+def test_doctor_counts_orphan_writes_on_postgresql_as_on_a_file(
+    pair: tuple[str, str, str], cli: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    """Writes whose checkpoint is gone, older than the latest: counted alike, not a problem.
+
+    They are what the next prune of their thread removes (space, not
+    damage), so the doctor reports how many there are and stays ok.
+    """
+    path, url, dsn = pair
+    with FencedSqliteSaver(path) as sqlite, FencedPostgresSaver.from_conn_string(dsn) as pg:
+        parents = {}
+        for saver in (sqlite, pg):
+            _, parents[saver] = _late_writes_after_a_prune(saver)
+        for where in (path, url):  # in flight: not orphans yet
+            assert json.loads(cli("doctor", "--db", where, "--json").stdout)["orphan_writes"] == 0
+        for saver in (sqlite, pg):  # the next step commits: now they are
+            config = plain_config("plain", checkpoint_id=parents[saver])
+            meta = {"source": "loop", "step": 99, "parents": {}}
+            saver.put(config, values_checkpoint({"n": 1}), meta, {})
+        docs = {}
+        for where in (path, url):
+            done = cli("doctor", "--db", where, "--json")
+            assert done.returncode == 0 and done.stderr == "", done.stderr
+            docs[where] = json.loads(done.stdout)
+            assert docs[where]["ok"] and docs[where]["problems"] == []
+            text = cli("doctor", "--db", where)
+            assert "orphan writes   2 (prune removes them)\n" in text.stdout, text.stdout
+        assert docs[path]["orphan_writes"] == docs[url]["orphan_writes"] == 2
+        for saver in (sqlite, pg):
+            (result,) = saver.prune(["plain"])
+            assert result.writes_removed == 2
+    for where in (path, url):
+        assert json.loads(cli("doctor", "--db", where, "--json").stdout)["orphan_writes"] == 0
+
+
+def _schema_version(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return int(conn.execute("SELECT max(v) FROM lgfs_migrations").fetchone()[0])
+
+
+@pytest.mark.subprocess
+def test_read_commands_refuse_an_older_schema_unchanged_and_migrate_upgrades_it(
+    pg_server: Any, cli: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    """As on a file: a read never migrates; it names `lgfs migrate`, which does.
+
+    The database is left at its version, though this version's reads might
+    happen to work on it: what an older schema lacks is not checked column by
+    column, and processes of the older version would refuse it once migrated.
+    """
+    dsn = pg_server.fresh_dsn()
+    url = as_url(dsn)
+    with FencedPostgresSaver.from_conn_string(dsn) as pg:
+        pg.setup()
+        write_threads(pg, ManualClock())
+    with psycopg.connect(dsn, autocommit=True) as conn:  # as if made by the older version
+        conn.execute("DELETE FROM lgfs_migrations WHERE v = %s", (sql.SCHEMA_VERSION,))
+    older = sql.SCHEMA_VERSION - 1
+    reads = (["threads"], ["history", "done"], ["show", "done"], ["diff", "done"])
+    for command in (*reads, ["events", "done"], ["claims"]):
+        run = lgfs if command == ["threads"] else cli  # one for real, in a process of its own
+        done = run(*command, "--db", url)
+        assert done.returncode == REFUSED, (command, done.stderr)
+        assert done.stdout == "" and len(done.stderr.splitlines()) == 1, done.stderr
+        assert f"schema version {older} needs migrating to {sql.SCHEMA_VERSION}" in done.stderr
+        assert "lgfs migrate" in done.stderr and "Traceback" not in done.stderr
+        error = json.loads(cli(*command, "--db", url, "--json").stderr)
+        assert error["code"] == "schema_too_old"
+        assert (error["version"], error["current"]) == (older, sql.SCHEMA_VERSION)
+        assert _schema_version(dsn) == older, command
+    doctor = cli("doctor", "--db", url, "--json")
+    assert doctor.returncode == PROBLEM and json.loads(doctor.stdout)["problems"] == [
+        f"schema version {older} is older than {sql.SCHEMA_VERSION}: run `lgfs migrate`"
+    ]
+    assert _schema_version(dsn) == older
+
+    migrated = lgfs("migrate", "--db", url)
+    assert migrated.returncode == 0, migrated.stderr
+    says = f"{redacted(url)}: migrated schema version {older} -> {sql.SCHEMA_VERSION}\n"
+    assert migrated.stdout == says
+    assert _schema_version(dsn) == sql.SCHEMA_VERSION
+    threads = json.loads(cli("threads", "--db", url, "--json").stdout)
+    assert {t["thread_id"] for t in threads} >= {"done", "waiting", "busy"}
+    again = json.loads(cli("migrate", "--db", url, "--json").stdout)
+    assert (again["migrated"], again["schema_version"]) == (False, sql.SCHEMA_VERSION)
+    bare = as_url(pg_server.fresh_dsn())  # never set up: migrate creates nothing either
+    refused = cli("migrate", "--db", bare)
+    assert refused.returncode == REFUSED and "setup() has not run" in refused.stderr
+
+
 def test_copy_to_refuses_a_postgresql_url_changing_nothing(
     stores: tuple[str, str, str], cli: Callable[..., subprocess.CompletedProcess[str]]
 ) -> None:

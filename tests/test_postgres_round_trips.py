@@ -77,13 +77,15 @@ def test_events_after_is_one_round_trip_and_a_waiter_reads_in_one(open_pg: Any) 
     assert got[-1] == []
 
 
-def test_a_run_begins_in_3_round_trips_and_ends_in_2(open_pg: Any) -> None:
-    """`begin_run` and `end_run` run in a pipeline: their statements travel together up to
-    each result they read (begin_run 6 round trips before, end_run 6), so a FencedRunner
-    invoke costs 5 round trips more than the plain invoke, not 12. On a loaded host each
-    round trip is a wait for the scheduler, and 8 workers taking turns on one thread
-    wait on each other's. begin_run's grant and fence are one statement (4 before):
-    the lock, the grant with its position, the events with the commit."""
+def test_a_run_begins_in_3_round_trips_and_ends_in_1(open_pg: Any) -> None:
+    """`begin_run` runs in a pipeline: its statements travel together up to each result it
+    reads (6 round trips before). On a loaded host each round trip is a wait for the
+    scheduler, and 8 workers taking turns on one thread wait on each other's. begin_run's
+    grant and fence are one statement (4 before): the lock, the grant with its position,
+    the events with the commit. `end_run` is one statement (6 round trips, then 2 in a
+    pipeline): the fence and the release in one UPDATE, then the end event, made before
+    it was sent from the latest root checkpoint this saver put (a hint the statement checks
+    under the lock), so a FencedRunner invoke costs 4 round trips more than the plain one."""
     saver = open_pg()
     conn = saver._engine._conn
     box: dict[str, Any] = {}
@@ -93,14 +95,105 @@ def test_a_run_begins_in_3_round_trips_and_ends_in_2(open_pg: Any) -> None:
 
     assert round_trips(conn, begin) == 3
     token = box["run"].token
-    _put(saver, token)
+    cp = _put(saver, token)
     done = "run_completed"
-    assert round_trips(conn, lambda: saver.end_run("t", token, done, {"run_id": "r1"})) == 2
+    assert round_trips(conn, lambda: saver.end_run("t", token, done, {"run_id": "r1"})) == 1
     assert saver.current_claim("t") is None
-    kinds = [e.kind for e in saver.events_after("t")]
-    assert kinds == ["run_started", "checkpoint", "run_completed"]
+    events = saver.events_after("t")
+    assert [e.kind for e in events] == ["run_started", "checkpoint", "run_completed"]
+    assert events[-1].data == {"run_id": "r1", "checkpoint_id": cp["id"]}
+    assert events[-1].token == token
     with pytest.raises(StaleClaim):  # the run no longer holds the thread
         saver.end_run("t", token, done, {"run_id": "r1"}, raise_stale=True)
+    assert [e.kind for e in saver.events_after("t")][-1] == "run_completed"  # logged once
+
+
+def test_every_end_of_a_run_is_one_round_trip_and_logs_what_the_statements_did(
+    open_pg: Any,
+) -> None:
+    """An interrupted completion (named `run_interrupted`, counting its interrupt writes) and
+    a failure take one round trip, and log what the statement-by-statement path logs."""
+    saver = open_pg()
+    conn = saver._engine._conn
+    claim = saver.begin_run("t", "w", 60, run_id="r1")
+    cp = _put(saver, claim.token)
+    wconf = _config("t", claim.token, checkpoint_id=cp["id"])
+    saver.put_writes(wconf, [("__interrupt__", "ask?"), ("x", 1)], "task-a")
+    saver.put_writes(wconf, [("__interrupt__", "ask?")], "task-a")  # first writer wins: one
+    saver.put_writes(wconf, [("__interrupt__", "and?")], "task-b")
+    complete = {"run_id": "r1"}
+    assert (
+        round_trips(conn, lambda: saver.end_run("t", claim.token, "run_completed", complete)) == 1
+    )
+    last = saver.events_after("t")[-1]
+    assert (last.kind, last.data) == (
+        "run_interrupted",
+        {"run_id": "r1", "checkpoint_id": cp["id"], "interrupts": 2},
+    )
+    claim = saver.begin_run("t", "w", 60, run_id="r2")
+    failed = {"error": "boom"}
+    assert round_trips(conn, lambda: saver.end_run("t", claim.token, "run_failed", failed)) == 1
+    last = saver.events_after("t")[-1]
+    assert (last.kind, last.data, last.token) == ("run_failed", {"error": "boom"}, claim.token)
+    assert saver.current_claim("t") is None
+    seqs = [e.seq for e in saver.events_after("t")]
+    assert seqs == list(range(1, len(seqs) + 1))
+
+
+def test_an_end_whose_hint_is_wrong_decides_statement_by_statement(
+    open_pg: Any, pg_dsn: str
+) -> None:
+    """Another store put the latest checkpoint under the run's token (or nothing was put by
+    this one): the one-statement end refuses itself, and the event names the real latest."""
+    saver = open_pg()
+    conn = saver._engine._conn
+    claim = saver.begin_run("t", "w", 60, run_id="r1")
+    mine = _put(saver, claim.token)
+    with FencedPostgresSaver.from_conn_string(pg_dsn) as other:
+        theirs = _put(other, claim.token, mine)
+    complete = {"run_id": "r1"}
+    ended = round_trips(conn, lambda: saver.end_run("t", claim.token, "run_completed", complete))
+    assert ended == 3  # refused, then the 2 of the statements
+    assert saver.events_after("t")[-1].data == {"run_id": "r1", "checkpoint_id": theirs["id"]}
+    assert saver.current_claim("t") is None
+    with FencedPostgresSaver.from_conn_string(pg_dsn) as fresh:  # no hint: no batch
+        claim = fresh.begin_run("t", "w", 60, run_id="r2")
+        ended = fresh.end_run("t", claim.token, "run_completed", {"run_id": "r2"})
+        assert ended and fresh.events_after("t")[-1].data["checkpoint_id"] == theirs["id"]
+    stale = saver.begin_run("t", "w", 60, run_id="r3")
+    saver.take_over("t", "x", 60)
+    assert saver.end_run("t", stale.token, "run_failed", {}) is False  # refused, then False
+    assert saver.events_after("t")[-1].kind == "run_started"
+
+
+def test_threads_and_a_threads_summary_and_status_are_one_round_trip_however_many(
+    open_pg: Any,
+) -> None:
+    """`threads()` reads summaries, the time and every status's facts in one snapshot: one
+    pipeline of four statements (it took 13 round trips for one thread, 8 more for each
+    other: every thread's row, latest checkpoint, writes and run event, one by one).
+    `thread_summary` (every `lgfs` command on a thread) and `thread_status` took 13 and 12."""
+    saver = open_pg()
+    conn = saver._engine._conn
+    got: list[Any] = []
+    assert round_trips(conn, lambda: got.append(saver.threads())) == 1
+    assert got[-1] == []
+    for n in range(3):
+        claim = saver.begin_run(f"t{n}", "w", 60, run_id=f"r{n}")
+        cp = _put(saver, claim.token, thread_id=f"t{n}")
+        wconf = _config(f"t{n}", claim.token, checkpoint_id=cp["id"])
+        saver.put_writes(wconf, [("__interrupt__", "ask?")], "task")
+        if n:
+            saver.end_run(f"t{n}", claim.token, "run_completed", {"run_id": f"r{n}"})
+    assert round_trips(conn, lambda: got.append(saver.threads())) == 1
+    states = {t["thread_id"]: t["status"]["state"] for t in got[-1]}
+    assert states == {"t0": "running", "t1": "interrupted", "t2": "interrupted"}
+    assert round_trips(conn, lambda: got.append(saver.thread_summary("t1"))) == 1
+    assert got[-1]["status"]["state"] == "interrupted" and got[-1]["checkpoints"] == 1
+    assert round_trips(conn, lambda: got.append(saver.thread_status("t1"))) == 1
+    assert got[-1].run_id == "r1" and len(got[-1].waiting) == 1
+    assert round_trips(conn, lambda: got.append(saver.thread_status("nobody"))) == 1
+    assert got[-1] is None and saver.thread_summary("nobody") is None
 
 
 def test_refused_batches_decide_as_before_and_leave_the_seqs_gap_free(open_pg: Any) -> None:

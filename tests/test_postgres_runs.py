@@ -172,6 +172,54 @@ def test_a_claim_whose_expiry_the_server_reads_as_live_but_is_nan_is_judged_unde
     assert [kind for kind, _ in _history(saver)] == ["run_started", "run_superseded", "run_started"]
 
 
+def test_an_end_of_run_names_a_checkpoint_committed_while_it_waited_for_the_lock(
+    pg_dsn: str,
+) -> None:
+    """The one-statement `end_run` makes its event from the latest root checkpoint this saver
+    put; one committed by another while the statement waited for the row lock is not in
+    its snapshot, so it must not trust the snapshot: it refuses itself, and the event
+    names the checkpoint committed last, as the statement-by-statement path reads it.
+
+    Deterministic: the test holds the thread's row lock in a transaction, the end queues
+    behind it, and that transaction puts a newer root checkpoint under the run's token.
+    """
+    from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
+
+    from langgraph_fenced_sqlite.checkpoints import encode_checkpoint
+    from langgraph_fenced_sqlite.postgres import txns
+
+    with FencedPostgresSaver.from_conn_string(pg_dsn) as saver:
+        saver.setup()
+        claim = saver.begin_run("t", "w", 30, run_id="r1")
+        first = empty_checkpoint()
+        meta: Any = {"source": "loop", "step": 1, "parents": {}}
+        stored = saver.put(claim.config(), first, meta, {})
+        later = create_checkpoint(first, None, 2)
+        enc = encode_checkpoint(saver.serde, claim.config(stored), later, meta, "t", "")
+        outcome: list[Any] = []
+        ender = threading.Thread(
+            target=lambda: outcome.append(saver.end_run("t", claim.token, "run_completed"))
+        )
+        with psycopg.connect(pg_dsn) as lock_conn, psycopg.connect(pg_dsn) as watch:
+            cur = lock_conn.cursor()
+            cur.execute("SELECT 1 FROM lgfs_threads WHERE thread_id = 't' FOR UPDATE")
+            ender.start()
+            _wait_for_lock_wait(watch)
+            assert txns.put(cur, enc, claim.token, now=None, require_claim=False)
+            lock_conn.commit()
+            ender.join(timeout=30)
+        assert outcome == [True]
+        events = saver.events_after("t", 0)
+        assert [e.kind for e in events] == [
+            "run_started",
+            "checkpoint",
+            "checkpoint",
+            "run_completed",
+        ]
+        assert events[-1].data["checkpoint_id"] == later["id"] != first["id"]
+        assert saver.current_claim("t") is None
+
+
 def test_a_version_3_schema_is_upgraded_under_a_live_claim(pg_dsn: str) -> None:
     """`setup()` on a schema made before runs keeps its claim; a run then supersedes it.
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -107,20 +108,28 @@ def test_threads_reads_every_thread_in_one_snapshot_while_another_host_commits(
         _put(reader, f"t{i:02d}", 0, None)
     parent = _put(writer, "z-hot", 0, None)
     stop = threading.Event()
+    committed = [0]
 
     def write() -> None:
         step, last = 1, parent
         while not stop.is_set():
             last = _put(writer, "z-hot", step, last)
+            committed[0] = step
             step += 1
 
     thread = threading.Thread(target=write)
     thread.start()
     try:
-        for _ in range(15):
+        # At least 15 listings, and until the writer committed more than 15
+        # checkpoints meanwhile: a listing is one round trip, so the writer's
+        # commits may come slower than the listings do.
+        listed, deadline = 0, time.monotonic() + 120
+        while listed < 15 or committed[0] <= 15:
+            assert time.monotonic() < deadline, (listed, committed)
             (hot,) = [t for t in reader.threads() if t["thread_id"] == "z-hot"]
             assert hot["status"]["checkpoint_id"] == f"s{hot['latest_step']:05d}", hot
             assert hot["checkpoints"] == hot["latest_step"] + 1 == hot["next_seq"] - 1, hot
+            listed += 1
     finally:
         stop.set()
         thread.join()
@@ -263,6 +272,56 @@ def _damage_pg(dsn: str) -> None:
         (blob,) = conn.execute(f"SELECT blob FROM lgfs_writes {_FLIP}").fetchone()
         flipped = bytes([blob[0] ^ 4]) + blob[1:]
         conn.execute(f"UPDATE lgfs_writes SET blob = %s {_FLIP}", (flipped,))
+
+
+def test_a_damaged_or_outdated_run_event_is_judged_as_in_the_sqlite_store(
+    open_store: Any, open_pg: Any, db_path: str, pg_dsn: str
+) -> None:
+    """`broken`'s `run_failed` event damaged, and `done` checkpointed after its run by a plain
+    (unfenced) write: each store ignores that event when judging, alike, in every read."""
+    reads = []
+    for opener, damage in (
+        (open_store, lambda: _damage_event_sqlite(db_path)),
+        (open_pg, lambda: _damage_event_pg(pg_dsn)),
+    ):
+        clock = ManualClock()
+        saver = opener(clock=clock)
+        write_threads(saver, clock)
+        before = {t: saver.thread_status(t) for t in ("broken", "done")}
+        assert before["broken"].state == "failed"
+        assert before["broken"].run_id and before["done"].run_id  # from their run events
+        damage()
+        latest = saver.get_tuple({"configurable": {"thread_id": "done", "checkpoint_ns": ""}})
+        _put(saver, "done", 99, latest.config["configurable"]["checkpoint_id"])
+        statuses = {t: saver.thread_status(t).to_dict() for t in ("broken", "done")}
+        summaries = {t: saver.thread_summary(t)["status"] for t in ("broken", "done")}
+        assert summaries == statuses
+        listed = {t["thread_id"]: t["status"] for t in saver.threads()}
+        assert {t: listed[t] for t in statuses} == statuses
+        reads.append(same_ids(statuses))
+    assert reads[0] == reads[1]
+    # Neither event speaks for its thread any more: no run is named.
+    assert reads[1]["broken"]["run_id"] is reads[1]["done"]["run_id"] is None
+    assert reads[1]["broken"]["state"] == "failed"  # by its checkpoint's error write
+
+
+_LAST_FAILED = "WHERE thread_id = 'broken' AND kind = 'run_failed'"
+
+
+def _damage_event_sqlite(path: str) -> None:
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute(f"UPDATE events SET checksum = checksum + 1 {_LAST_FAILED}")
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _damage_event_pg(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"UPDATE lgfs_events SET checksum = checksum + 1 {_LAST_FAILED}")
 
 
 def test_a_thread_cell_of_the_wrong_type_cannot_be_stored(pg_dsn: str, open_pg: Any) -> None:

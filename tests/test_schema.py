@@ -18,6 +18,7 @@ import textwrap
 from typing import Any
 
 import pytest
+from _ops import make_v3_file
 from conftest import dump
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointMetadata
@@ -28,11 +29,8 @@ from langgraph_fenced_sqlite import (
     StoreError,
     UnsupportedFormat,
 )
-from langgraph_fenced_sqlite.checksums import checksum
-from langgraph_fenced_sqlite.schema import CHECKSUM_FUNCTION, MIGRATIONS, SCHEMA_VERSION
+from langgraph_fenced_sqlite.schema import MIGRATIONS, SCHEMA_VERSION
 from langgraph_fenced_sqlite.testing._helpers import plain_config, values_checkpoint
-
-_V3_TABLES = ("meta", "threads", "checkpoints", "writes", "events")
 
 
 def _run_config(thread_id: str, run_id: str, parent: str | None = None) -> RunnableConfig:
@@ -79,27 +77,6 @@ def _reads(store: FencedSqliteSaver) -> dict[str, Any]:
     return out
 
 
-def _make_v3(source: str, target: str) -> None:
-    """Write `target` as a version-3 file holding `source`'s rows (WAL, as a store leaves it)."""
-    conn = sqlite3.connect(target, isolation_level=None)
-    conn.create_function(CHECKSUM_FUNCTION, -1, checksum, deterministic=True)
-    conn.execute("PRAGMA journal_mode=wal")
-    conn.execute("BEGIN")
-    for step in MIGRATIONS[:3]:
-        for statement in step:
-            conn.execute(statement)
-    conn.execute("PRAGMA application_id = 1279739475")
-    conn.execute("PRAGMA user_version = 3")
-    conn.execute("ATTACH DATABASE ? AS src", (source,))
-    for table in _V3_TABLES:
-        names = ", ".join(r[1] for r in conn.execute(f"PRAGMA main.table_info({table})"))
-        conn.execute(f"DELETE FROM main.{table}")
-        conn.execute(f"INSERT INTO main.{table} ({names}) SELECT {names} FROM src.{table}")
-    conn.execute("COMMIT")
-    conn.execute("DETACH DATABASE src")
-    conn.close()
-
-
 @pytest.fixture
 def v3_file(open_store: Any, tmp_path: Any) -> tuple[str, dict[str, Any]]:
     """A version-3 file and what a store read from its rows before migration."""
@@ -109,7 +86,7 @@ def v3_file(open_store: Any, tmp_path: Any) -> tuple[str, dict[str, Any]]:
     expected = _reads(store)
     store.close()
     target = str(tmp_path / "v3.db")
-    _make_v3(source, target)
+    make_v3_file(source, target)
     return target, expected
 
 

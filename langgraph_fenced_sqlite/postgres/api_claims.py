@@ -5,8 +5,8 @@ transaction from `txns.py` or `runs.py`, so a lease or a runner gets the same
 claims, events and errors from either store. Expiry is judged by the store's
 clock: the database server's, read in the statement, unless the saver was
 given one (`_now`). A transaction that appends events sends one NOTIFY when
-`_notify`. Mixed into `FencedPostgresSaver`, which provides `_engine`, `_now`
-and `_notify`.
+`_notify`. Mixed into `FencedPostgresSaver`, which provides `_engine`, `_now`,
+`_notify` and `_latest_roots` (`end_run`'s hint of the latest root checkpoint).
 """
 
 from __future__ import annotations
@@ -82,11 +82,23 @@ class PgClaimsAPI(ClaimsBase, PgHalf):
         )
 
     def _end_run(self, thread_id: str, token: int, kind: str, data: Any, **flags: bool) -> bool:
+        now, latest = self._now(), self._latest_roots.take(thread_id)
+        batch = runs.end_run_batch(
+            thread_id,
+            token,
+            kind,
+            data,
+            latest=latest,
+            static_interrupt=flags["static_interrupt"],
+            now=now,
+            notify=self._notify,
+        )
         return self._engine.run(
             f"end_run({kind})",
             lambda cur: runs.end_run(
-                cur, thread_id, token, kind, data, now=self._now(), notify=self._notify, **flags
+                cur, thread_id, token, kind, data, now=now, notify=self._notify, **flags
             ),
+            batch=batch,  # one round trip; refused (or none): the job decides, in 2
             pipelined=True,  # runs.end_run reads no rowcount: 2 round trips, not 6
         )
 

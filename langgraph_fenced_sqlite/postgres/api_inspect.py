@@ -94,6 +94,16 @@ class PgInspectionAPI(InspectionAPI):
 
         return read_snapshot(self._engine, op, job)
 
+    def _count_orphan_writes(self) -> int:
+        """Count every thread's orphan writes (`lgfs doctor`): what prunes would remove."""
+        return int(
+            self._engine.run(
+                "doctor",
+                lambda cur: txns._one(cur, sql.COUNT_ALL_ORPHAN_WRITES, {})[0],
+                read_only=True,
+            )
+        )
+
     def claims(self) -> _list[Claim]:
         """Return every current claim, live or expired, by thread id."""
         rows = self._engine.run(

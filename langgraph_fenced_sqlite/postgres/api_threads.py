@@ -4,7 +4,8 @@ Invariant: as in the SQLite store's `api_threads.py`, a thread's status is
 `status.judge`'s (through the SQLite saver's own `_judge`, inherited), from facts read
 in the same snapshot as its summary: `threads()` reads every thread's
 summary, the store's time and every status's facts in one REPEATABLE READ
-transaction (`read_snapshot`), and decodes outside it. Summaries are built
+snapshot, four statements in one round trip whatever the number of threads
+(`_facts_batch`), and decodes outside it. Summaries are built
 by the SQLite store's `_summaries` from rows of the same columns, so both
 stores define activity, namespaces and errors once. Mixed into
 `FencedPostgresSaver`, which provides `_engine`, `_now` and `serde`.
@@ -13,19 +14,20 @@ stores define activity, namespaces and errors once. Mixed into
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
 from .. import status as st
 from ..api_threads import ThreadsAPI, _summaries, inactive_for_seconds
 from ..claims import ThreadRow
-from ..errors import ReplayUnavailable, UndecodableRow
+from ..errors import UndecodableRow
+from ..events import decode_event
 from ..status import ThreadStatus, check_states
 from ..validation import check_name
-from . import events, sql, txns
-from .api_inspect import PgInspectionAPI, read_snapshot
-from .connection import PgConnection
+from . import sql
+from .api_inspect import PgInspectionAPI
+from .connection import Execute, PgConnection, Send
 
 __all__ = ["STORE_NEUTRAL", "PgReadAPI", "PgThreadsAPI"]
 
@@ -58,7 +60,8 @@ class PgThreadsAPI(ThreadsAPI):
         """Summarise every thread: counts, namespaces, latest step, claim, events, floor, status.
 
         As `FencedSqliteSaver.threads` (the same keys, the same `status`
-        dicts, newest activity first), all from one snapshot.
+        dicts, newest activity first), all from one snapshot, in one round
+        trip however many threads there are.
 
         Args:
             status: Only threads in this state (or these states), of `THREAD_STATES`.
@@ -68,21 +71,14 @@ class PgThreadsAPI(ThreadsAPI):
         """
         states = check_states(status)  # `status` is the argument here, not the module
         idle_for = inactive_for_seconds(inactive_for)
-        at = self._now()
-
-        def job(cur: Cursor) -> tuple[float, _list[tuple[dict[str, Any], Any]]]:
-            now = _store_now(cur, at)
-            found = []
-            for summary in _summaries(cur.execute(sql.THREAD_SUMMARIES).fetchall()):
-                if idle_for is not None and summary["last_activity"] > now - idle_for:
-                    continue
-                found.append((summary, _status_facts(cur, summary["thread_id"])))
-            return now, found
-
-        now, found = read_snapshot(self._engine, "threads", job)
+        now, rows, facts = self._engine.run(
+            "threads", batch=_facts_batch(None, self._now()), read_only=True
+        )
         out = []
-        for summary, facts in found:
-            judged = self._judge(summary["thread_id"], facts, now)
+        for summary in _summaries(rows):
+            if idle_for is not None and summary["last_activity"] > now - idle_for:
+                continue
+            judged = self._judge(summary["thread_id"], facts.get(summary["thread_id"]), now)
             if states is None or judged.state in states:
                 out.append({**summary, "status": judged.to_dict()})
         return out
@@ -90,41 +86,30 @@ class PgThreadsAPI(ThreadsAPI):
     def thread_summary(self, thread_id: str) -> dict[str, Any] | None:
         """Summarise one thread as `threads()` does (status included); None if there is none."""
         check_name(thread_id, "thread_id")
-        at = self._now()
-
-        def job(cur: Cursor) -> tuple[float, dict[str, Any], Any] | None:
-            rows = cur.execute(sql.THREAD_SUMMARY, {"thread_id": thread_id}).fetchall()
-            found = _summaries(rows)
-            if not found:
-                return None
-            return _store_now(cur, at), found[0], _status_facts(cur, thread_id)
-
-        got = read_snapshot(self._engine, "thread_summary", job)
-        if got is None:
+        batch = _facts_batch(thread_id, self._now())
+        now, rows, facts = self._engine.run("thread_summary", batch=batch, read_only=True)
+        found = _summaries(rows)
+        if not found:
             return None
-        now, summary, facts = got
-        return {**summary, "status": self._judge(thread_id, facts, now).to_dict()}
+        judged = self._judge(thread_id, facts.get(thread_id), now)
+        return {**found[0], "status": judged.to_dict()}
 
     def thread_status(self, thread_id: str) -> ThreadStatus | None:
         """Judge what a thread is doing: idle, running, interrupted or failed.
 
         As `FencedSqliteSaver.thread_status`: reads the thread's claim, its
         latest root checkpoint's pending writes and its latest run event in
-        one snapshot, and applies the one rule (`status.judge`).
+        one snapshot (one round trip), and applies the one rule (`status.judge`).
 
         Returns:
             None if the database has no such thread.
         """
         check_name(thread_id, "thread_id")
-        at = self._now()
-
-        def job(cur: Cursor) -> tuple[float, Any]:
-            return _store_now(cur, at), _status_facts(cur, thread_id)
-
-        now, facts = read_snapshot(self._engine, "thread_status", job)
-        if facts is None:
+        batch = _facts_batch(thread_id, self._now(), summaries=False)
+        now, _, facts = self._engine.run("thread_status", batch=batch, read_only=True)
+        if thread_id not in facts:
             return None
-        return self._judge(thread_id, facts, now)
+        return self._judge(thread_id, facts[thread_id], now)
 
     def namespaces(self, thread_id: str) -> _list[str]:
         """Return the checkpoint namespaces a thread has checkpoints in, sorted ("" first)."""
@@ -142,24 +127,53 @@ class PgReadAPI(PgInspectionAPI, PgThreadsAPI):  # type: ignore[misc]
     """Every read the SQLite saver offers for operators: history, inspection, threads."""
 
 
-def _store_now(cur: Cursor, at: float | None) -> float:
-    """Read the store's time in the caller's transaction: `at` (a given clock's) or the server's."""
-    cur.execute(sql.GET_NOW, {"now": at})
-    return float(cur.fetchone()[0])
+_Read = tuple[float, _list[Any], dict[str, dict[str, Any]]]
 
 
-def _status_facts(cur: Cursor, thread_id: str) -> dict[str, Any] | None:
-    """Read what a status is judged from, in the caller's snapshot (None: no such thread).
+def _facts_batch(thread_id: str | None, at: float | None, *, summaries: bool = True) -> Send[_Read]:
+    """Read summaries, the store's time and status facts of every thread (or one): one round trip.
+
+    Four statements of one read-only snapshot (`PgConnection.run`'s
+    `read_only` batch): `THREAD_SUMMARIES` (none with `summaries=False`),
+    the time (`at`, a given clock's, or the server's), `STATUS_FACTS` and
+    the writes of each latest root checkpoint. The reader returns the
+    time, the summary rows and each thread's facts by id (no entry: no
+    such thread).
+    """
+    one: dict[str, Any] = {} if thread_id is None else {"thread_id": thread_id}
+    by_kind = {"kinds": sorted(st.RUN_EVENTS), **one}
+    single = thread_id is not None
+
+    def send(execute: Execute) -> Callable[[], _Read]:
+        listed = None
+        if summaries:
+            listed = execute(sql.THREAD_SUMMARY if single else sql.THREAD_SUMMARIES, one)
+        clock = execute(sql.GET_NOW, {"now": at})
+        facts = execute(sql.STATUS_FACTS_OF if single else sql.STATUS_FACTS, by_kind)
+        writes = execute(sql.LATEST_ROOT_WRITES_OF if single else sql.LATEST_ROOT_WRITES, one)
+
+        def finish() -> _Read:
+            of: dict[str, _list[Any]] = {}
+            for t, _ns, _cid, *write in writes.fetchall():
+                of.setdefault(t, []).append(tuple(write))
+            found = {row[0]: _status_facts(row, of.get(row[0], [])) for row in facts.fetchall()}
+            rows = [] if listed is None else listed.fetchall()
+            (now,) = clock.fetchall()[0]
+            return float(now), rows, found
+
+        return finish
+
+    return send
+
+
+def _status_facts(row: Any, writes: _list[Any]) -> dict[str, Any]:
+    """Make what a status is judged from of one `STATUS_FACTS` row and its latest's writes.
 
     Unlike the SQLite store's, the thread row cannot hold a cell of the wrong
     type (its columns are typed), so there is no `error` fact to give.
     """
-    if cur.execute(sql.THREAD_EXISTS, {"thread_id": thread_id}).fetchone() is None:
-        return None
-    next_seq, floor, holder, token, expires_at, run_id, incarnation = cur.execute(
-        sql.GET_THREAD_ROW, {"thread_id": thread_id}
-    ).fetchone()
-    row = ThreadRow(
+    thread_id, next_seq, floor, holder, token, expires_at, run_id, incarnation = row[:8]
+    thread = ThreadRow(
         int(next_seq),
         int(floor),
         holder,
@@ -168,30 +182,23 @@ def _status_facts(cur: Cursor, thread_id: str) -> dict[str, Any] | None:
         run_id,
         int(incarnation),
     )
-    latest = txns.fetch_tuple(cur, thread_id, "", None)
-    return {"row": row, "latest": latest, "last_run": _last_run_event(cur, thread_id, row)}
+    checkpoint = tuple(row[8:20])
+    latest = None if checkpoint[0] is None else (checkpoint, writes)
+    last_run = _last_run_event(thread_id, thread, tuple(row[20:28]), bool(row[28]))
+    return {"row": thread, "latest": latest, "last_run": last_run}
 
 
-def _last_run_event(cur: Cursor, thread_id: str, row: ThreadRow) -> Any:
+def _last_run_event(thread_id: str, row: ThreadRow, cells: tuple[Any, ...], after: bool) -> Any:
     """Return the thread's latest run lifecycle event (`status.RUN_EVENTS`), if still current.
 
     The SQLite store's rule: a root checkpoint committed after it under
-    another token (or none: a graph run outside the runner) makes it stale,
-    and so does a damaged event: None.
+    another token (or none: a graph run outside the runner, `after`) makes it
+    stale, and so does a damaged event, or one below the floor: None.
     """
-    params = {"thread_id": thread_id, "kinds": sorted(st.RUN_EVENTS)}
-    found = cur.execute(sql.LAST_EVENT_OF_KINDS, params).fetchone()
-    if found is None:
+    if cells[0] is None or int(cells[0]) < row.floor:
         return None
-    seq = int(found[0])
     try:
-        page = events.read_after(cur, thread_id, seq - 1, 1, row.incarnation)
-    except (UndecodableRow, ReplayUnavailable):
+        event = decode_event(thread_id, cells, row.incarnation)
+    except UndecodableRow:
         return None
-    if not page or page[0].seq != seq:
-        return None
-    event = page[0]
-    after = {"thread_id": thread_id, "seq": event.seq, "token": event.token}
-    if cur.execute(sql.ROOT_CHECKPOINT_AFTER, after).fetchone():
-        return None
-    return event
+    return None if after else event

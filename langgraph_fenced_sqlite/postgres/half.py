@@ -7,7 +7,12 @@ clock, read in the statement) and send NOTIFY only when `_notify`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .connection import PgConnection
+
+if TYPE_CHECKING:
+    from .runs import LatestRoots
 
 __all__ = ["PgHalf"]
 
@@ -18,6 +23,7 @@ class PgHalf:
     _engine: PgConnection
     _notify: bool
     _poll_interval: float
+    _latest_roots: LatestRoots
     require_claim: bool
 
     def _now(self) -> float | None:

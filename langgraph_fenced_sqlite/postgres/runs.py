@@ -11,7 +11,10 @@ for the holder's row lock nor makes the holder's next write wait for its
 own, and whatever it reads as free is decided under the lock. `run_started` (with
 `run_superseded`, and for "rollback" the retraction and its `retracted`
 event) commits with the claim. `end_run` begins with `FENCE` on the run's
-token: a run that lost its claim records and releases nothing. A cancel is
+token: a run that lost its claim records and releases nothing; its one
+round trip (`end_run_batch`) is the fence, the release and the event in one
+statement, which refuses itself rather than log an event made from a wrong
+guess of the latest checkpoint. A cancel is
 recorded on the claim it is for (`cancel_by`), in the statement that takes its
 event's position, and read back by that claim's renewal (`txns.renew_run`).
 Each function runs inside the transaction `PgConnection.run` opened.
@@ -19,10 +22,15 @@ Each function runs inside the transaction `PgConnection.run` opened.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from psycopg.rows import tuple_row
+from psycopg.types.numeric import Int8
 
+from ..checkpoints import EncodedWrite
+from ..checksums import checksum
 from ..claims import Claim, claim_live
 from ..errors import TenantMismatch, ThreadBusy
 from ..events import NewEvent
@@ -35,14 +43,18 @@ from ..runs import (
     started_event,
     superseded_data,
 )
+from ..stored_json import dumps_json
 from . import removals, sql, txns
+from .connection import Execute, Send
 from .events import append
 
 __all__ = [
+    "LatestRoots",
     "begin_run",
     "cancel_run",
     "delete_unclaimed",
     "end_run",
+    "end_run_batch",
     "force_release",
     "operator_take_over",
 ]
@@ -205,6 +217,97 @@ def end_run(
     append(cur, thread_id, int(found[0]), [event], token=token, now=now, notify=notify)
     txns.release(cur, thread_id, token)
     return True
+
+
+def end_run_batch(
+    thread_id: str,
+    token: int,
+    kind: str,
+    data: dict[str, Any],
+    *,
+    latest: tuple[str, int] | None,
+    static_interrupt: bool,
+    now: float | None,
+    notify: bool,
+) -> Send[bool] | None:
+    """Return `end_run` as one statement in one round trip (a `batch`), or None.
+
+    The event is made here, before the fence: a `run_completed` one from
+    `latest` (the latest root checkpoint's id and pending interrupts, as
+    this saver committed them: `LatestRoots`), which `END_RUN_AT_FENCE`
+    checks under the lock. None (statement by statement) for a
+    `run_completed` without it. A stale token or another latest refuses the
+    batch, and `end_run` decides.
+    """
+    completed = kind == "run_completed"
+    if completed and latest is None:
+        return None
+    event = end_event(kind, data, latest=latest, static_interrupt=static_interrupt)
+    text = dumps_json(dict(event.data), "event data")
+    params = {
+        "thread_id": thread_id,
+        "token": token,
+        "now": now,
+        "kind": event.kind,
+        "data": text,
+        "checksum": Int8(checksum(event.kind, text)),
+        "check_latest": completed,
+        "latest_id": latest[0] if latest else None,
+        "interrupts": latest[1] if latest else 0,
+    }
+    statement = sql.END_RUN_AT_FENCE_NOTIFY if notify else sql.END_RUN_AT_FENCE
+
+    def send(execute: Execute) -> Callable[[], bool]:
+        execute(statement, params)
+        return _ended
+
+    return send
+
+
+def _ended() -> bool:
+    return True
+
+
+class LatestRoots:
+    """What this saver last committed as each thread's latest root checkpoint: `end_run`'s hint.
+
+    Only a hint: `END_RUN_AT_FENCE` checks it under the thread's lock, so a
+    hint that another writer (or an idempotent retry of an older put) made
+    wrong costs the statement-by-statement path, never a wrong event. A run
+    puts its checkpoints, then its interrupt writes (`__interrupt__`, each
+    `(task_id, idx)` one row), then ends: what is counted here. At most
+    `size` threads are remembered (the oldest forgotten first).
+    """
+
+    def __init__(self, size: int = 1024) -> None:
+        """Remember up to `size` threads."""
+        self._size = size
+        self._lock = threading.Lock()
+        self._roots: dict[str, tuple[str, set[tuple[str, int]]]] = {}
+
+    def put(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> None:
+        """Note a committed put: in the root namespace, the thread's new latest."""
+        if checkpoint_ns != "":
+            return
+        with self._lock:
+            self._roots.pop(thread_id, None)
+            self._roots[thread_id] = (checkpoint_id, set())
+            if len(self._roots) > self._size:
+                del self._roots[next(iter(self._roots))]
+
+    def put_writes(self, key: tuple[str, str, str], writes: Sequence[EncodedWrite]) -> None:
+        """Note committed writes: interrupts of the latest root checkpoint are counted."""
+        thread_id, checkpoint_ns, checkpoint_id = key
+        with self._lock:
+            root = self._roots.get(thread_id)
+            if checkpoint_ns == "" and root is not None and root[0] == checkpoint_id:
+                root[1].update((w.task_id, w.idx) for w in writes if w.channel == _INTERRUPT)
+
+    def take(self, thread_id: str) -> tuple[str, int] | None:
+        """Forget the thread (its run ends); return its latest root id and interrupt count."""
+        with self._lock:
+            root = self._roots.pop(thread_id, None)
+        return None if root is None else (root[0], len(root[1]))
 
 
 def cancel_run(

@@ -26,7 +26,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from .. import checkpoints as cps
 from ..base_saver import FencedSaverBase, store_options
 from ..clock import Clock, read_now, to_seconds
-from ..errors import UnsupportedFormat, bad_argument
+from ..errors import SchemaTooOld, UnsupportedFormat, bad_argument
 from ..serde import TypeKey
 from ..validation import check_name
 from . import sql, txns
@@ -35,6 +35,7 @@ from .api_events import PgEventsAPI
 from .api_retention import PgRetentionAPI
 from .api_threads import PgReadAPI
 from .connection import PgConnection
+from .runs import LatestRoots
 
 __all__ = ["DatabaseClock", "FencedPostgresSaver"]
 
@@ -135,7 +136,8 @@ class FencedPostgresSaver(  # type: ignore[misc]
             InvalidArgument: `conn` is not a connection or pool, or another
                 argument is wrong (the message names it).
             UnsupportedFormat: `readonly`, and the schema is missing (`setup()`
-                never ran), older than this version (it needs migrating) or newer.
+                never ran), older than this version (`SchemaTooOld`: it needs
+                migrating) or newer.
             StoreError: `readonly`, and the schema could not be read.
         """
         serde = store_options(serde, allowed_types, allowed_modules, clock, require_claim)
@@ -149,6 +151,9 @@ class FencedPostgresSaver(  # type: ignore[misc]
         self._notify = notify
         self._engine = PgConnection(conn, owned=_owned, readonly=readonly)
         self._clock = clock
+        # What this saver's fenced writes made each thread's latest root
+        # checkpoint: the hint that lets `end_run` take one round trip.
+        self._latest_roots = LatestRoots()
         if readonly:
             self._check_schema("open")
 
@@ -243,10 +248,11 @@ class FencedPostgresSaver(  # type: ignore[misc]
                 "run setup() once from a writable store"
             )
         else:
-            why = (
-                f"schema version {version} needs migrating to {current}, which a "
-                "read-only store cannot do; run setup() once from a writable store"
+            message = (
+                f"{op} on {where}: schema version {version} needs migrating to {current}, "
+                "which a read-only store cannot do; run setup() once from a writable store"
             )
+            return SchemaTooOld(op, where, version, current, message=message)
         return UnsupportedFormat(op, where, message=f"{op} on {where}: {why}")
 
     def stats(self) -> dict[str, Any]:
@@ -301,6 +307,8 @@ class FencedPostgresSaver(  # type: ignore[misc]
             ),
             batch=txns.put_batch(enc, token, now=now, notify=self._notify),
         )
+        if token is not None:  # a run's put (see `_latest_roots`)
+            self._latest_roots.put(enc.thread_id, enc.checkpoint_ns, enc.checkpoint_id)
 
     def _put_writes(
         self, key: _Key, encoded: _list[cps.EncodedWrite], token: int | None, run_id: str | None
@@ -322,6 +330,8 @@ class FencedPostgresSaver(  # type: ignore[misc]
                 *key, encoded, token, run_id=run_id, now=now, notify=self._notify
             ),
         )
+        if token is not None:
+            self._latest_roots.put_writes(key, encoded)
 
 
 def without_password(message: str, dsn: str) -> str:

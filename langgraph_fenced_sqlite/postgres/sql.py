@@ -336,6 +336,40 @@ _INSERT_EVENTS = (
 )
 INSERT_EVENTS = _INSERT_EVENTS
 INSERT_EVENTS_NOTIFY = _INSERT_EVENTS + ", pg_notify('lgfs_events', %(thread_id)s) AS n"
+# `end_run` in one statement (`runs.end_run_batch`): the fence and the
+# release in one UPDATE (`FENCE` and `RELEASE_CLAIM`'s assignments: it takes
+# the row lock and the position), then the end event at that position. A
+# `run_completed` event names the latest root checkpoint and its interrupts,
+# made into the event (and its checksum) by the client beforehand from what
+# this saver committed (`check_latest`): the statement checks it against its
+# snapshot, which it trusts only if that holds the commit just before this
+# one (every commit that takes positions logs its last event at the last of
+# them, and commits take them under the row lock, in commit order; a commit
+# made while this statement waited for the lock is not in its snapshot).
+# Anything else, a stale token first, refuses (`lgfs_refuse`) and
+# `runs.end_run` decides statement by statement.
+_END_RUN_AT_FENCE = (
+    "WITH f AS (UPDATE lgfs_threads SET next_seq = next_seq + 1, holder = NULL, token = NULL, "
+    "expires_at = NULL, claimed_at = NULL, run_id = NULL, cancel_by = NULL "
+    "WHERE thread_id = %(thread_id)s AND token = %(token)s RETURNING next_seq - 1 AS seq), "
+    "e AS (INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data, "
+    f"token, ts, checksum) SELECT %(thread_id)s, f.seq, %(kind)s, '', NULL, %(data)s, "
+    f"%(token)s, {NOW}, %(checksum)s FROM f WHERE NOT %(check_latest)s OR ((f.seq = 1 OR "
+    "EXISTS (SELECT 1 FROM lgfs_events p WHERE p.thread_id = %(thread_id)s "
+    "AND p.seq = f.seq - 1)) AND (SELECT c.checkpoint_id FROM lgfs_checkpoints c "
+    "WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = '' ORDER BY c.position DESC "
+    "LIMIT 1) IS NOT DISTINCT FROM %(latest_id)s::text AND (SELECT count(*) FROM lgfs_writes w "
+    "WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = '' "
+    "AND w.checkpoint_id = %(latest_id)s::text AND w.channel = '__interrupt__') "
+    "= %(interrupts)s::bigint) RETURNING seq) "
+    "SELECT CASE WHEN e.seq IS NULL THEN lgfs_refuse('end_run: stale token, or not the latest "
+    "expected') ELSE e.seq END"
+)
+_END_RUN_FROM = " FROM (SELECT 1) AS one LEFT JOIN e ON true"
+END_RUN_AT_FENCE = _END_RUN_AT_FENCE + _END_RUN_FROM
+END_RUN_AT_FENCE_NOTIFY = (
+    _END_RUN_AT_FENCE + ", pg_notify('lgfs_events', %(thread_id)s)" + _END_RUN_FROM
+)
 NOTIFY_CHANNEL = "lgfs_events"
 LISTEN = "LISTEN lgfs_events"
 # In `events.decode_event`'s order.
@@ -603,13 +637,16 @@ PAST_LAST_EVENT_OF = (
 )
 # Orphan writes (as the SQLite store's): their checkpoint is not stored, and
 # they were committed before the latest checkpoint of their namespace.
-DELETE_ORPHAN_WRITES = (
-    "DELETE FROM lgfs_writes w WHERE w.thread_id = %(thread_id)s AND NOT EXISTS (SELECT 1 "
+_ORPHAN = (
+    "NOT EXISTS (SELECT 1 "
     "FROM lgfs_checkpoints c WHERE c.thread_id = w.thread_id AND c.checkpoint_ns = "
     "w.checkpoint_ns AND c.checkpoint_id = w.checkpoint_id) AND w.position < (SELECT "
     "max(l.position) FROM lgfs_checkpoints l WHERE l.thread_id = w.thread_id "
     "AND l.checkpoint_ns = w.checkpoint_ns)"
 )
+DELETE_ORPHAN_WRITES = "DELETE FROM lgfs_writes w WHERE w.thread_id = %(thread_id)s AND " + _ORPHAN
+# Of every thread (`lgfs doctor`): what the next prune of each would remove.
+COUNT_ALL_ORPHAN_WRITES = "SELECT count(*) FROM lgfs_writes w WHERE " + _ORPHAN
 # A retention policy's prune (no claim needed): the thread row locked, so it
 # waits for the thread's writers (and they for it) as on SQLite's write lock.
 LOCK_FOR_PRUNE = (
@@ -755,25 +792,41 @@ _SUMMARIES = (
 )
 THREAD_SUMMARIES = f"{_SUMMARIES} ORDER BY t.thread_id"
 THREAD_SUMMARY = f"{_SUMMARIES} AND t.thread_id = %(thread_id)s"
-THREAD_EXISTS = (
-    f"SELECT 1 FROM lgfs_threads t WHERE t.thread_id = %(thread_id)s AND {_NOT_TOMBSTONE}"
+# What a thread's status is judged from (`api_threads._status_facts`), for
+# every thread `_SUMMARIES` lists, in one statement: its row in
+# `claims.ThreadRow`'s order; its latest root checkpoint (`CHECKPOINT_COLUMNS`,
+# NULLs if none); its latest run lifecycle event (`EVENTS_AFTER`'s columns,
+# NULLs if none); and whether a root checkpoint was committed after that
+# event under another token.
+_LATEST_ROOT = (
+    "SELECT * FROM lgfs_checkpoints c WHERE c.thread_id = t.thread_id AND c.checkpoint_ns = '' "
+    "ORDER BY c.position DESC LIMIT 1"
 )
-# In `claims.ThreadRow`'s order.
-GET_THREAD_ROW = (
-    "SELECT next_seq, floor, holder, token, expires_at, run_id, incarnation FROM lgfs_threads "
-    "WHERE thread_id = %(thread_id)s"
+_STATUS_FACTS = (
+    "SELECT t.thread_id, t.next_seq, t.floor, t.holder, t.token, t.expires_at, t.run_id, "
+    "t.incarnation, "
+    + ", ".join(f"lc.{column.strip()}" for column in CHECKPOINT_COLUMNS.split(","))
+    + ", le.seq, le.kind, le.checkpoint_ns, le.checkpoint_id, le.data, le.token, le.ts, "
+    "le.checksum, EXISTS (SELECT 1 FROM lgfs_checkpoints a WHERE a.thread_id = t.thread_id "
+    "AND a.checkpoint_ns = '' AND a.position > le.seq AND a.token IS DISTINCT FROM le.token) "
+    f"FROM lgfs_threads t LEFT JOIN LATERAL ({_LATEST_ROOT}) lc ON true "
+    "LEFT JOIN LATERAL (SELECT * FROM lgfs_events e WHERE e.thread_id = t.thread_id "
+    "AND e.kind = ANY(%(kinds)s) ORDER BY e.seq DESC LIMIT 1) le ON true "
+    f"WHERE {_NOT_TOMBSTONE}"
 )
+STATUS_FACTS = _STATUS_FACTS
+STATUS_FACTS_OF = f"{_STATUS_FACTS} AND t.thread_id = %(thread_id)s"
+# The writes of those latest root checkpoints (`WRITES_OF_CHECKPOINTS`' columns
+# and order, thread by thread).
+_LATEST_ROOT_WRITES = (
+    f"SELECT {_WRITE_COLUMNS} FROM lgfs_threads t JOIN LATERAL ({_LATEST_ROOT}) lc ON true "
+    "JOIN lgfs_writes w ON w.thread_id = t.thread_id AND w.checkpoint_ns = '' "
+    "AND w.checkpoint_id = lc.checkpoint_id"
+)
+_BY_THREAD = "ORDER BY w.thread_id, w.task_path, w.task_id, w.idx"
+LATEST_ROOT_WRITES = f"{_LATEST_ROOT_WRITES} {_BY_THREAD}"
+LATEST_ROOT_WRITES_OF = f"{_LATEST_ROOT_WRITES} WHERE t.thread_id = %(thread_id)s {_BY_THREAD}"
 THREAD_NAMESPACES = (
     "SELECT DISTINCT checkpoint_ns FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s "
     "ORDER BY checkpoint_ns"
-)
-# A thread's status: its latest event of the kinds given (`status.RUN_EVENTS`),
-# and whether a root checkpoint was committed after it under another token.
-LAST_EVENT_OF_KINDS = (
-    "SELECT seq FROM lgfs_events WHERE thread_id = %(thread_id)s AND kind = ANY(%(kinds)s) "
-    "ORDER BY seq DESC LIMIT 1"
-)
-ROOT_CHECKPOINT_AFTER = (
-    "SELECT 1 FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s AND checkpoint_ns = '' "
-    "AND position > %(seq)s AND token IS DISTINCT FROM %(token)s LIMIT 1"
 )
