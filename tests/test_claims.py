@@ -225,9 +225,13 @@ def test_current_claim_reports_an_expired_claim_until_replaced(
 @pytest.mark.parametrize("shared", [True, False], ids=["one-store", "own-stores"])
 def test_takeover_cuts_off_concurrent_writers(open_store: Any, shared: bool) -> None:
     """Writers racing a takeover all end with StaleClaim; none lands after the new owner."""
-    owner = open_store()
+    # Nine connections contend for one file's write lock, and SQLite's busy
+    # handler is not fair: on a loaded machine one of them once waited past
+    # the default 5 s (StoreBusy) before the takeover reached it. What races
+    # here is the fence, so each store's deadline is one only a hang reaches.
+    owner = open_store(busy_timeout=120)
     old = owner.claim("t", "old", 60)
-    stores = [owner if shared else open_store() for _ in range(8)]
+    stores = [owner if shared else open_store(busy_timeout=120) for _ in range(8)]
     started = threading.Barrier(len(stores) + 1)
     landed = [0] * len(stores)
     outcomes: list[BaseException | None] = [None] * len(stores)
