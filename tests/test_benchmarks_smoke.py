@@ -7,9 +7,10 @@ scripts' business (they print PASS/MISS and never assert one).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -71,33 +72,52 @@ EXPECTED = {
 
 
 @pytest.fixture(scope="module")
-def runs() -> Iterator[dict[str, subprocess.Popen[str]]]:
-    """Start every script at once (they take a few seconds each) and yield the processes."""
-    procs = {
-        name: subprocess.Popen(
-            [sys.executable, os.path.join(BENCH, name), "--quick"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=BENCH,
-        )
-        for name in EXPECTED
-    }
-    yield procs
+def runs() -> Iterator[Callable[[str], subprocess.Popen[str]]]:
+    """Start a script when its test asks for it; stop any left running at the end.
+
+    Started on demand, not all at once: under pytest-xdist every worker that
+    runs one of these tests makes this fixture, and one that started every
+    script killed those whose tests ran elsewhere (or that `-k` left out).
+    A killed `bench_postgres.py` never stops the server it started (its
+    `atexit` does not run), so each such kill left a PostgreSQL running.
+    A script still running at the end (it hung) gets SIGINT first, so its
+    `atexit` cleanup runs, and SIGKILL only if that does not end it.
+    """
+    procs: dict[str, subprocess.Popen[str]] = {}
+
+    def start(name: str) -> subprocess.Popen[str]:
+        if name not in procs:
+            procs[name] = subprocess.Popen(
+                [sys.executable, os.path.join(BENCH, name), "--quick"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=BENCH,
+            )
+        return procs[name]
+
+    yield start
     for proc in procs.values():
-        if proc.poll() is None:  # a script a `-k` filter left out, or one that hung
-            proc.kill()
-            proc.wait()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
 
 
 @pytest.mark.parametrize("script", sorted(EXPECTED))
-def test_quick_run_prints_its_tables(runs: dict[str, subprocess.Popen[str]], script: str) -> None:
+def test_quick_run_prints_its_tables(
+    runs: Callable[[str], subprocess.Popen[str]], script: str
+) -> None:
     """Run `script --quick`: it exits 0 and prints every table with a result column."""
-    out, err = runs[script].communicate(timeout=180)
-    assert runs[script].returncode == 0, f"{script} failed:\n{out}\n{err}"
+    proc = runs(script)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, f"{script} failed:\n{out}\n{err}"
     missing = [text for text in EXPECTED[script] if text not in out]
     assert not missing, f"{script} did not print {missing}:\n{out}"
     assert "PASS" in out or "MISS" in out
