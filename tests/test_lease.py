@@ -233,7 +233,12 @@ async def test_alease_retries_a_failed_renewal_and_logs_it(
 ) -> None:
     """An async lease logs and retries a renewal refused by a locked file."""
     caplog.set_level(logging.WARNING, LOGGER)
-    store = open_store(busy_timeout=0.05)
+    # An async call's deadline counts its hop to the store's worker thread
+    # (groupcommit.py), and the first one also starts that thread: on a
+    # loaded machine the lease's own claim once spent 0.25 s getting there
+    # and met StoreBusy before the test began. 1 s still fails a renewal
+    # behind the held lock quickly.
+    store = open_store(busy_timeout=1.0)
     async with store.alease("t", "me", ttl=30, renew_every=0.01) as lease:
         blocker = _hold_write_lock(db_path)
         try:
