@@ -240,3 +240,12 @@ def make_v3_file(source: str, target: str) -> None:
     conn.execute("COMMIT")
     conn.execute("DETACH DATABASE src")
     conn.close()
+
+
+def user_version(path: str) -> int:
+    """Return a file's `PRAGMA user_version` (its schema version), read-only."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return int(conn.execute("PRAGMA user_version").fetchone()[0])
+    finally:
+        conn.close()

@@ -21,7 +21,7 @@ import time
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from _ops import file_fixtures, make_v3_file
+from _ops import file_fixtures, make_v3_file, user_version
 from conftest import dump, read_bytes, reseal
 from langgraph.graph import START, StateGraph
 from langgraph.types import Command, interrupt
@@ -646,14 +646,6 @@ READ_COMMANDS = (
 )
 
 
-def _user_version(path: str) -> int:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return int(conn.execute("PRAGMA user_version").fetchone()[0])
-    finally:
-        conn.close()
-
-
 def test_read_commands_refuse_an_older_file_unchanged_and_migrate_upgrades_it(
     demo: str, tmp_path: Any, cli: Any
 ) -> None:
@@ -679,7 +671,7 @@ def test_read_commands_refuse_an_older_file_unchanged_and_migrate_upgrades_it(
         error = json.loads(cli(*command, "--db", path, "--json").stderr)
         assert error["code"] == "schema_too_old"
         assert (error["version"], error["current"]) == (3, SCHEMA_VERSION)
-        assert read_bytes(path) == before and _user_version(path) == 3, command
+        assert read_bytes(path) == before and user_version(path) == 3, command
     doctor = cli("doctor", path, "--json")
     assert doctor.returncode == 1 and doctor.stderr == ""
     assert json.loads(doctor.stdout)["problems"] == [
@@ -687,12 +679,12 @@ def test_read_commands_refuse_an_older_file_unchanged_and_migrate_upgrades_it(
     ]
     text = cli("doctor", path)
     assert text.returncode == 1 and "schema version  3" in text.stdout, text.stdout
-    assert read_bytes(path) == before and _user_version(path) == 3
+    assert read_bytes(path) == before and user_version(path) == 3
 
     migrated = lgfs("migrate", "--db", path)
     assert migrated.returncode == 0, migrated.stderr
     assert migrated.stdout == f"{path}: migrated schema version 3 -> {SCHEMA_VERSION}\n"
-    assert _user_version(path) == SCHEMA_VERSION
+    assert user_version(path) == SCHEMA_VERSION
     threads = parsed(cli("threads", path, "--json"))
     assert sorted(t["thread_id"] for t in threads) == ["order-1", "order-2", "order-3"]
     again = parsed(cli("migrate", path, "--json"))

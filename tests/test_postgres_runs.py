@@ -8,8 +8,10 @@ is tested by the store-parametrised tests/test_runner*.py.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -32,6 +34,30 @@ def _wait_for_lock_wait(watch: Any) -> None:
         time.sleep(0.005)
 
 
+@contextlib.contextmanager
+def _end_run_behind_a_held_row(
+    pg_dsn: str, saver: FencedPostgresSaver, token: int
+) -> Iterator[tuple[Any, list[Any]]]:
+    """Run `saver.end_run("t", token, "run_completed")` queued behind a held lock on t's row.
+
+    Yields the cursor of the connection holding the row (`FOR UPDATE`) once
+    the end waits for it, and the list the end's outcome lands in; on exit,
+    commits that connection (the end then runs) and joins the end.
+    """
+    outcome: list[Any] = []
+    ender = threading.Thread(
+        target=lambda: outcome.append(saver.end_run("t", token, "run_completed"))
+    )
+    with psycopg.connect(pg_dsn) as lock_conn, psycopg.connect(pg_dsn) as watch:
+        cur = lock_conn.cursor()
+        cur.execute("SELECT 1 FROM lgfs_threads WHERE thread_id = 't' FOR UPDATE")
+        ender.start()
+        _wait_for_lock_wait(watch)
+        yield cur, outcome
+        lock_conn.commit()
+        ender.join(timeout=30)
+
+
 def test_an_end_of_run_queued_behind_a_takeover_logs_and_releases_nothing(pg_dsn: str) -> None:
     """A superseded run's `end_run` that waited for the takeover's row lock changes nothing.
 
@@ -46,20 +72,10 @@ def test_an_end_of_run_queued_behind_a_takeover_logs_and_releases_nothing(pg_dsn
     with FencedPostgresSaver.from_conn_string(pg_dsn) as saver:
         saver.setup()
         old = saver.begin_run("t", "old", 30, run_id="r-old")
-        outcome: list[Any] = []
-        ender = threading.Thread(
-            target=lambda: outcome.append(saver.end_run("t", old.token, "run_completed"))
-        )
-        with psycopg.connect(pg_dsn) as lock_conn, psycopg.connect(pg_dsn) as watch:
-            cur = lock_conn.cursor()
-            cur.execute("SELECT 1 FROM lgfs_threads WHERE thread_id = 't' FOR UPDATE")
-            ender.start()
-            _wait_for_lock_wait(watch)
+        with _end_run_behind_a_held_row(pg_dsn, saver, old.token) as (cur, outcome):
             new = runs.begin_run(
                 cur, "t", "new", 30, run_id="r-new", strategy="interrupt", now=None, notify=False
             )
-            lock_conn.commit()
-            ender.join(timeout=30)
         assert outcome == [False]
         assert saver.current_claim("t") == new
         kinds = [(e.kind, e.data.get("run_id")) for e in saver.events_after("t", 0)]
@@ -196,18 +212,8 @@ def test_an_end_of_run_names_a_checkpoint_committed_while_it_waited_for_the_lock
         stored = saver.put(claim.config(), first, meta, {})
         later = create_checkpoint(first, None, 2)
         enc = encode_checkpoint(saver.serde, claim.config(stored), later, meta, "t", "")
-        outcome: list[Any] = []
-        ender = threading.Thread(
-            target=lambda: outcome.append(saver.end_run("t", claim.token, "run_completed"))
-        )
-        with psycopg.connect(pg_dsn) as lock_conn, psycopg.connect(pg_dsn) as watch:
-            cur = lock_conn.cursor()
-            cur.execute("SELECT 1 FROM lgfs_threads WHERE thread_id = 't' FOR UPDATE")
-            ender.start()
-            _wait_for_lock_wait(watch)
+        with _end_run_behind_a_held_row(pg_dsn, saver, claim.token) as (cur, outcome):
             assert txns.put(cur, enc, claim.token, now=None, require_claim=False)
-            lock_conn.commit()
-            ender.join(timeout=30)
         assert outcome == [True]
         events = saver.events_after("t", 0)
         assert [e.kind for e in events] == [

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -234,13 +235,8 @@ def test_a_damaged_interrupt_write_reads_as_in_the_sqlite_store(
     nor shows the damaged value as if it were the interrupt's.
     """
     reads = []
-    for opener, damage in (
-        (open_store, lambda: _damage_sqlite(db_path)),
-        (open_pg, lambda: _damage_pg(pg_dsn)),
-    ):
-        clock = ManualClock()
-        saver = opener(clock=clock)
-        write_threads(saver, clock)
+    damages = (lambda: _damage_sqlite(db_path), lambda: _damage_pg(pg_dsn))
+    for saver, damage in _written_stores(open_store, open_pg, damages):
         before = saver.thread_status("waiting")
         assert before.state == "interrupted" and before.waiting
         damage()
@@ -250,6 +246,17 @@ def test_a_damaged_interrupt_write_reads_as_in_the_sqlite_store(
         reads.append(same_ids({"status": status.to_dict(), "threads": saver.threads()}))
     assert reads[0] == reads[1]
     assert reads[1]["status"]["waiting"] == []  # the damaged interrupt is not shown as one
+
+
+def _written_stores(
+    open_store: Any, open_pg: Any, damages: tuple[Callable[[], None], Callable[[], None]]
+) -> Iterator[tuple[Any, Callable[[], None]]]:
+    """Each store (SQLite, then PostgreSQL) written by `write_threads`, and its damage."""
+    for opener, damage in zip((open_store, open_pg), damages, strict=True):
+        clock = ManualClock()
+        saver = opener(clock=clock)
+        write_threads(saver, clock)
+        yield saver, damage
 
 
 _FLIP = "WHERE thread_id = 'waiting' AND channel = '__interrupt__'"
@@ -280,13 +287,8 @@ def test_a_damaged_or_outdated_run_event_is_judged_as_in_the_sqlite_store(
     """`broken`'s `run_failed` event damaged, and `done` checkpointed after its run by a plain
     (unfenced) write: each store ignores that event when judging, alike, in every read."""
     reads = []
-    for opener, damage in (
-        (open_store, lambda: _damage_event_sqlite(db_path)),
-        (open_pg, lambda: _damage_event_pg(pg_dsn)),
-    ):
-        clock = ManualClock()
-        saver = opener(clock=clock)
-        write_threads(saver, clock)
+    damages = (lambda: _damage_event_sqlite(db_path), lambda: _damage_event_pg(pg_dsn))
+    for saver, damage in _written_stores(open_store, open_pg, damages):
         before = {t: saver.thread_status(t) for t in ("broken", "done")}
         assert before["broken"].state == "failed"
         assert before["broken"].run_id and before["done"].run_id  # from their run events

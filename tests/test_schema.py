@@ -18,7 +18,7 @@ import textwrap
 from typing import Any
 
 import pytest
-from _ops import make_v3_file
+from _ops import make_v3_file, user_version
 from conftest import dump
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointMetadata
@@ -90,14 +90,6 @@ def v3_file(open_store: Any, tmp_path: Any) -> tuple[str, dict[str, Any]]:
     return target, expected
 
 
-def _user_version(path: str) -> int:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return int(conn.execute("PRAGMA user_version").fetchone()[0])
-    finally:
-        conn.close()
-
-
 def _run_rows(path: str, run_id: str) -> int:
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
@@ -116,9 +108,9 @@ def test_a_schema_3_file_migrates_and_reads_back_the_same(
     v3_file: tuple[str, dict[str, Any]], open_store: Any
 ) -> None:
     path, expected = v3_file
-    assert SCHEMA_VERSION == 4 and _user_version(path) == 3
+    assert SCHEMA_VERSION == 4 and user_version(path) == 3
     migrated = open_store(path)
-    assert _user_version(path) == 4
+    assert user_version(path) == 4
     assert _reads(migrated) == expected
     # The runs' threads were backfilled: a run of both threads goes from both.
     assert _run_rows(path, "r1") == 6
@@ -143,7 +135,7 @@ def test_a_migration_that_fails_changes_nothing(v3_file: tuple[str, dict[str, An
     with pytest.raises(StoreError, match="thread_runs") as exc:
         FencedSqliteSaver(path)
     assert not isinstance(exc.value.__cause__, type(None))  # chained, not swallowed
-    assert _user_version(path) == 3 and dump(path) == before
+    assert user_version(path) == 3 and dump(path) == before
     conn = sqlite3.connect(path)
     conn.execute("DROP TABLE thread_runs")
     conn.commit()
@@ -185,10 +177,10 @@ def test_a_migration_killed_midway_changes_nothing(
     )
     assert child.returncode == -signal.SIGKILL, child.stderr
     assert os.path.exists(path + "-wal")  # the child had the file open in WAL mode
-    assert _user_version(path) == 3 and dump(path) == before
+    assert user_version(path) == 3 and dump(path) == before
     with FencedSqliteSaver(path) as store:
         assert _reads(store) == expected
-        assert _user_version(path) == 4
+        assert user_version(path) == 4
         store.delete_for_runs(["r2"])
     assert _run_rows(path, "r2") == 0
 
