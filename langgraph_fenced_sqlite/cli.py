@@ -61,6 +61,7 @@ _STATUS = Fit(squeeze=30)
 def _open(path: str) -> FencedSqliteSaver:
     # Every command reads with the allow-list the command line gave, from a
     # file or a PostgreSQL URL (`cli_pg.open_store`: the same calls on either).
+    # An older store is refused as `_read` refuses it: only `lgfs migrate` migrates.
     store: FencedSqliteSaver = open_store(path)
     return store
 
@@ -319,8 +320,11 @@ def _cmd_import(args: argparse.Namespace, out: Out) -> int:
     importer.check_source(args.src)  # before DEST is created
     bar = ProgressBar(sys.stderr) if args.progress or sys.stderr.isatty() else None
     serde = cli_serde(unknown="refuse")
-    # A file DEST is created if missing; a PostgreSQL one must have been set up.
-    dest = open_store(args.dest, serde) if is_pg_url(args.dest) else None
+    # A file DEST is created if missing; an existing one, or a PostgreSQL
+    # one (which must have been set up), is opened as every command opens a
+    # store: at an older schema it is refused, not migrated.
+    existing = is_pg_url(args.dest) or os.path.lexists(args.dest)
+    dest = open_store(args.dest, serde) if existing else None
     with dest or FencedSqliteSaver(args.dest, serde=serde) as saver:
         try:
             report = importer.import_sqlitesaver(args.src, saver, progress=bar)
@@ -469,7 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p = command("doctor", cmd_doctor, "check the file; exit 1 on a problem")
     path_only(p)
-    p = command("migrate", _cmd_migrate, "upgrade an older store's schema (read commands never do)")
+    p = command("migrate", _cmd_migrate, "upgrade an older store's schema (no other command does)")
     path_only(p)
     add_vacuum_command(command, path_only)
     p = command("import-sqlitesaver", _cmd_import, "copy a LangGraph SqliteSaver file into DEST")

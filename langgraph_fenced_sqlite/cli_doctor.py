@@ -13,7 +13,7 @@ import argparse
 
 from .cli_allow import cli_serde
 from .cli_io import Out, check_existing
-from .cli_pg import is_pg_url, open_store
+from .cli_pg import is_pg_url, open_pg
 from .doctor import Diagnosis, diagnose, diagnose_pg
 
 __all__ = ["cmd_doctor"]
@@ -30,7 +30,9 @@ def cmd_doctor(args: argparse.Namespace, out: Out) -> int:
     (checksum and decoding), counts and claims (`doctor.diagnose_pg`).
     """
     if is_pg_url(args.path):
-        with open_store(args.path) as saver:
+        # Opened writable, never set up, and not checked first as the other
+        # commands' stores are: an older schema is what it reports, not refuses.
+        with open_pg(args.path) as saver:
             report = diagnose_pg(saver)
         out.document(report.to_dict(), lambda: _pg_text(report))
         return 0 if report.ok else 1

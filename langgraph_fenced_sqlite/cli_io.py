@@ -189,7 +189,12 @@ def fail(exc: BaseException, as_json: bool) -> int:
         if _no_schema(exc):
             doc["message"] += " (no langgraph-fenced-sqlite schema here: run setup() first)"
         elif isinstance(exc, SchemaTooOld):
-            doc["message"] += f" ({_MIGRATE_HINT})"
+            # The library's own message says how a program migrates (open it
+            # writable, or setup()); here only `lgfs migrate` does.
+            doc["message"] = (
+                f"{exc.path}: schema version {exc.version} needs migrating to "
+                f"{exc.current}, left unchanged ({_MIGRATE_HINT})"
+            )
     elif isinstance(exc, FileNotFoundError):
         doc = {"code": "file_not_found", "message": f"{exc.filename}: no such file"}
     elif isinstance(exc, OSError):
@@ -208,10 +213,9 @@ def fail(exc: BaseException, as_json: bool) -> int:
     return exit_code(exc)
 
 
-# Why a read command refused an older store, and what to do: said once, here.
+# Why a command refused an older store, and what to do: said once, here.
 _MIGRATE_HINT = (
-    "read commands never migrate; run `lgfs migrate` once every process that uses it "
-    "runs this version"
+    "only `lgfs migrate` migrates: run it once every process that uses the store runs this version"
 )
 
 

@@ -7,12 +7,16 @@ savers have and means the same on either. The only commands that refuse a
 URL are those that need what a PostgreSQL store does not have
 (`refusal`): `copy-to`, whose source is a file; it is refused with a usage
 error before anything is opened. Opening a PostgreSQL store never runs `setup()`:
-nothing is created, and a command on a database without the schema fails
-as a store error. A command that only reads opens either store `readonly`:
-it writes nothing and never migrates (an older schema is refused with
-`SchemaTooOld`, a missing one with `UnsupportedFormat`); only `lgfs migrate`
-(`migrate`) upgrades a store, on purpose. Messages name the server as
-`postgresql://host:port/db`, never with the password.
+nothing is created. No command but `lgfs migrate` (`migrate`) upgrades a store:
+a command that only reads opens either store `readonly` (it writes nothing),
+and one that writes first looks at the schema the same way, so an older
+schema is refused with `SchemaTooOld` and a missing one with
+`UnsupportedFormat`, the store left unchanged, by every command alike
+(migrating is a write that workers of the older version would then refuse).
+`doctor`, which reports an older schema rather than refusing it, opens a
+PostgreSQL store with `open_pg`, unchecked.
+Messages name the server as `postgresql://host:port/db`, never with the
+password.
 """
 
 from __future__ import annotations
@@ -59,22 +63,30 @@ def open_store(
 ) -> Any:
     """Open the store `path` names: a PostgreSQL URL, or an existing checkpoint file.
 
+    Never migrates: a writable open first checks the schema as a read-only
+    one does, so a command that writes refuses an older store as a read does.
+
     Args:
         path: `--db`: a `postgresql://` URL or a file path.
         serde: The serializer (default: the command line's allow-list, values
             outside it shown as tagged data).
         readonly: For a command that only reads: the store is opened
-            `readonly=True`, so nothing is written and an older schema is
-            refused (`SchemaTooOld`), never migrated.
+            `readonly=True`, so nothing is written.
 
     Raises:
         CliError: `file_not_found` / `not_a_file` (a file), `usage` (no
             `[postgres]` extra installed).
         StoreError: the connection failed.
-        UnsupportedFormat: `readonly`, and the schema is not this version's
-            (`SchemaTooOld` when older), or missing.
+        UnsupportedFormat: the schema is not this version's (`SchemaTooOld`
+            when older, left unchanged), or missing.
     """
     serde = cli_serde() if serde is None else serde
+    if not readonly:
+        _open(path, serde, readonly=True).close()  # refuses an older schema, unchanged
+    return _open(path, serde, readonly=readonly)
+
+
+def _open(path: str, serde: SerializerProtocol, *, readonly: bool) -> Any:
     if is_pg_url(path):
         return open_pg(path, serde, readonly=readonly)
     return open_existing(path, serde=serde, readonly=readonly)
@@ -118,11 +130,12 @@ def migrate(path: str) -> tuple[int | None, int]:
     Raises:
         UnsupportedFormat: not ours, a newer schema, or (PostgreSQL) no schema.
     """
+    serde = cli_serde()
     try:
-        with open_store(path, readonly=True):
+        with _open(path, serde, readonly=True):
             pass
     except SchemaTooOld as old:
-        with open_store(path) as saver:
+        with _open(path, serde, readonly=False) as saver:
             if is_pg_url(path):
                 saver.setup()
         return old.version, old.current

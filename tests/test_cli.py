@@ -697,6 +697,52 @@ def test_read_commands_refuse_an_older_file_unchanged_and_migrate_upgrades_it(
     assert cli("doctor", path).returncode == 0
 
 
+WRITE_COMMANDS = (
+    ["prune", "order-1", "--keep", "1", "--dry-run"],
+    ["prune", "order-1", "--keep", "1", "--yes"],
+    ["prune", "--all", "--keep", "1", "--dry-run"],
+    ["compact", "order-1", "--before", "2", "--yes"],
+    ["retract", "order-1", "--yes"],
+    ["delete", "order-1", "--yes"],
+    ["runs", "cancel", "order-1"],
+    ["claims", "release", "order-1", "--yes"],
+    ["claims", "take-over", "order-1", "--yes"],
+    ["vacuum"],
+)
+
+
+def test_commands_that_write_refuse_an_older_file_unchanged_as_reads_do(
+    demo: str, tmp_path: Any, cli: Any
+) -> None:
+    """Only `lgfs migrate` migrates: `prune --dry-run` and every writing command refuse too.
+
+    Before, a command that writes (a dry run included) opened the file
+    writable, which migrated it on the way: the workers still on the older
+    version would then refuse it, from one operator's `prune --dry-run`.
+    """
+    from langgraph_fenced_sqlite.schema import SCHEMA_VERSION
+
+    path = str(tmp_path / "v3.db")
+    make_v3_file(demo, path)
+    before = read_bytes(path)
+    for command in WRITE_COMMANDS:
+        where = [path] if command[0] in ("runs", "claims") else ["--db", path]
+        at = 2 if command[0] in ("runs", "claims") else 1
+        args = [*command[:at], *where, *command[at:]]
+        run = lgfs if command[0] == "vacuum" else cli  # one for real, in a process of its own
+        done = run(*args)
+        assert done.returncode == 4, (command, done.stderr)
+        assert done.stdout == "" and len(done.stderr.splitlines()) == 1, done.stderr
+        assert f"schema version 3 needs migrating to {SCHEMA_VERSION}, left unchanged" in (
+            done.stderr
+        )
+        assert "lgfs migrate" in done.stderr and "read-only" not in done.stderr, done.stderr
+        assert json.loads(cli(*args, "--json").stderr)["code"] == "schema_too_old"
+        assert read_bytes(path) == before and user_version(path) == 3, command
+    assert lgfs("migrate", "--db", path).returncode == 0
+    assert cli("prune", "--db", path, "order-1", "--keep", "1", "--dry-run").returncode == 0
+
+
 def test_migrate_refuses_a_newer_file_and_one_not_ours_unchanged(
     tmp_path: Any, demo: str, cli: Any
 ) -> None:

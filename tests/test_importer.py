@@ -19,6 +19,7 @@ import sys
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from _ops import make_v3_file, user_version
 from conftest import dump, read_bytes
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -311,6 +312,21 @@ def test_the_command_reports_a_skipped_thread_and_takes_the_allow_list(
     )
     assert allowed.returncode == 0, allowed.stderr
     assert allowed.stdout.startswith("imported 3 threads")
+
+
+@pytest.mark.subprocess
+def test_the_command_refuses_an_older_dest_unchanged(source: str, tmp_path: Any) -> None:
+    """An existing DEST at an older schema is refused as every command refuses it, not migrated."""
+    made = str(tmp_path / "made.db")
+    with FencedSqliteSaver(made) as fenced:
+        import_sqlitesaver(source, fenced)
+    dest = str(tmp_path / "v3.db")
+    make_v3_file(made, dest)
+    before = read_bytes(dest)
+    done = lgfs("import-sqlitesaver", source, dest)
+    assert done.returncode == 4 and done.stdout == "", done.stderr
+    assert "schema version 3 needs migrating" in done.stderr and "lgfs migrate" in done.stderr
+    assert read_bytes(dest) == before and user_version(dest) == 3
 
 
 def test_refuses_what_is_not_a_sqlitesaver_file(tmp_path: Any) -> None:

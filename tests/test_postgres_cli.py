@@ -373,8 +373,11 @@ def test_doctor_reads_back_every_row_of_a_postgresql_store(
     assert json.loads(bare.stdout)["problems"] == [
         "no langgraph-fenced-sqlite schema in this database: run setup() first"
     ]
-    written = cli("delete", "nobody", "--yes", "--db", empty, "--json")  # opening creates nothing
-    assert written.returncode == STORE_ERROR and "run setup() first" in written.stderr
+    # A writing command checks the schema first, as a read does: refused, nothing created.
+    written = cli("delete", "nobody", "--yes", "--db", empty, "--json")
+    assert written.returncode == REFUSED, written.stderr
+    error = json.loads(written.stderr)
+    assert error["code"] == "unsupported_format" and "setup() has not run" in error["message"]
     assert cli("doctor", "--db", empty).returncode == PROBLEM  # still no schema
 
 
@@ -484,6 +487,47 @@ def test_read_commands_refuse_an_older_schema_unchanged_and_migrate_upgrades_it(
     assert refused.returncode == REFUSED and "setup() has not run" in refused.stderr
 
 
+def _rows(dsn: str) -> list[Any]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        tables = ("lgfs_threads", "lgfs_checkpoints", "lgfs_writes", "lgfs_events")
+        return [conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall() for t in tables]
+
+
+@pytest.mark.subprocess
+def test_commands_that_write_refuse_an_older_schema_unchanged(
+    pg_server: Any, cli: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    """As on a file: only `lgfs migrate` upgrades; a writing command refuses, changing nothing.
+
+    Before, a writing command ran against the older schema as it found it
+    (a PostgreSQL store is never set up by opening it).
+    """
+    dsn = pg_server.fresh_dsn()
+    url = as_url(dsn)
+    with FencedPostgresSaver.from_conn_string(dsn) as pg:
+        pg.setup()
+        write_threads(pg, ManualClock())
+    with psycopg.connect(dsn, autocommit=True) as conn:  # as if made by the older version
+        conn.execute("DELETE FROM lgfs_migrations WHERE v = %s", (sql.SCHEMA_VERSION,))
+    older, rows = sql.SCHEMA_VERSION - 1, _rows(dsn)
+    commands = (
+        ["prune", "done", "--keep", "1", "--dry-run"],
+        ["prune", "done", "--keep", "1", "--yes"],
+        ["compact", "done", "--before", "2", "--yes"],
+        ["retract", "done", "--yes"],
+        ["delete", "done", "--yes"],
+        ["claims", "release", "busy", "--yes"],
+    )
+    for command in commands:
+        done = cli(*command, "--db", url)
+        assert done.returncode == REFUSED, (command, done.stderr)
+        assert done.stdout == "" and len(done.stderr.splitlines()) == 1, done.stderr
+        says = f"schema version {older} needs migrating to {sql.SCHEMA_VERSION}, left unchanged"
+        assert says in done.stderr and "lgfs migrate" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and "hunter2" not in done.stderr
+        assert _schema_version(dsn) == older and _rows(dsn) == rows, command
+
+
 def test_copy_to_refuses_a_postgresql_url_changing_nothing(
     stores: tuple[str, str, str], cli: Callable[..., subprocess.CompletedProcess[str]]
 ) -> None:
@@ -587,7 +631,7 @@ def test_import_sqlitesaver_into_a_set_up_postgresql_store_as_into_a_file(
     assert {k: v for k, v in json.loads(into_pg.stdout).items() if k in counts} == expected
     assert expected["threads"] == 1 and expected["checkpoints"] > 0
     refused = cli("import-sqlitesaver", src, bare)  # no schema there: refused, not created
-    assert refused.returncode == STORE_ERROR and "run setup() first" in refused.stderr
+    assert refused.returncode == REFUSED and "setup() has not run" in refused.stderr
     assert cli("doctor", "--db", bare).returncode == PROBLEM  # still no schema
     backwards = cli("import-sqlitesaver", "postgresql://lgfs:hunter2@127.0.0.1:1/x", src)
     assert backwards.returncode == USAGE and "SRC is a LangGraph SqliteSaver file" in (
