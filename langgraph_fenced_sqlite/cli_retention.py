@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from .cli_io import CliError, Out, confirm, count, duration, find_thread, plural
 from .cli_pg import open_store
-from .retention import RetentionPolicy
+from .retention import PruneResult, RetentionPolicy
 
 __all__ = ["add_prune_command", "add_vacuum_command", "cmd_prune", "cmd_vacuum"]
 
@@ -43,46 +43,52 @@ def cmd_prune(args: argparse.Namespace, out: Out) -> int:
         for thread_id in args.threads:
             find_thread(saver, thread_id)
         results = saver.prune(args.threads, strategy=policy, dry_run=True)
-        n_cp = sum(len(r.checkpoints) for r in results)
-        n_ev = sum(r.events_removed for r in results)
-        if not args.dry_run and (n_cp or n_ev):
-            what = f"{plural(n_cp, 'checkpoint')} and {plural(n_ev, 'event')}"
-            confirm(args, f"prune would remove {what}")
+        if not args.dry_run and any(_removes(r) for r in results):
+            confirm(args, f"prune would remove {_what(results, ' and ')}")
             results = saver.prune(args.threads, strategy=policy)
     verb = "would remove" if args.dry_run else "removed"
     docs = [{**dataclasses.asdict(r), "dry_run": args.dry_run} for r in results]
     out.document(
         docs,
-        lambda: "\n".join(
-            f"{r.thread_id}: {verb} {plural(len(r.checkpoints), 'checkpoint')}, "
-            f"{plural(r.events_removed, 'event')} (floor {r.floor})"
-            for r in results
-        ),
+        lambda: "\n".join(f"{r.thread_id}: {verb} {_what([r])} (floor {r.floor})" for r in results),
     )
     return 0
+
+
+def _removes(result: PruneResult) -> bool:
+    # Orphan writes alone are worth a prune: `doctor` counts them for it to remove.
+    return bool(result.checkpoints or result.events_removed or result.writes_removed)
+
+
+def _what(results: Sequence[PruneResult], last: str = ", ") -> str:
+    # "2 checkpoints, 3 events", and orphan writes only when there are some.
+    n_wr = sum(r.writes_removed for r in results)
+    parts = [
+        plural(sum(len(r.checkpoints) for r in results), "checkpoint"),
+        plural(sum(r.events_removed for r in results), "event"),
+        *([plural(n_wr, "write")] if n_wr else []),
+    ]
+    return ", ".join(parts[:-1]) + last + parts[-1]
 
 
 def _sweep(args: argparse.Namespace, out: Out, policy: RetentionPolicy) -> int:
     """`prune --all`: dry-run the sweep, ask, sweep thread by thread, report."""
     with open_store(args.path) as saver:
         plan = saver.sweep(policy, inactive_for=args.inactive_for, dry_run=True)
-        n_cp = sum(len(r.checkpoints) for r in plan.pruned)
-        n_ev = sum(r.events_removed for r in plan.pruned)
         done = plan
-        if not args.dry_run and (n_cp or n_ev or any(r.writes_removed for r in plan.pruned)):
-            what = f"{plural(n_cp, 'checkpoint')} and {plural(n_ev, 'event')}"
-            touched = sum(1 for r in plan.pruned if r.checkpoints or r.events_removed)
-            confirm(args, f"prune --all would remove {what} from {plural(touched, 'thread')}")
+        touched = [r for r in plan.pruned if _removes(r)]
+        if not args.dry_run and touched:
+            where = plural(len(touched), "thread")
+            confirm(args, f"prune --all would remove {_what(touched, ' and ')} from {where}")
             done = saver.sweep(policy, inactive_for=args.inactive_for)
     verb = "would remove" if args.dry_run else "removed"
     doc = {**dataclasses.asdict(done), "dry_run": args.dry_run}
 
     def text() -> str:
         lines = [
-            f"{r.thread_id}: {verb} {plural(len(r.checkpoints), 'checkpoint')}, "
-            f"{plural(r.events_removed, 'event')} (floor {r.floor})"
+            f"{r.thread_id}: {verb} {_what([r])} (floor {r.floor})"
             for r in done.pruned
-            if r.checkpoints or r.events_removed or r.writes_removed
+            if _removes(r)
         ]
         lines.append(
             ("" if lines else "nothing to remove; ")

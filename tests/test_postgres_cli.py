@@ -425,9 +425,16 @@ def test_doctor_counts_orphan_writes_on_postgresql_as_on_a_file(
             text = cli("doctor", "--db", where)
             assert "orphan writes   2 (prune removes them)\n" in text.stdout, text.stdout
         assert docs[path]["orphan_writes"] == docs[url]["orphan_writes"] == 2
-        for saver in (sqlite, pg):
-            (result,) = saver.prune(["plain"])
-            assert result.writes_removed == 2
+    for where in (path, url):  # orphans alone are worth a prune (it skipped them before)
+        keep = ("plain", "--keep", "2", "--db", where)  # both checkpoints stay
+        dry = cli("prune", *keep, "--dry-run")
+        assert dry.stdout.startswith("plain: would remove 0 checkpoints, 0 events, 2 writes ("), (
+            dry.stdout
+        )
+        asked = cli("prune", *keep)
+        assert asked.returncode == NO_YES and "0 events and 2 writes" in asked.stderr
+        (done,) = json.loads(cli("prune", *keep, "--yes", "--json").stdout)
+        assert (done["checkpoints"], done["writes_removed"]) == ([], 2)
     for where in (path, url):
         assert json.loads(cli("doctor", "--db", where, "--json").stdout)["orphan_writes"] == 0
 
