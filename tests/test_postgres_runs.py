@@ -96,10 +96,10 @@ def _history(saver: FencedPostgresSaver) -> list[tuple[str, Any]]:
     return [(e.kind, e.data.get("run_id")) for e in saver.events_after("t", 0)]
 
 
-def test_a_refused_begin_run_takes_no_row_lock(
+def test_a_refused_begin_run_claim_or_delete_takes_no_row_lock(
     pg_dsn: str, open_pg: Any, clock: ManualClock
 ) -> None:
-    """A begin_run refused for a live claim never waits for (or takes) the thread's row lock.
+    """A begin_run, claim or delete_unclaimed_thread refused for a live claim takes no row lock.
 
     Deterministic: another connection holds the row lock (`SELECT ... FOR
     UPDATE`, as a holder's fenced write does) while competing begin_runs run
@@ -124,6 +124,16 @@ def test_a_refused_begin_run_takes_no_row_lock(
             for tenant, strategy in ((None, "reject"), ("acme", "enqueue")):
                 with pytest.raises(ThreadBusy) as busy:
                     other.begin_run("t", "bob", 30, run_id="r3", strategy=strategy, tenant=tenant)
+                assert (busy.value.holder, busy.value.latest_checkpoint_id) == ("alice", cp["id"])
+            with pytest.raises(TenantMismatch):
+                other.delete_unclaimed_thread("t", "bob", tenant="globex")
+            for refused in (
+                lambda: other.claim("t", "bob", 30),
+                lambda: other.delete_unclaimed_thread("t", "bob"),
+                lambda: other.delete_unclaimed_thread("t", "bob", tenant="acme"),
+            ):
+                with pytest.raises(ThreadBusy) as busy:
+                    refused()
                 assert (busy.value.holder, busy.value.latest_checkpoint_id) == ("alice", cp["id"])
             locker.rollback()
         finally:

@@ -4,7 +4,8 @@ Invariant: the same meaning as the SQLite store's `runs.py`, one transaction
 each. `begin_run` locks the thread's row (`LOCK_RUN_THREAD`), judges the
 tenant and the claim there, then draws the token after the lock and takes
 the commit's position in the same statement (`SET_RUN_CLAIM`, the grant and
-the fence under its new token). A run that does not take over first reads
+the fence under its new token). A run that does not take over (and
+`delete_unclaimed`, and a plain claim: `txns.lock_unless_live`) first reads
 the row without locking it, in the locking statement (`_lock_unless_busy`):
 that read may only refuse, so a refused poll on a busy thread neither waits
 for the holder's row lock nor makes the holder's next write wait for its
@@ -80,37 +81,23 @@ def _adopts(thread_id: str, tenant: str | None, owner: str | None, holds_data: b
 
 def _lock(cur: Cursor, thread_id: str, now: float | None) -> tuple[Any, ...]:
     """Lock (creating) the thread's row; return its run cells (see `sql.LOCK_RUN_THREAD`)."""
-    return tuple(txns._one(cur, sql.LOCK_RUN_THREAD, {"thread_id": thread_id, "now": now}))
+    return txns.lock_run_thread(cur, thread_id, now)
 
 
 def _lock_unless_busy(
     cur: Cursor, thread_id: str, tenant: str | None, now: float | None
 ) -> tuple[Any, ...]:
-    """Lock the thread's row as `_lock` does, unless a read that takes no lock refuses the run.
-
-    The read (in `sql.LOCK_RUN_THREAD_UNLESS_LIVE`, one round trip) is one READ
-    COMMITTED snapshot, which may be stale by the time it is used: it raises
-    only what the locked path would have raised at that moment
-    (TenantMismatch first, then ThreadBusy for a claim live by the database's
-    clock, read after the snapshot). A new thread, no claim, or an expired
-    one is locked in the same statement and judged by the caller.
+    """`txns.lock_unless_live`, refusing another tenant's thread (first) as the lock would.
 
     Raises:
         TenantMismatch: the thread is another tenant's.
         ThreadBusy: the thread has a live claim.
     """
-    locked, *cells, latest = txns._one(
-        cur, sql.LOCK_RUN_THREAD_UNLESS_LIVE, {"thread_id": thread_id, "now": now}
-    )
-    if locked:
-        return tuple(cells)
-    holder, token, expires_at, at, _, owner, holds_data, _ = cells
-    _adopts(thread_id, tenant, owner, holds_data)
-    if claim_live(token, expires_at, at):
-        raise ThreadBusy(thread_id, holder, latest)
-    # The statement saw a live claim that `claim_live` does not (a damaged
-    # cell): the lock decides, as for any other claim that is not live.
-    return _lock(cur, thread_id, now)
+
+    def judge(cells: Sequence[Any]) -> None:
+        _adopts(thread_id, tenant, cells[5], cells[6])
+
+    return txns.lock_unless_live(cur, thread_id, now, judge=judge)
 
 
 def begin_run(
@@ -360,13 +347,14 @@ def delete_unclaimed(
 ) -> None:
     """Claim the thread (refusing a live claim) and delete it, claim included.
 
+    A live claim is refused without taking the row lock (`_lock_unless_busy`).
+
     Raises:
         TenantMismatch: the thread is another tenant's; nothing is deleted.
         ThreadBusy: the thread has a live claim; nothing is deleted.
     """
-    old_holder, old_token, expires_at, at, _, owner, holds_data, created = _lock(
-        cur, thread_id, now
-    )
+    locked = _lock_unless_busy(cur, thread_id, tenant, now)
+    old_holder, old_token, expires_at, at, _, owner, holds_data, created = locked
     _adopts(thread_id, tenant, owner, holds_data)
     if claim_live(old_token, expires_at, at):
         raise ThreadBusy(thread_id, old_holder, txns.latest_id(cur, thread_id))

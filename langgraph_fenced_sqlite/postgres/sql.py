@@ -253,15 +253,16 @@ LOCK_RUN_THREAD = (
     f"RETURNING t.holder, t.token, t.expires_at, {NOW}, t.run_id, t.tenant, {_HOLDS_DATA}, "
     "t.xmax::text = '0'"
 )
-# `LOCK_RUN_THREAD` for a run that does not take over, unless the thread's
-# claim is live: it first reads the row without locking it (`peek`, the same
-# cells, and the latest root checkpoint for ThreadBusy), and locks (creating)
-# it only if that read shows no live claim. One round trip either way. The
+# `LOCK_RUN_THREAD` for a grant that does not take over (a run, a claim,
+# `delete_unclaimed`: `txns.lock_unless_live`), unless the thread's claim is
+# live: it first reads the row without locking it (`peek`, the same cells,
+# and the latest root checkpoint for ThreadBusy), and locks (creating) it
+# only if that read shows no live claim. One round trip either way. The
 # first column says which: true, the locked row's cells (then NULL); false,
 # the read's (then the latest root checkpoint id), with no lock taken and
 # nothing written. The time of the read is taken after its snapshot, so a
 # claim live by it was live at that snapshot's moment. This comparison only
-# chooses not to lock: `runs.begin_run` judges the cells with `claim_live`.
+# chooses not to lock: the caller judges the cells with `claim_live`.
 LOCK_RUN_THREAD_UNLESS_LIVE = (
     f"WITH peek AS (SELECT t.holder, t.token, t.expires_at, {NOW} AS now, t.run_id, t.tenant, "
     f"{_HOLDS_DATA}, false, (SELECT c.checkpoint_id FROM lgfs_checkpoints c "

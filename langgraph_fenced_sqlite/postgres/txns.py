@@ -137,17 +137,63 @@ def grant(
     """Grant a claim with a new token; unless `force`, only if none is live.
 
     The row is locked first and the token drawn after (`SET_CLAIM`), so
-    concurrent grants on one thread commit tokens in increasing order.
+    concurrent grants on one thread commit tokens in increasing order. A
+    grant that is not forced is refused without the lock when a read shows
+    a live claim (`lock_unless_live`): a worker polling a busy thread never
+    waits for, or holds up, its holder's writes.
 
     Raises:
         ThreadBusy: a live claim exists and `force` is false (nothing changes).
     """
-    current_holder, token, expires_at, at = _one(
-        cur, sql.LOCK_THREAD, {"thread_id": thread_id, "now": now}
-    )
+    if force:
+        current_holder, token, expires_at, at = _one(
+            cur, sql.LOCK_THREAD, {"thread_id": thread_id, "now": now}
+        )
+    else:
+        current_holder, token, expires_at, at, *_ = lock_unless_live(cur, thread_id, now)
     if not force and claim_live(token, expires_at, at):
         raise ThreadBusy(thread_id, current_holder, latest_id(cur, thread_id))
     return set_claim(cur, thread_id, holder, ttl, at=at, run_id=run_id)
+
+
+def lock_run_thread(cur: Cursor, thread_id: str, now: float | None) -> tuple[Any, ...]:
+    """Lock (creating) the thread's row; return its run cells (see `sql.LOCK_RUN_THREAD`)."""
+    return tuple(_one(cur, sql.LOCK_RUN_THREAD, {"thread_id": thread_id, "now": now}))
+
+
+def lock_unless_live(
+    cur: Cursor,
+    thread_id: str,
+    now: float | None,
+    *,
+    judge: Callable[[Sequence[Any]], None] | None = None,
+) -> tuple[Any, ...]:
+    """Lock the thread's row as `lock_run_thread` does, unless a read that takes no lock refuses.
+
+    The read (in `sql.LOCK_RUN_THREAD_UNLESS_LIVE`, one round trip) is one READ
+    COMMITTED snapshot, which may be stale by the time it is used: it raises
+    only what the locked path would have raised at that moment (`judge`'s
+    error first, given the read's cells, then ThreadBusy for a claim live by
+    the database's clock, read after the snapshot). A new thread, no claim,
+    or an expired one is locked in the same statement and judged by the
+    caller, under the lock.
+
+    Raises:
+        ThreadBusy: the thread has a live claim.
+    """
+    locked, *cells, latest = _one(
+        cur, sql.LOCK_RUN_THREAD_UNLESS_LIVE, {"thread_id": thread_id, "now": now}
+    )
+    if locked:
+        return tuple(cells)
+    if judge is not None:
+        judge(cells)
+    holder, token, expires_at, at = cells[:4]
+    if claim_live(token, expires_at, at):
+        raise ThreadBusy(thread_id, holder, latest)
+    # The statement saw a live claim that `claim_live` does not (a damaged
+    # cell): the lock decides, as for any other claim that is not live.
+    return lock_run_thread(cur, thread_id, now)
 
 
 def set_claim(
