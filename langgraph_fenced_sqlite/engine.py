@@ -47,6 +47,7 @@ from .errors import (
     UnsupportedFormat,
     WrongProcess,
     WrongThread,
+    busy_in_process,
 )
 from .groupcommit import GroupCommit
 
@@ -202,7 +203,7 @@ class Engine:
             remaining = started + self.busy_timeout - time.monotonic()
             # acquire(timeout=0) is a non-blocking try; -1 would mean forever.
             if not lock.acquire(timeout=max(remaining, 0.0)):
-                raise StoreBusy(op, self.path, time.monotonic() - started)
+                raise busy_in_process(op, self.path, time.monotonic() - started)
         try:
             self._owner = me
             if self._closed:

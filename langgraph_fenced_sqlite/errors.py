@@ -460,6 +460,24 @@ class StoreBusy(StoreError):
         )
 
 
+def busy_in_process(op: str, path: str, waited_s: float) -> StoreBusy:
+    """Return the `StoreBusy` of a call this store's own other calls kept past `busy_timeout`.
+
+    Not the file's lock: the call never got its turn in this process (the
+    store's lock, or the queue of the group commit). An async call's wait
+    counts from when it was made, its hop to the store's thread included.
+    """
+    return StoreBusy(
+        op,
+        path,
+        waited_s,
+        message=(
+            f"{op} on {path}: still waiting for this store's other calls in this process "
+            f"after {waited_s:.2f}s (busy_timeout, counted from the call); nothing was changed"
+        ),
+    )
+
+
 class StoreClosed(StoreError):
     """Raise when a store is used after `close()`."""
 

@@ -59,7 +59,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .errors import StoreBusy, StoreClosed, StoreError
+from .errors import StoreBusy, StoreClosed, StoreError, busy_in_process
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -126,15 +126,23 @@ class Job:
         self.result: Any = None
         self.error: BaseException | None = None
 
-    def busy(self, path: str) -> StoreBusy:
-        """Return the `StoreBusy` this job gives up with."""
-        return StoreBusy(self.op, path, time.monotonic() - self.started)
+    def busy(self, path: str, *, locked: bool = False) -> StoreBusy:
+        """Return the `StoreBusy` this job gives up with.
+
+        `locked`: its batch waited for the file's write lock (another
+        connection's); else it waited for this store's other calls.
+        """
+        waited = time.monotonic() - self.started
+        if locked:
+            return StoreBusy(self.op, path, waited)
+        return busy_in_process(self.op, path, waited)
 
 
 def _for_job(exc: BaseException, job: Job) -> BaseException:
     """Return the same failure for each write of the batch (each raises its own)."""
-    if isinstance(exc, StoreBusy):
-        return StoreBusy(job.op, exc.path, exc.waited_s)
+    if isinstance(exc, StoreBusy):  # the same cause, named for this write's call
+        message = str(exc).replace(f"{exc.op} on ", f"{job.op} on ", 1)
+        return StoreBusy(job.op, exc.path, exc.waited_s, message=message)
     if isinstance(exc, StoreError):
         return type(exc)(job.op, exc.path, message=str(exc))
     return exc
@@ -258,7 +266,7 @@ class GroupCommit:
                 raise StoreClosed(op, engine.path)
             budget = started + engine.busy_timeout - time.monotonic()
             if budget <= 0:
-                raise StoreBusy(op, engine.path, time.monotonic() - started)
+                raise busy_in_process(op, engine.path, time.monotonic() - started)
             self._leading_since = time.monotonic()
             try:
                 engine._limit_busy_wait(budget)
@@ -455,11 +463,11 @@ class GroupCommit:
                     job.result, job.error, job.state = None, error_of(job), DONE
             self._changed.notify_all()
 
-    def _give_up(self, jobs: list[Job]) -> None:
+    def _give_up(self, jobs: list[Job], *, locked: bool = False) -> None:
         path = self._engine.path
         with self._mutex:
             for job in jobs:
-                job.error, job.state = job.busy(path), DONE
+                job.error, job.state = job.busy(path, locked=locked), DONE
             self._changed.notify_all()
 
     def _commit(self, own: Job, batch: list[Job]) -> None:
@@ -521,11 +529,12 @@ class GroupCommit:
         """
         engine = self._engine
         delay = 0.001
+        locked = False  # the file answered busy: another connection holds its lock
         while True:
             now = time.monotonic()
             expired = [j for j in batch if j.state == RUNNING and j.deadline <= now]
             if expired:
-                self._give_up(expired)
+                self._give_up(expired, locked=locked)
             live = [j for j in batch if j.state == RUNNING]
             if own.state == DONE:
                 with self._mutex:
@@ -543,6 +552,7 @@ class GroupCommit:
             except sqlite3.OperationalError as exc:
                 if not engine._is_busy(exc):
                     raise
+                locked = True
                 # Some busy answers skip the handler (e.g. while another
                 # connection recovers the WAL): pause a little ourselves.
                 time.sleep(min(delay, max(0.0, budget)))

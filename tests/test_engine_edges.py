@@ -320,6 +320,8 @@ def test_a_write_queued_behind_a_waiting_batch_gives_up_at_its_own_deadline(db_p
         assert 0.9 <= error.waited_s, results
     # The second gave up at its own deadline (1 s), not the old 1.9 s.
     assert results["second"][1] < 1.35, results
+    # The first says what held it up: the file's lock, another connection's.
+    assert "locked by another connection" in str(results["first"][0]), results
     _put(store, "later")  # a batch after the lock is free runs only this
     assert store.get_tuple(_config("first")) is None
     assert store.get_tuple(_config("second")) is None
@@ -355,6 +357,11 @@ def test_a_read_queued_behind_a_long_call_gives_up_at_its_deadline(db_path: str)
         assert not reader.is_alive() and isinstance(outcome["read"], StoreBusy), outcome
         assert outcome["read"].op == "get_tuple"
         assert outcome["read"].waited_s >= 0.3
+        # No other connection was involved: the message must not blame one.
+        message = str(outcome["read"])
+        assert message.startswith("get_tuple on "), message
+        assert "this store's other calls in this process" in message, message
+        assert "another connection" not in message, message
     finally:
         gate.set()
         blocker.join(BOUND)
