@@ -160,9 +160,15 @@ def test_an_end_whose_hint_is_wrong_decides_statement_by_statement(
         claim = fresh.begin_run("t", "w", 60, run_id="r2")
         ended = fresh.end_run("t", claim.token, "run_completed", {"run_id": "r2"})
         assert ended and fresh.events_after("t")[-1].data["checkpoint_id"] == theirs["id"]
-    stale = saver.begin_run("t", "w", 60, run_id="r3")
+    stale, box = saver.begin_run("t", "w", 60, run_id="r3"), []
     saver.take_over("t", "x", 60)
-    assert saver.end_run("t", stale.token, "run_failed", {}) is False  # refused, then False
+    # A superseded run's end is one round trip too: the fence matches nothing, so nothing
+    # is written and nothing refused (3, and an ERROR in the server's log, before).
+    ended = round_trips(conn, lambda: box.append(saver.end_run("t", stale.token, "run_failed", {})))
+    assert (ended, box) == (1, [False])
+    assert saver.events_after("t")[-1].kind == "run_started"
+    with pytest.raises(StaleClaim):  # asked to raise: the refused batch, then the statements
+        saver.end_run("t", stale.token, "run_failed", {}, raise_stale=True)
     assert saver.events_after("t")[-1].kind == "run_started"
 
 

@@ -90,6 +90,7 @@ class PgClaimsAPI(ClaimsBase, PgHalf):
             data,
             latest=latest,
             static_interrupt=flags["static_interrupt"],
+            raise_stale=flags["raise_stale"],
             now=now,
             notify=self._notify,
         )
@@ -98,7 +99,7 @@ class PgClaimsAPI(ClaimsBase, PgHalf):
             lambda cur: runs.end_run(
                 cur, thread_id, token, kind, data, now=now, notify=self._notify, **flags
             ),
-            batch=batch,  # one round trip; refused (or none): the job decides, in 2
+            batch=batch,  # one round trip; refused (or none): the job decides, in 2 more
             pipelined=True,  # runs.end_run reads no rowcount: 2 round trips, not 6
         )
 

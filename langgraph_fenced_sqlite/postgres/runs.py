@@ -214,6 +214,7 @@ def end_run_batch(
     *,
     latest: tuple[str, int] | None,
     static_interrupt: bool,
+    raise_stale: bool,
     now: float | None,
     notify: bool,
 ) -> Send[bool] | None:
@@ -223,8 +224,9 @@ def end_run_batch(
     `latest` (the latest root checkpoint's id and pending interrupts, as
     this saver committed them: `LatestRoots`), which `END_RUN_AT_FENCE`
     checks under the lock. None (statement by statement) for a
-    `run_completed` without it. A stale token or another latest refuses the
-    batch, and `end_run` decides.
+    `run_completed` without it. A stale token ends it there (False: the
+    run was superseded), unless `raise_stale`; that, or another latest,
+    refuses the batch, and `end_run` decides.
     """
     completed = kind == "run_completed"
     if completed and latest is None:
@@ -241,18 +243,21 @@ def end_run_batch(
         "check_latest": completed,
         "latest_id": latest[0] if latest else None,
         "interrupts": latest[1] if latest else 0,
+        "raise_stale": raise_stale,
     }
     statement = sql.END_RUN_AT_FENCE_NOTIFY if notify else sql.END_RUN_AT_FENCE
 
     def send(execute: Execute) -> Callable[[], bool]:
-        execute(statement, params)
-        return _ended
+        done = execute(statement, params)
+
+        def ended() -> bool:
+            row = done.fetchone()
+            assert row is not None  # the statement returns one row
+            return row[0] != 0  # 0: the fence matched nothing, a superseded run
+
+        return ended
 
     return send
-
-
-def _ended() -> bool:
-    return True
 
 
 class LatestRoots:

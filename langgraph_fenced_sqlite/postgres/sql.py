@@ -347,8 +347,11 @@ INSERT_EVENTS_NOTIFY = _INSERT_EVENTS + ", pg_notify('lgfs_events', %(thread_id)
 # one (every commit that takes positions logs its last event at the last of
 # them, and commits take them under the row lock, in commit order; a commit
 # made while this statement waited for the lock is not in its snapshot).
-# Anything else, a stale token first, refuses (`lgfs_refuse`) and
-# `runs.end_run` decides statement by statement.
+# A stale token (a superseded run: the fence matched no row, so nothing was
+# written) answers 0, unless `raise_stale` (StaleClaim needs the current
+# claim's holder): no refusal, no ERROR in the server's log, one round trip.
+# Anything else refuses (`lgfs_refuse`) and `runs.end_run` decides statement
+# by statement.
 _END_RUN_AT_FENCE = (
     "WITH f AS (UPDATE lgfs_threads SET next_seq = next_seq + 1, holder = NULL, token = NULL, "
     "expires_at = NULL, claimed_at = NULL, run_id = NULL, cancel_by = NULL "
@@ -363,7 +366,8 @@ _END_RUN_AT_FENCE = (
     "WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = '' "
     "AND w.checkpoint_id = %(latest_id)s::text AND w.channel = '__interrupt__') "
     "= %(interrupts)s::bigint) RETURNING seq) "
-    "SELECT CASE WHEN e.seq IS NULL THEN lgfs_refuse('end_run: stale token, or not the latest "
+    "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM f) AND NOT %(raise_stale)s THEN 0 "
+    "WHEN e.seq IS NULL THEN lgfs_refuse('end_run: stale token, or not the latest "
     "expected') ELSE e.seq END"
 )
 _END_RUN_FROM = " FROM (SELECT 1) AS one LEFT JOIN e ON true"
