@@ -21,7 +21,6 @@ After every commit of writes the engine rings the file's doorbell
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import os
 import sqlite3
@@ -30,7 +29,6 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
 from . import schema
@@ -50,15 +48,14 @@ from .errors import (
     busy_in_process,
 )
 from .groupcommit import GroupCommit
+from .hop import ASYNC_WORKERS, Hop
+from .hop import HopClosed as _HopClosed
 
 __all__ = ["Engine", "connect"]
 
 T = TypeVar("T")
 
 _get_ident = threading.get_ident
-
-# Worker threads of a store's async pool (made only as calls need them).
-ASYNC_WORKERS = 32
 
 
 class _Closable(Protocol):
@@ -91,16 +88,14 @@ class Engine:
         self._lock = threading.Lock()
         self._owner: int | None = None
         self._group = GroupCommit(self)
-        # Async calls run here: the store's own pool, made on first use, so
-        # that they stay on warm threads and skip `to_thread`'s context copy
-        # (about 10% of an aput). Several threads, not one: an async write
-        # waiting for the put that follows it (group commit) must not hold
-        # up that put, nor may a read queue behind unrelated writes. Threads
-        # are only made when every existing one is busy.
-        # Its own lock: making it must never wait for the store's lock, which
-        # a sync call may hold for a whole busy_timeout (the event loop would).
-        self._executor: ThreadPoolExecutor | None = None
-        self._executor_lock = threading.Lock()
+        # Async calls run here (`hop.Hop`): the store's own threads, made on
+        # first use. Several, not one: an async write waiting for the put
+        # that follows it (group commit) must not hold up that put, nor may a
+        # read queue behind unrelated writes. Threads are only made when
+        # every existing one is busy. Its own lock: handing a call over never
+        # waits for the store's lock, which a sync call may hold for a whole
+        # busy_timeout (the event loop would).
+        self._hop = Hop(ASYNC_WORKERS, "lgfs-store")
         # When the async call running on this worker thread was made: its
         # deadline counts the time it queued in the pool behind other calls.
         self._call = threading.local()
@@ -151,11 +146,9 @@ class Engine:
             self._conn.close()
             if self._ringer is not None:
                 self._ringer.close()
-        with self._executor_lock:
-            if self._executor is not None:
-                # Not waiting: close() may itself be running on that thread
-                # (aclose); jobs still queued there find the store closed.
-                self._executor.shutdown(wait=False)
+        # Not waiting: close() may itself be running on a worker (aclose);
+        # calls still queued there find the store closed.
+        self._hop.close()
         for poller in list(self._pollers):
             poller.close()
 
@@ -291,20 +284,11 @@ class Engine:
             # Nothing to hand over: the method checks its arguments, then
             # fails (StoreClosed, WrongProcess) before touching the file.
             return method(*args, **kwargs)
-        executor = self._executor
-        if executor is None:
-            with self._executor_lock:  # held only for these two lines
-                if self._executor is None and not self._closed:
-                    self._executor = ThreadPoolExecutor(
-                        ASYNC_WORKERS, thread_name_prefix="lgfs-store"
-                    )
-                executor = self._executor
         call = functools.partial(self._timed_call, time.monotonic(), method, args, kwargs)
         try:
-            future = asyncio.get_running_loop().run_in_executor(executor, call)
-        except RuntimeError:  # the executor was shut down by a close() just now
+            return await self._hop.run(call)
+        except _HopClosed:  # closed by a close() just now: nothing ran
             return method(*args, **kwargs)
-        return await future
 
     def _timed_call(self, started: float, method: Callable[..., T], args: Any, kwargs: Any) -> T:
         self._call.started = started

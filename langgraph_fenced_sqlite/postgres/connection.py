@@ -18,7 +18,7 @@ so a write on a path marked wrongly fails in the database all the same.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import os
 import threading
 import time
@@ -41,6 +41,7 @@ from ..errors import (
     WrongThread,
     bad_argument,
 )
+from ..hop import ASYNC_WORKERS, Hop, HopClosed
 from . import sql
 
 try:  # psycopg-pool is part of the [postgres] extra, but a plain connection needs none
@@ -105,6 +106,9 @@ class PgConnection:
         self._inside = threading.local()
         self._closed = False
         self._pid = os.getpid()
+        # Async calls run here (`hop.Hop`, as the SQLite engine's do); with a
+        # pool, as many at once as threads, each on a connection of its own.
+        self._hop = Hop(ASYNC_WORKERS, "lgfs-pg")
 
     @property
     def closed(self) -> bool:
@@ -254,7 +258,12 @@ class PgConnection:
         A cancelled await does not stop a call already handed over: it may
         still commit.
         """
-        return await asyncio.to_thread(method, *args, **kwargs)
+        if self._closed or os.getpid() != self._pid:
+            return method(*args, **kwargs)  # it fails (StoreClosed...) before any I/O
+        try:
+            return await self._hop.run(functools.partial(method, *args, **kwargs))
+        except HopClosed:  # closed by a close() just now: nothing ran
+            return method(*args, **kwargs)
 
     def listener_params(self) -> tuple[str, dict[str, Any]]:
         """Return `(conninfo, kwargs)` that open a new connection to the same server.
@@ -283,6 +292,7 @@ class PgConnection:
         if self._closed:
             return
         self._closed = True
+        self._hop.close()  # never waits: close() may be running on a worker (aclose)
         if not self._owned:
             return
         if self._pool is not None:
