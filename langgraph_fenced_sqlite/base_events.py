@@ -248,16 +248,24 @@ class EventsBase:
     def _wait_events(
         self, thread_id: str, seq: int, limit: int, timeout: float, incarnation: int | None
     ) -> list[Event]:
-        return self._poller().wait(
-            thread_id, seq, limit=limit, timeout=timeout, incarnation=incarnation
-        )
+        poller = self._poller()  # one wait: what it opened is closed with it
+        try:
+            return poller.wait(
+                thread_id, seq, limit=limit, timeout=timeout, incarnation=incarnation
+            )
+        finally:
+            poller.close()
 
     async def _await_events(
         self, thread_id: str, seq: int, limit: int, timeout: float, incarnation: int | None
     ) -> list[Event]:
-        return await self._poller().await_(
-            thread_id, seq, limit=limit, timeout=timeout, incarnation=incarnation
-        )
+        poller = self._poller()
+        try:
+            return await poller.await_(
+                thread_id, seq, limit=limit, timeout=timeout, incarnation=incarnation
+            )
+        finally:
+            poller.close()
 
     def _poller(self) -> Poller:
         """A new poller for one watch (or wait): SQLite's `EventPoller`, PostgreSQL's."""

@@ -334,3 +334,63 @@ async def test_awatch_sees_commits_and_aclose_ends_it(open_pg: Any) -> None:
     await watch.aclose()
     await asyncio.wait_for(task, 10)
     assert seen == [1, 2, 3, 4, 5]
+
+
+def _alive(admin: Any, pid: int) -> bool:
+    return bool(
+        admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0]
+    )
+
+
+def test_a_watch_listens_on_one_connection_for_its_life_and_survives_losing_it(
+    open_pg: Any, pg_dsn: str
+) -> None:
+    """One listener backend per watch, not one per wait (a fork and a login each, before).
+
+    A listener the server ended between two waits is replaced by the next
+    wait, which re-reads the table: the event committed meanwhile arrives.
+    `close()` closes the listener.
+    """
+    saver = open_pg(clock=None)
+    claim = saver.claim("t", "w", 60)
+    watch = saver.watch("t")
+    pids = set()
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        for i in range(5):
+            saver.append_events("t", claim.token, [("e", {"i": i})])
+            assert next(watch).seq == i + 1
+            pids.add(watch._poller._conn.info.backend_pid)
+        assert len(pids) == 1, pids
+        (pid,) = pids
+        assert _alive(admin, pid)
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        later = threading.Timer(0.5, lambda: saver.append_events("t", claim.token, [("e", {})]))
+        later.start()
+        assert next(watch).seq == 6  # waited on the lost listener, then on a new one
+        later.join()
+        new = watch._poller._conn.info.backend_pid
+        assert new != pid and _alive(admin, new)
+        watch.close()
+        deadline = time.monotonic() + 10
+        while _alive(admin, new) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not _alive(admin, new), "close() left the listener open"
+
+
+async def test_an_awatch_listens_on_one_connection_for_its_life(open_pg: Any, pg_dsn: str) -> None:
+    saver = open_pg(clock=None)
+    claim = saver.claim("t", "w", 60)
+    watch = saver.awatch("t")
+    pids = set()
+    for i in range(5):
+        await saver.aappend_events("t", claim.token, [("e", {"i": i})])
+        assert (await watch.__anext__()).seq == i + 1
+        pids.add(watch._poller._aconn.info.backend_pid)
+    assert len(pids) == 1, pids
+    (pid,) = pids
+    await watch.aclose()
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        deadline = time.monotonic() + 10
+        while _alive(admin, pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not _alive(admin, pid), "aclose() left the listener open"

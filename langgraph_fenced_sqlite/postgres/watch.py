@@ -4,12 +4,18 @@ Invariant: one wait implementation, `PgEventPoller` (a `watch.Poller`):
 listen first, then read, then wait, re-reading the table on every
 notification naming the thread and on every safety poll (`events.wait_plan`,
 the one wait loop, through `events.drive`/`events.adrive`), on a listener
-connection of its own, opened per wait and closed when it returns, so a
-waiter never holds the store's connection or a pool's. A watch's `close()`
-(from any thread) or its store's ends a wait within `SLICE` seconds:
-notifications are awaited in slices of at most that, between which the wait
-looks whether it was stopped (psycopg cannot interrupt a blocked
-`notifies()` from another thread). A cancelled `await_` ends at once.
+connection of its own, so a waiter never holds the store's connection or a
+pool's. The poller keeps that connection, listening, from one wait to the
+next: a watch following a busy thread is one backend for its whole life,
+not a new one (a fork and a login on the server) per batch of events.
+`close()` closes it (a wait in progress closes it on its way out), and a
+watch dropped unclosed frees it with the poller. A listener found broken
+(the server restarted, the backend was terminated) is replaced and the
+table re-read, so no commit is missed. A watch's `close()` (from any
+thread) or its store's ends a wait within `SLICE` seconds: notifications
+are awaited in slices of at most that, between which the wait looks whether
+it was stopped (psycopg cannot interrupt a blocked `notifies()` from
+another thread). A cancelled `await_` ends at once.
 
 A hot standby cannot `LISTEN` (and no NOTIFY reaches it: notifications are
 not replicated): there the wait goes on without it, finding the commits its
@@ -19,6 +25,7 @@ replay brings by the safety poll alone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from typing import Any
@@ -47,6 +54,14 @@ class PgEventPoller:
         """Wait on `saver` (a `FencedPostgresSaver`); nothing is opened yet."""
         self._saver = saver
         self._closed = False
+        # The listening connection, kept between waits (sync waits use one,
+        # async ones the other, on the loop that opened it). `_lock` is held
+        # by a wait for its whole length, so `close()` closes only a
+        # connection no wait is using; a wait closes it on its way out.
+        self._conn: psycopg.Connection[Any] | None = None
+        self._aconn: psycopg.AsyncConnection[Any] | None = None
+        self._aloop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
 
     @property
     def closed(self) -> bool:
@@ -54,8 +69,28 @@ class PgEventPoller:
         return self._closed or bool(self._saver._engine.closed)
 
     def close(self) -> None:
-        """End a wait in progress within `SLICE` s; never blocks; twice is fine."""
+        """End a wait in progress within `SLICE` s and close the listener; never blocks."""
         self._closed = True
+        if self._lock.acquire(blocking=False):
+            try:
+                self._drop()
+            finally:
+                self._lock.release()
+
+    def __del__(self) -> None:
+        # A watch dropped unclosed: its listener goes with it, quietly.
+        with contextlib.suppress(Exception):
+            self._drop()
+
+    def _drop(self) -> None:
+        # With `_lock` held. An async connection is closed without awaiting
+        # (no wait uses it): its socket, at once.
+        conn, self._conn = self._conn, None
+        aconn, self._aconn, self._aloop = self._aconn, None, None
+        if conn is not None:
+            conn.close()
+        if aconn is not None:
+            aconn.pgconn.finish()
 
     def _stopped(self, stop: threading.Event | asyncio.Event | None) -> bool:
         return self.closed or (stop is not None and stop.is_set())
@@ -65,6 +100,44 @@ class PgEventPoller:
 
     def _plan(self, thread_id: str, timeout: float) -> Any:
         return events.wait_plan(thread_id, float(timeout), self._saver._poll_interval)
+
+    def _listener(self) -> psycopg.Connection[Any]:
+        """The listening connection (with `_lock` held): the kept one, or a new one."""
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            return conn
+        conninfo, kwargs = self._saver._engine.listener_params()
+        conn = psycopg.connect(conninfo, autocommit=True, **kwargs)
+        try:
+            conn.execute(sql.LISTEN)
+        except pg_errors.ReadOnlySqlTransaction:
+            pass  # a hot standby: `notifies` only times out, so each wait polls
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        return conn
+
+    async def _alistener(self) -> psycopg.AsyncConnection[Any]:
+        """The async listening connection, kept for waits on the loop that opened it."""
+        loop = asyncio.get_running_loop()
+        conn = self._aconn
+        if conn is not None and not conn.closed and self._aloop is loop:
+            return conn
+        if conn is not None:  # broken, or another loop's: not usable here
+            self._aconn = None
+            conn.pgconn.finish()
+        conninfo, kwargs = self._saver._engine.listener_params()
+        conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **kwargs)
+        try:
+            await conn.execute(sql.LISTEN)
+        except pg_errors.ReadOnlySqlTransaction:
+            pass  # a hot standby: `notifies` only times out, so each wait polls
+        except BaseException:
+            conn.pgconn.finish()
+            raise
+        self._aconn, self._aloop = conn, loop
+        return conn
 
     def wait(
         self,
@@ -79,37 +152,47 @@ class PgEventPoller:
         """Return events after `after_seq`, waiting up to `timeout` s; [] once stopped."""
         if self._stopped(stop):
             return []
-        conninfo, kwargs = self._saver._engine.listener_params()
-        try:
-            conn = psycopg.connect(conninfo, autocommit=True, **kwargs)
-        except psycopg.Error as exc:
-            raise self._error(exc) from exc
-
-        def notifies(seconds: float) -> set[str] | None:
-            end = time.monotonic() + seconds
-            while not self._stopped(stop):
-                left = end - time.monotonic()
-                if left <= 0:
-                    return None
-                got = {n.payload for n in conn.notifies(timeout=min(left, SLICE), stop_after=1)}
-                if got:
-                    return got
-            raise _Stopped
-
-        def read() -> list[Event]:
-            return self._saver._events_after(thread_id, after_seq, limit, incarnation)
-
-        with conn:
+        with self._lock:
             try:
-                try:
-                    conn.execute(sql.LISTEN)
-                except pg_errors.ReadOnlySqlTransaction:
-                    pass  # a hot standby: `notifies` only times out, so each wait polls
+                conn = self._listener()
+            except psycopg.Error as exc:
+                raise self._error(exc) from exc
+
+            def notifies(seconds: float) -> set[str] | None:
+                nonlocal conn
+                end = time.monotonic() + seconds
+                while not self._stopped(stop):
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        return None
+                    try:
+                        got = {
+                            n.payload for n in conn.notifies(timeout=min(left, SLICE), stop_after=1)
+                        }
+                    except psycopg.OperationalError:
+                        if not conn.closed:
+                            raise
+                        # The listener broke: listen anew, and re-read what
+                        # may have committed while nobody listened.
+                        conn = self._listener()
+                        return {thread_id}
+                    if got:
+                        return got
+                raise _Stopped
+
+            def read() -> list[Event]:
+                return self._saver._events_after(thread_id, after_seq, limit, incarnation)
+
+            try:
                 return events.drive(self._plan(thread_id, timeout), read, notifies)
             except _Stopped:
                 return []
             except psycopg.Error as exc:
+                self._drop()  # in whatever state it is: the next wait opens another
                 raise self._error(exc) from exc
+            finally:
+                if self.closed:  # this poller's close(), or the store's
+                    self._drop()
 
     async def await_(
         self,
@@ -124,37 +207,68 @@ class PgEventPoller:
         """Async twin of `wait`; cancelling the awaiting task ends it at once."""
         if self._stopped(stop):
             return []
-        conninfo, kwargs = self._saver._engine.listener_params()
-        try:
-            conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **kwargs)
-        except psycopg.Error as exc:
-            raise self._error(exc) from exc
-
-        async def notifies(seconds: float) -> set[str] | None:
-            end = time.monotonic() + seconds
-            while not self._stopped(stop):
-                left = end - time.monotonic()
-                if left <= 0:
-                    return None
-                got = {
-                    n.payload async for n in conn.notifies(timeout=min(left, SLICE), stop_after=1)
-                }
-                if got:
-                    return got
-            raise _Stopped
-
-        def read() -> Any:
-            saver = self._saver
-            return saver._engine.arun(saver._events_after, thread_id, after_seq, limit, incarnation)
-
-        async with conn:
+        # One wait at a time, and never blocking the loop: a second
+        # concurrent wait on one poller (not something a watch does) gets a
+        # connection of its own for its length.
+        if not self._lock.acquire(blocking=False):
+            other = PgEventPoller(self._saver)
             try:
-                try:
-                    await conn.execute(sql.LISTEN)
-                except pg_errors.ReadOnlySqlTransaction:
-                    pass  # a hot standby: `notifies` only times out, so each wait polls
+                return await other.await_(
+                    thread_id,
+                    after_seq,
+                    limit=limit,
+                    timeout=timeout,
+                    stop=stop,
+                    incarnation=incarnation,
+                )
+            finally:
+                other.close()
+        try:
+            try:
+                conn = await self._alistener()
+            except psycopg.Error as exc:
+                raise self._error(exc) from exc
+
+            async def notifies(seconds: float) -> set[str] | None:
+                nonlocal conn
+                end = time.monotonic() + seconds
+                while not self._stopped(stop):
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        return None
+                    try:
+                        got = {
+                            n.payload
+                            async for n in conn.notifies(timeout=min(left, SLICE), stop_after=1)
+                        }
+                    except psycopg.OperationalError:
+                        if not conn.closed:
+                            raise
+                        conn = await self._alistener()  # listen anew, then re-read
+                        return {thread_id}
+                    if got:
+                        return got
+                raise _Stopped
+
+            def read() -> Any:
+                saver = self._saver
+                return saver._engine.arun(
+                    saver._events_after, thread_id, after_seq, limit, incarnation
+                )
+
+            try:
                 return await events.adrive(self._plan(thread_id, timeout), read, notifies)
             except _Stopped:
                 return []
             except psycopg.Error as exc:
+                self._drop()
                 raise self._error(exc) from exc
+            except BaseException:
+                # Cancelled mid-wait: the connection may be mid-operation.
+                self._drop()
+                raise
+            finally:
+                if self.closed:  # this poller's close(), or the store's
+                    self._drop()
+        finally:
+            self._lock.release()
