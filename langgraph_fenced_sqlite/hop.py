@@ -60,6 +60,9 @@ class Hop:
         self._threads: list[threading.Thread] = []
         self._closed = False
         _OPEN.add(self)
+        # Workers hold the queue, never the hop: a hop dropped unclosed (its
+        # store dropped without close()) is collected, and its workers exit.
+        weakref.finalize(self, _stop, self._queue, self._threads)
 
     async def run(self, fn: Callable[[], T]) -> T:
         """Run `fn()` on a worker thread and return (or raise) what it did.
@@ -90,34 +93,14 @@ class Hop:
             if self._idle.acquire(blocking=False):
                 return  # an idle worker takes it
             if len(self._threads) < self._limit:
-                n = len(self._threads) + 1
-                thread = threading.Thread(target=self._work, name=f"{self._name}_{n}", daemon=True)
+                thread = threading.Thread(
+                    target=_work,
+                    args=(self._queue, self._idle),
+                    name=f"{self._name}_{len(self._threads) + 1}",
+                    daemon=True,
+                )
                 self._threads.append(thread)
                 thread.start()
-
-    def _work(self) -> None:
-        get, idle = self._queue.get, self._idle
-        while True:
-            item = get()
-            if item is None:
-                return
-            loop, future, fn = item
-            del item
-            if future.cancelled():  # cancelled while queued: never runs
-                idle.release()
-                continue
-            try:
-                outcome: tuple[Any, BaseException | None] = (fn(), None)
-            except BaseException as exc:  # handed to the caller, as an executor does
-                outcome = (None, exc)
-            # Idle before the caller wakes: its next call finds this thread,
-            # rather than making another.
-            idle.release()
-            try:
-                loop.call_soon_threadsafe(_settle, future, *outcome)
-            except RuntimeError:
-                pass  # the caller's loop is closed: nobody is waiting
-            del loop, future, fn, outcome
 
     def _join(self) -> None:
         self.close()
@@ -125,6 +108,37 @@ class Hop:
         for thread in list(self._threads):
             if thread is not me:
                 thread.join()
+
+
+def _stop(work: queue.SimpleQueue[_Item], threads: list[threading.Thread]) -> None:
+    # A collected hop's workers: one exit each, after what is queued.
+    for _ in threads:
+        work.put(None)
+
+
+def _work(work: queue.SimpleQueue[_Item], idle: threading.Semaphore) -> None:
+    get = work.get
+    while True:
+        item = get()
+        if item is None:
+            return
+        loop, future, fn = item
+        del item
+        if future.cancelled():  # cancelled while queued: never runs
+            idle.release()
+            continue
+        try:
+            outcome: tuple[Any, BaseException | None] = (fn(), None)
+        except BaseException as exc:  # handed to the caller, as an executor does
+            outcome = (None, exc)
+        # Idle before the caller wakes: its next call finds this thread,
+        # rather than making another.
+        idle.release()
+        try:
+            loop.call_soon_threadsafe(_settle, future, *outcome)
+        except RuntimeError:
+            pass  # the caller's loop is closed: nobody is waiting
+        del loop, future, fn, outcome
 
 
 def _settle(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:

@@ -140,7 +140,22 @@ def test_an_outcome_for_a_closed_loop_is_dropped_and_the_worker_goes_on() -> Non
     hop.close()
 
 
-def test_an_async_call_after_close_is_store_closed_on_either_store(db_path: str) -> None:
+def test_a_hop_dropped_unclosed_lets_its_workers_exit() -> None:
+    """A store dropped without close() must not leave its threads behind for good."""
+    import gc
+
+    hop = Hop(2, "t")
+    asyncio.run(hop.run(lambda: None))
+    threads = list(hop._threads)
+    assert threads and all(t.is_alive() for t in threads)
+    del hop
+    gc.collect()
+    for thread in threads:
+        thread.join(BOUND)
+        assert not thread.is_alive()
+
+
+def test_an_async_call_after_close_is_store_closed(db_path: str) -> None:
     saver = FencedSqliteSaver(db_path)
     saver.close()
     with pytest.raises(StoreClosed):
