@@ -22,10 +22,10 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import AsyncGenerator, Generator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = ["STRATEGIES", "FencedRunner"]
 
 logger = logging.getLogger("langgraph_fenced_sqlite.runner")
+T = TypeVar("T")
 
 STRATEGIES = RUN_STRATEGIES
 """What an invocation does when its thread is busy (see `FencedRunner.invoke`)."""
@@ -249,9 +250,9 @@ class FencedRunner:
             static = state is not None and bool((await self.graph.aget_state(state)).next)
         except BaseException as exc:
             outcome = judge_end(run, exc)
-            await _shielded(self._end, run, call, outcome)
+            await self._shielded(self._end, run, call, outcome)
             raise_for(outcome, exc)
-        await _shielded(self._complete, run, call, static)
+        await self._shielded(self._complete, run, call, static)
         return result
 
     def stream(
@@ -326,7 +327,7 @@ class FencedRunner:
 
     async def acancel(self, thread_id: str, *, by: str | None = None) -> Claim | None:
         """Async twin of `cancel`."""
-        return await asyncio.to_thread(self.cancel, thread_id, by=by)
+        return await self._hop(self.cancel, thread_id, by=by)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete a thread unless a run holds it, in any process.
@@ -342,7 +343,20 @@ class FencedRunner:
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Async twin of `delete_thread`."""
-        return await asyncio.to_thread(self.delete_thread, thread_id)
+        return await self._hop(self.delete_thread, thread_id)
+
+    def _hop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Awaitable[T]:
+        # The store's own worker threads (`hop.Hop`), as its async calls use.
+        return self.saver._engine.arun(fn, *args, **kwargs)
+
+    async def _shielded(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run `fn(*args)` on a worker thread to the end, even if the caller is cancelled.
+
+        The caller still sees `CancelledError` at once; the work itself (a claim,
+        or a release) is never abandoned half way, so a cancelled task's claim is
+        always released or recorded.
+        """
+        return await asyncio.shield(asyncio.ensure_future(self._hop(fn, *args)))
 
     def waiting(self, thread_id: str) -> int:
         """Return how many `"enqueue"` invocations in this process wait for the thread."""
@@ -429,7 +443,7 @@ class FencedRunner:
     async def _astart(self, call: _Call) -> RunLease:
         # The claim commits on a worker thread that cancellation cannot stop;
         # a caller cancelled meanwhile gives the claim back once it is granted.
-        future = asyncio.ensure_future(asyncio.to_thread(self._start, call, False))
+        future = asyncio.ensure_future(self._hop(self._start, call, False))
         try:
             run = await asyncio.shield(future)
         except asyncio.CancelledError as exc:
@@ -552,9 +566,9 @@ class FencedRunner:
                 if inner is not None:
                     await inner.aclose()
             finally:
-                await _shielded(self._end, run, call, outcome)
+                await self._shielded(self._end, run, call, outcome)
             raise_for(outcome, exc)
-        await _shielded(self._complete, run, call, static)
+        await self._shielded(self._complete, run, call, static)
 
 
 # What a store gives a runner (both stores have it, with one meaning: see `runs.py`).
@@ -572,13 +586,3 @@ def _is_store(saver: Any) -> bool:
 
 def _optional_name(value: Any, name: str) -> str | None:
     return None if value is None else check_name(value, name)
-
-
-async def _shielded(fn: Any, *args: Any) -> Any:
-    """Run `fn(*args)` on a worker thread to the end, even if the caller is cancelled.
-
-    The caller still sees `CancelledError` at once; the work itself (a claim,
-    or a release) is never abandoned half way, so a cancelled task's claim is
-    always released or recorded.
-    """
-    return await asyncio.shield(asyncio.ensure_future(asyncio.to_thread(fn, *args)))
