@@ -347,6 +347,9 @@ def test_a_watch_listens_on_one_connection_for_its_life_and_survives_losing_it(
 ) -> None:
     """One listener backend per watch, not one per wait (a fork and a login each, before).
 
+    Between waits it does not listen (each wait LISTENs, then UNLISTENs), so
+    notifications nobody reads never hold back the server's queue.
+
     A listener the server ended between two waits is replaced by the next
     wait, which re-reads the table: the event committed meanwhile arrives.
     `close()` closes the listener.
@@ -363,6 +366,9 @@ def test_a_watch_listens_on_one_connection_for_its_life_and_survives_losing_it(
         assert len(pids) == 1, pids
         (pid,) = pids
         assert _alive(admin, pid)
+        # Between waits it does not listen: nothing it would not read piles up.
+        last = "SELECT query FROM pg_stat_activity WHERE pid = %s"
+        assert admin.execute(last, (pid,)).fetchone() == (sql.UNLISTEN,)
         admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
         later = threading.Timer(0.5, lambda: saver.append_events("t", claim.token, [("e", {})]))
         later.start()

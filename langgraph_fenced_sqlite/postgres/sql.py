@@ -377,6 +377,7 @@ END_RUN_AT_FENCE_NOTIFY = (
 )
 NOTIFY_CHANNEL = "lgfs_events"
 LISTEN = "LISTEN lgfs_events"
+UNLISTEN = "UNLISTEN lgfs_events"
 # In `events.decode_event`'s order.
 EVENTS_AFTER = (
     "SELECT seq, kind, checkpoint_ns, checkpoint_id, data, token, ts, checksum FROM lgfs_events "

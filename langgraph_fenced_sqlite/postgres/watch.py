@@ -5,13 +5,15 @@ listen first, then read, then wait, re-reading the table on every
 notification naming the thread and on every safety poll (`events.wait_plan`,
 the one wait loop, through `events.drive`/`events.adrive`), on a listener
 connection of its own, so a waiter never holds the store's connection or a
-pool's. The poller keeps that connection, listening, from one wait to the
-next: a watch following a busy thread is one backend for its whole life,
-not a new one (a fork and a login on the server) per batch of events.
-`close()` closes it (a wait in progress closes it on its way out), and a
-watch dropped unclosed frees it with the poller. A listener found broken
-(the server restarted, the backend was terminated) is replaced and the
-table re-read, so no commit is missed. A watch's `close()` (from any
+pool's. The poller keeps that connection from one wait to the next: a
+watch following a busy thread is one backend for its whole life, not a new
+one (a fork and a login on the server) per batch of events. Each wait
+LISTENs and ends with UNLISTEN, so between waits the connection receives
+nothing and never holds back the server's notification queue, however long
+the consumer takes. `close()` closes it (a wait in progress closes it on its
+way out), and a watch dropped unclosed frees it with the poller. A listener
+found broken (the server restarted, the backend was terminated) is
+replaced and the table re-read, so no commit is missed. A watch's `close()` (from any
 thread) or its store's ends a wait within `SLICE` seconds: notifications
 are awaited in slices of at most that, between which the wait looks whether
 it was stopped (psycopg cannot interrupt a blocked `notifies()` from
@@ -61,6 +63,7 @@ class PgEventPoller:
         self._conn: psycopg.Connection[Any] | None = None
         self._aconn: psycopg.AsyncConnection[Any] | None = None
         self._aloop: asyncio.AbstractEventLoop | None = None
+        self._listens = self._alistens = False
         self._lock = threading.Lock()
 
     @property
@@ -101,43 +104,76 @@ class PgEventPoller:
     def _plan(self, thread_id: str, timeout: float) -> Any:
         return events.wait_plan(thread_id, float(timeout), self._saver._poll_interval)
 
-    def _listener(self) -> psycopg.Connection[Any]:
-        """The listening connection (with `_lock` held): the kept one, or a new one."""
-        conn = self._conn
-        if conn is not None and not conn.closed:
-            return conn
-        conninfo, kwargs = self._saver._engine.listener_params()
-        conn = psycopg.connect(conninfo, autocommit=True, **kwargs)
-        try:
-            conn.execute(sql.LISTEN)
-        except pg_errors.ReadOnlySqlTransaction:
-            pass  # a hot standby: `notifies` only times out, so each wait polls
-        except BaseException:
-            conn.close()
-            raise
-        self._conn = conn
-        return conn
+    def _listening(self) -> psycopg.Connection[Any]:
+        """The kept connection (or a new one), listening (with `_lock` held).
 
-    async def _alistener(self) -> psycopg.AsyncConnection[Any]:
-        """The async listening connection, kept for waits on the loop that opened it."""
-        loop = asyncio.get_running_loop()
-        conn = self._aconn
-        if conn is not None and not conn.closed and self._aloop is loop:
-            return conn
-        if conn is not None:  # broken, or another loop's: not usable here
-            self._aconn = None
-            conn.pgconn.finish()
-        conninfo, kwargs = self._saver._engine.listener_params()
-        conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **kwargs)
+        Each wait listens anew, and a wait's end stops listening (`_unlisten`):
+        a connection kept between waits receives nothing while nobody reads it,
+        so it never holds back the server's notification queue. A connection
+        that died between waits fails its LISTEN: one new one is opened.
+
+        Returns:
+            The connection; `_listens` says whether it listens (not on a standby).
+        """
+        for last in (False, True):
+            conn = self._conn
+            if conn is None or conn.closed:
+                conninfo, kwargs = self._saver._engine.listener_params()
+                conn = self._conn = psycopg.connect(conninfo, autocommit=True, **kwargs)
+            try:
+                conn.execute(sql.LISTEN)
+                self._listens = True
+                return conn
+            except pg_errors.ReadOnlySqlTransaction:
+                self._listens = False  # a hot standby: each wait polls
+                return conn
+            except psycopg.OperationalError:
+                if last or not conn.closed:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _unlisten(self) -> None:
+        conn = self._conn
+        if conn is None or conn.closed or not self._listens:
+            return
         try:
-            await conn.execute(sql.LISTEN)
-        except pg_errors.ReadOnlySqlTransaction:
-            pass  # a hot standby: `notifies` only times out, so each wait polls
-        except BaseException:
-            conn.pgconn.finish()
-            raise
-        self._aconn, self._aloop = conn, loop
-        return conn
+            conn.execute(sql.UNLISTEN)
+        except psycopg.Error:
+            self._drop()
+
+    async def _alistening(self) -> psycopg.AsyncConnection[Any]:
+        """`_listening` for async waits, on a connection of the running loop's."""
+        loop = asyncio.get_running_loop()
+        for last in (False, True):
+            conn = self._aconn
+            if conn is not None and (conn.closed or self._aloop is not loop):
+                self._aconn = None  # broken, or another loop's: not usable here
+                conn.pgconn.finish()
+                conn = None
+            if conn is None:
+                conninfo, kwargs = self._saver._engine.listener_params()
+                conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **kwargs)
+                self._aconn, self._aloop = conn, loop
+            try:
+                await conn.execute(sql.LISTEN)
+                self._alistens = True
+                return conn
+            except pg_errors.ReadOnlySqlTransaction:
+                self._alistens = False
+                return conn
+            except psycopg.OperationalError:
+                if last or not conn.closed:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _aunlisten(self) -> None:
+        conn = self._aconn
+        if conn is None or conn.closed or not self._alistens:
+            return
+        try:
+            await conn.execute(sql.UNLISTEN)
+        except psycopg.Error:
+            self._drop()
 
     def wait(
         self,
@@ -154,8 +190,9 @@ class PgEventPoller:
             return []
         with self._lock:
             try:
-                conn = self._listener()
+                conn = self._listening()
             except psycopg.Error as exc:
+                self._drop()
                 raise self._error(exc) from exc
 
             def notifies(seconds: float) -> set[str] | None:
@@ -174,7 +211,7 @@ class PgEventPoller:
                             raise
                         # The listener broke: listen anew, and re-read what
                         # may have committed while nobody listened.
-                        conn = self._listener()
+                        conn = self._listening()
                         return {thread_id}
                     if got:
                         return got
@@ -193,6 +230,8 @@ class PgEventPoller:
             finally:
                 if self.closed:  # this poller's close(), or the store's
                     self._drop()
+                else:
+                    self._unlisten()
 
     async def await_(
         self,
@@ -225,8 +264,9 @@ class PgEventPoller:
                 other.close()
         try:
             try:
-                conn = await self._alistener()
+                conn = await self._alistening()
             except psycopg.Error as exc:
+                self._drop()
                 raise self._error(exc) from exc
 
             async def notifies(seconds: float) -> set[str] | None:
@@ -244,7 +284,7 @@ class PgEventPoller:
                     except psycopg.OperationalError:
                         if not conn.closed:
                             raise
-                        conn = await self._alistener()  # listen anew, then re-read
+                        conn = await self._alistening()  # listen anew, then re-read
                         return {thread_id}
                     if got:
                         return got
@@ -257,9 +297,9 @@ class PgEventPoller:
                 )
 
             try:
-                return await events.adrive(self._plan(thread_id, timeout), read, notifies)
+                result = await events.adrive(self._plan(thread_id, timeout), read, notifies)
             except _Stopped:
-                return []
+                result = []
             except psycopg.Error as exc:
                 self._drop()
                 raise self._error(exc) from exc
@@ -267,8 +307,14 @@ class PgEventPoller:
                 # Cancelled mid-wait: the connection may be mid-operation.
                 self._drop()
                 raise
-            finally:
+            try:
                 if self.closed:  # this poller's close(), or the store's
                     self._drop()
+                else:
+                    await self._aunlisten()
+            except BaseException:
+                self._drop()  # cancelled while it stopped listening
+                raise
+            return result
         finally:
             self._lock.release()
