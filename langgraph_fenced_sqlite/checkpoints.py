@@ -162,14 +162,31 @@ def put_txn(
 ) -> bool:
     """Store one checkpoint and its event; return False for an identical retry.
 
+    The common put reads one cell before its INSERT: the position, which
+    `claims.next_seq_if_fenced` returns only when the fence (and, for a put
+    `needs_version_check` checks, the version) holds; otherwise the checks
+    run one by one and decide.
+
     Raises:
         StaleClaim, ThreadBusy: the fence refused the write.
         CheckpointConflict: the parent is not the latest (fenced input/loop
             puts), or a different checkpoint is stored under this id.
     """
-    row = claims.check_fence(conn, enc.thread_id, token, now=now, require_claim=require_claim)
+    version = needs_version_check(enc.source, token)
+    position = claims.next_seq_if_fenced(
+        conn,
+        enc.thread_id,
+        token,
+        now=now,
+        require_claim=require_claim,
+        latest=(enc.checkpoint_ns, enc.parent_id) if version else None,
+    )
+    if position is None:
+        row = claims.check_fence(conn, enc.thread_id, token, now=now, require_claim=require_claim)
+        position = row.next_seq
+    else:
+        version = False  # checked, in the same transaction
     key = (enc.thread_id, enc.checkpoint_ns, enc.checkpoint_id)
-    position = row.next_seq
     inserted = conn.execute(
         schema.INSERT_CHECKPOINT,
         (
@@ -191,9 +208,10 @@ def put_txn(
     if not inserted:
         stored = conn.execute(schema.GET_STORED_IDENTITY, key).fetchone()
         return stored_put(enc, token, stored, lambda: _latest_before(conn, enc, position))
-    # Checked after the insert (which a conflict rolls back) so that the
-    # common case costs one statement less.
-    check_version(enc, token, lambda: _latest_before(conn, enc, position))
+    if version:
+        # Checked after the insert (which a conflict rolls back) so that the
+        # common case costs one statement less.
+        check_version(enc, token, lambda: _latest_before(conn, enc, position))
     data = {"step": enc.step, "source": enc.source, "parent_checkpoint_id": enc.parent_id}
     if enc.run_id is not None:
         data["run_id"] = enc.run_id
@@ -300,8 +318,12 @@ def put_writes_txn(
     channels are last-writer-wins among writers whose token is not older,
     and an unfenced write the fence accepted (no live claim) always wins.
     """
-    row = claims.check_fence(conn, thread_id, token, now=now, require_claim=require_claim)
-    position = row.next_seq
+    position = claims.next_seq_if_fenced(
+        conn, thread_id, token, now=now, require_claim=require_claim
+    )
+    if position is None:
+        row = claims.check_fence(conn, thread_id, token, now=now, require_claim=require_claim)
+        position = row.next_seq
     changed = 0
     # An unfenced write got past the fence only if no claim is live (none,
     # released, or expired unreplaced): it then replaces special-channel
