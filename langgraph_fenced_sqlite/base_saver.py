@@ -246,7 +246,7 @@ class FencedSaverBase(BaseCheckpointSaver[str]):
         """
         thread_id, ns, _ = config_target(config)
         token = token_from_config(config)
-        plain, plain_md = check_checkpoint(checkpoint, metadata)
+        envelope, plain, plain_md = check_checkpoint(checkpoint, metadata)
         enc = cps.encode_checkpoint(
             self.serde,
             config,
@@ -256,6 +256,7 @@ class FencedSaverBase(BaseCheckpointSaver[str]):
             ns,
             plain_envelope=plain,
             plain_metadata=plain_md,
+            envelope=envelope,
         )
         self._put(enc, token)
         return {

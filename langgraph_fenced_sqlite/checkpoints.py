@@ -35,6 +35,8 @@ from .serde import write_context
 from .stored_json import NOT_FINE, PLAIN, dumps_json, json_kind, loads_json
 
 ENVELOPE_FORMAT = 1
+_ABSENT = object()
+_MIN_INT, _MAX_INT = -(2**63), 2**63 - 1
 _FENCED_SOURCES = frozenset({"input", "loop"})
 
 
@@ -80,6 +82,7 @@ def encode_checkpoint(
     *,
     plain_envelope: bool | None = None,
     plain_metadata: bool = False,
+    envelope: dict[str, Any] | None = None,
 ) -> EncodedCheckpoint:
     """Encode a `put`'s arguments; raises `SerializationError` on non-data.
 
@@ -87,9 +90,12 @@ def encode_checkpoint(
     encoded by orjson; False: not, encoded by `json`), so the envelope is not
     walked twice; None: walked here. `plain_metadata` True: `metadata` is an
     exact dict that `check_checkpoint` found `PLAIN`, so the stored metadata
-    (it plus the config's keys) is judged with no second walk.
+    (it plus the config's keys) is judged with no second walk. `envelope`:
+    the checkpoint without its channel values, as `check_checkpoint` built it
+    (a dict of the caller's that this changes); None: built here.
     """
-    envelope = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+    if envelope is None:
+        envelope = {k: v for k, v in checkpoint.items() if k != "channel_values"}
     envelope["format"] = ENVELOPE_FORMAT
     values_type, values_blob = serde.dumps_typed(checkpoint.get("channel_values", {}))
     md = get_serializable_checkpoint_metadata(config, metadata)
@@ -121,10 +127,30 @@ def _metadata_kind(md: Mapping[str, Any], metadata: Any) -> int | None:
 
     `md` is `metadata` plus the config's keys (LangGraph's
     `get_checkpoint_metadata`): only what `metadata` does not hold as the
-    same object is walked (`json_kind`); None leaves the whole walk to `dumps_json`.
+    same object is judged (as `json_kind` would); None leaves the whole walk
+    to `dumps_json`.
     """
-    added = {k: v for k, v in md.items() if k not in metadata or v is not metadata[k]}
-    return PLAIN if json_kind(added) == PLAIN else None
+    # `json_kind` of the added entries, one by one (no dict built): what
+    # `get_checkpoint_metadata` adds or replaces is a str (NUL removed), an
+    # int, a bool or a float; any other entry, or a key not plain ASCII, is
+    # walked as `json_kind` walks it.
+    get = metadata.get
+    for k, v in md.items():
+        if v is get(k, _ABSENT):
+            continue
+        if type(k) is str and k.isascii():
+            kind = type(v)
+            if kind is str:
+                if v.isascii():
+                    continue
+            elif kind is int:
+                if _MIN_INT <= v <= _MAX_INT:
+                    continue
+            elif kind is bool or v is None:
+                continue
+        if json_kind({k: v}) != PLAIN:
+            return None
+    return PLAIN
 
 
 def encode_writes(
@@ -162,14 +188,31 @@ def put_txn(
 ) -> bool:
     """Store one checkpoint and its event; return False for an identical retry.
 
+    The common put reads one cell before its INSERT: the position, which
+    `claims.next_seq_if_fenced` returns only when the fence (and, for a put
+    `needs_version_check` checks, the version) holds; otherwise the checks
+    run one by one and decide.
+
     Raises:
         StaleClaim, ThreadBusy: the fence refused the write.
         CheckpointConflict: the parent is not the latest (fenced input/loop
             puts), or a different checkpoint is stored under this id.
     """
-    row = claims.check_fence(conn, enc.thread_id, token, now=now, require_claim=require_claim)
+    version = needs_version_check(enc.source, token)
+    position = claims.next_seq_if_fenced(
+        conn,
+        enc.thread_id,
+        token,
+        now=now,
+        require_claim=require_claim,
+        latest=(enc.checkpoint_ns, enc.parent_id) if version else None,
+    )
+    if position is None:
+        row = claims.check_fence(conn, enc.thread_id, token, now=now, require_claim=require_claim)
+        position = row.next_seq
+    else:
+        version = False  # checked, in the same transaction
     key = (enc.thread_id, enc.checkpoint_ns, enc.checkpoint_id)
-    position = row.next_seq
     inserted = conn.execute(
         schema.INSERT_CHECKPOINT,
         (
@@ -191,12 +234,21 @@ def put_txn(
     if not inserted:
         stored = conn.execute(schema.GET_STORED_IDENTITY, key).fetchone()
         return stored_put(enc, token, stored, lambda: _latest_before(conn, enc, position))
-    # Checked after the insert (which a conflict rolls back) so that the
-    # common case costs one statement less.
-    check_version(enc, token, lambda: _latest_before(conn, enc, position))
-    data = {"step": enc.step, "source": enc.source, "parent_checkpoint_id": enc.parent_id}
-    if enc.run_id is not None:
-        data["run_id"] = enc.run_id
+    if version:
+        # Checked after the insert (which a conflict rolls back) so that the
+        # common case costs one statement less.
+        check_version(enc, token, lambda: _latest_before(conn, enc, position))
+    step, source, parent_id, run_id = enc.step, enc.source, enc.parent_id, enc.run_id
+    data = {"step": step, "source": source, "parent_checkpoint_id": parent_id}
+    if run_id is not None:
+        data["run_id"] = run_id
+    # `json_kind(data) == PLAIN`, judged field by field (run_id is a str()).
+    plain = (
+        (step is None or type(step) is int and _MIN_INT <= step <= _MAX_INT)
+        and (source is None or type(source) is str and source.isascii())
+        and (parent_id is None or type(parent_id) is str and parent_id.isascii())
+        and (run_id is None or run_id.isascii())
+    )
     events.append_one(
         conn,
         enc.thread_id,
@@ -207,6 +259,7 @@ def put_txn(
         enc.checkpoint_id,
         token=token,
         now=now,
+        plain=plain,
     )
     return True
 
@@ -300,8 +353,12 @@ def put_writes_txn(
     channels are last-writer-wins among writers whose token is not older,
     and an unfenced write the fence accepted (no live claim) always wins.
     """
-    row = claims.check_fence(conn, thread_id, token, now=now, require_claim=require_claim)
-    position = row.next_seq
+    position = claims.next_seq_if_fenced(
+        conn, thread_id, token, now=now, require_claim=require_claim
+    )
+    if position is None:
+        row = claims.check_fence(conn, thread_id, token, now=now, require_claim=require_claim)
+        position = row.next_seq
     changed = 0
     # An unfenced write got past the fence only if no claim is live (none,
     # released, or expired unreplaced): it then replaces special-channel
@@ -328,11 +385,17 @@ def put_writes_txn(
         else:
             changed += conn.execute(schema.INSERT_WRITE_FIRST_WINS, params).rowcount
     if changed:
-        data = {
-            "task_id": writes[0].task_id,
-            "task_path": writes[0].task_path,
-            "channels": [w.channel for w in writes],
-        }
+        task_id, task_path = writes[0].task_id, writes[0].task_path
+        channels = [w.channel for w in writes]
+        data = {"task_id": task_id, "task_path": task_path, "channels": channels}
+        # `json_kind(data) == PLAIN`, judged field by field.
+        plain = (
+            type(task_id) is str
+            and task_id.isascii()
+            and type(task_path) is str
+            and task_path.isascii()
+            and all(type(c) is str and c.isascii() for c in channels)
+        )
         events.append_one(
             conn,
             thread_id,
@@ -343,6 +406,7 @@ def put_writes_txn(
             checkpoint_id,
             token=token,
             now=now,
+            plain=plain,
         )
     return changed
 

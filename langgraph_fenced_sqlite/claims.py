@@ -26,6 +26,7 @@ __all__ = ["TOKEN_KEY", "Claim", "ThreadRow", "check_fence", "claim_live", "toke
 TOKEN_KEY = "__fence_token__"
 
 _new_tuple = tuple.__new__
+_MIN_INT, _MAX_INT = -(2**63), 2**63 - 1
 
 
 def claim_live(token: Any, expires_at: Any, now: float) -> bool | None:
@@ -255,6 +256,44 @@ def check_fence(
         thread_id, row.holder, row.live(now), require_claim, lambda: _latest(conn, thread_id)
     )
     return row
+
+
+def next_seq_if_fenced(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    token: int | None,
+    *,
+    now: float,
+    require_claim: bool,
+    latest: tuple[str, str | None] | None = None,
+) -> int | None:
+    """Return the thread's next seq if `check_fence` would let the write land; else None.
+
+    One cell read (`schema.NEXT_SEQ_IF_*`) instead of the thread row, for the
+    common write. None says only "not known to land" (a refusal, a thread
+    never written, a damaged row, a token no claim can hold): the caller
+    then runs `check_fence`, which decides and raises as it always did.
+
+    Args:
+        latest: `(checkpoint_ns, parent_id)`: also require that the parent
+            is the namespace's latest checkpoint (`checkpoints.check_version`).
+    """
+    if token is None:
+        if require_claim:
+            return None
+        row = conn.execute(schema.NEXT_SEQ_IF_UNCLAIMED, (thread_id, now)).fetchone()
+    elif not _MIN_INT <= token <= _MAX_INT:
+        return None  # beyond 64 bits: no claim's token, and SQLite could not bind it
+    elif latest is None:
+        row = conn.execute(schema.NEXT_SEQ_IF_FENCED, (thread_id, token)).fetchone()
+    else:
+        row = conn.execute(
+            schema.NEXT_SEQ_IF_FENCED_AND_LATEST, (thread_id, token, *latest)
+        ).fetchone()
+    if row is None or type(row[0]) is not int:
+        return None
+    seq: int = row[0]
+    return seq
 
 
 def check_unfenced(

@@ -268,10 +268,19 @@ class Engine:
             StoreBusy: the write had not started `busy_timeout` after this call.
             ReadOnlyStore: the store was opened with `readonly=True`.
         """
-        self.check(op)
+        # `check(op)` and `_call_started()`, inlined: every write runs this.
+        if self._closed:
+            raise StoreClosed(op, self.path)
+        if os.getpid() != self._pid:
+            raise WrongProcess(op, self.path)
+        if self._owner == _get_ident():
+            raise WrongThread(op, self.path)
         if self.readonly:
             raise ReadOnlyStore(op, self.path)
-        result: T = self._group.write(op, fn, self._call_started(), awaits=awaits, closes=closes)
+        started: float | None = getattr(self._call, "started", None)
+        if started is None:
+            started = time.monotonic()
+        result: T = self._group.write(op, fn, started, awaits=awaits, closes=closes)
         return result
 
     async def arun(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:

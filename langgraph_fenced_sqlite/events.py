@@ -22,7 +22,7 @@ from .checksums import checksum, event_checksum
 from .claims import ThreadRow
 from .doorbell import Listener
 from .errors import ReplayUnavailable, SerializationError, UndecodableRow, bad_argument
-from .stored_json import dumps_json, loads_json
+from .stored_json import PLAIN, dumps_json, loads_json
 from .validation import check_iterable, check_json, check_name
 
 __all__ = ["Event", "EventPoller"]
@@ -153,12 +153,15 @@ def append_one(
     *,
     token: int | None,
     now: float,
+    plain: bool = False,
 ) -> None:
     """Append one event at `seq` (`append` for one event, with no `NewEvent` built).
 
     Every put and put_writes appends exactly one, so they call this directly.
+    `plain`: the caller knows `data` is `PLAIN` JSON (`stored_json.json_kind`),
+    so it is encoded with no walk.
     """
-    text = dumps_json(data, "event data")
+    text = dumps_json(data, "event data", kind=PLAIN if plain else None)
     conn.execute(
         schema.INSERT_EVENT,
         (

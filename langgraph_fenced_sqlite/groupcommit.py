@@ -264,12 +264,16 @@ class GroupCommit:
                 return False, None  # another write arrived first: it must share the batch
             if engine._closed:
                 raise StoreClosed(op, engine.path)
-            budget = started + engine.busy_timeout - time.monotonic()
+            now = time.monotonic()
+            budget = started + engine.busy_timeout - now
             if budget <= 0:
-                raise busy_in_process(op, engine.path, time.monotonic() - started)
-            self._leading_since = time.monotonic()
+                raise busy_in_process(op, engine.path, now - started)
+            self._leading_since = now
             try:
-                engine._limit_busy_wait(budget)
+                # `engine._limit_busy_wait(budget)`, its common no-op tested here.
+                budget_ms = int(budget * 1000)
+                if not budget_ms - 100 <= engine._busy_ms <= budget_ms:
+                    engine._limit_busy_wait(budget)
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 if isinstance(exc, sqlite3.OperationalError) and engine._is_busy(exc):
@@ -290,7 +294,11 @@ class GroupCommit:
             with self._mutex:
                 self._commit_s += _ALPHA * (took - self._commit_s)
                 self._stats["commits"] += 1
-            engine._after_commit()
+            ringer = engine._ringer
+            if ringer is None:
+                engine._after_commit()  # opens the bell, then rings it
+            else:
+                ringer.ring()
             return True, result
         finally:
             if began_txn:
@@ -300,7 +308,8 @@ class GroupCommit:
             if self._leading_since is not None:
                 self._ended = time.monotonic()
                 self._leading_since = None
-            engine._restore_busy_wait()
+            if engine._busy_ms < int(engine.busy_timeout * 1000) - 100:
+                engine._restore_busy_wait()  # its test, inlined: usually nothing to do
             engine._owner = None
             lock.release()
 

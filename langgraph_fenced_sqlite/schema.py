@@ -268,6 +268,38 @@ GET_THREAD = (
     f"SELECT {_NEXT_SEQ_OF}, t.floor, t.holder, t.token, t.expires_at, t.run_id, "
     "t.incarnation FROM threads t WHERE t.thread_id = ?"
 )
+# The fence of `claims.check_fence` in one cell, for the common write: the
+# thread's next seq (as `GET_THREAD`'s), but only if the fence lets the
+# write land and the row's cells hold the SQL types `claims.read_thread`
+# accepts; no row otherwise, and the caller then checks one by one (the
+# error, a damaged cell named, a thread not yet written). One cell, not
+# `GET_THREAD`'s seven, each of which costs the sqlite3 module about 1.5k
+# instructions. `{0}`: the claim is the token's (fenced) or not live
+# (unfenced: `claim_live`, negated). (No `IN` list of three: SQLite builds a
+# table for one, each time the statement runs.)
+_NEXT_SEQ_IF = (
+    f"SELECT {_NEXT_SEQ_OF} FROM threads t WHERE t.thread_id = ?1 "
+    "AND typeof(t.floor) = 'integer' AND typeof(t.incarnation) = 'integer' "
+    "AND (t.holder IS NULL OR typeof(t.holder) = 'text') "
+    "AND (t.token IS NULL OR typeof(t.token) = 'integer') "
+    "AND (t.expires_at IS NULL OR typeof(t.expires_at) IN ('real', 'integer')) "
+    "AND (t.run_id IS NULL OR typeof(t.run_id) = 'text') AND {0}"
+)
+# For a put `checkpoints.needs_version_check` checks, the version check too:
+# its parent (`?4`) is the namespace's (`?3`) latest checkpoint before this
+# commit, as `GET_LATEST_ID_BEFORE` reads it.
+_PARENT_IS_LATEST = (
+    " AND ?4 IS (SELECT c.checkpoint_id FROM checkpoints c WHERE c.thread_id = ?1 "
+    f"AND c.checkpoint_ns = ?3 AND c.position < {_NEXT_SEQ_OF} "
+    "ORDER BY c.position DESC LIMIT 1)"
+)
+# Parameters: thread id, then now (unfenced) or the token (fenced; then the
+# namespace and the parent id for the version check).
+NEXT_SEQ_IF_UNCLAIMED = _NEXT_SEQ_IF.format(
+    "(t.token IS NULL OR t.expires_at IS NULL OR NOT (?2 < t.expires_at))"
+)
+NEXT_SEQ_IF_FENCED = _NEXT_SEQ_IF.format("t.token = ?2")
+NEXT_SEQ_IF_FENCED_AND_LATEST = NEXT_SEQ_IF_FENCED + _PARENT_IS_LATEST
 # Only an integer counter counts up: SQLite would turn text into 0 + 1 and
 # issue token 1 again, so a damaged counter gives no row (an error) instead.
 NEXT_TOKEN = (

@@ -256,16 +256,17 @@ def config_target(
     return thread_id, ns, cid
 
 
-def check_checkpoint(checkpoint: Any, metadata: Any) -> tuple[bool, bool]:
+def check_checkpoint(checkpoint: Any, metadata: Any) -> tuple[dict[str, Any], bool, bool]:
     """Check a `put`'s checkpoint envelope and metadata can be stored and read back.
 
     Channel values are the serializer's to judge; everything else is JSON.
 
     Returns:
-        Whether the envelope (the checkpoint without its channel values) is
-        `PLAIN` JSON, which `dumps_json(..., kind=PLAIN)` then encodes with
-        no second walk; and whether the metadata is (an exact dict, `PLAIN`),
-        so that `encode_checkpoint` need not walk it again either.
+        The envelope (the checkpoint without its channel values: a new dict,
+        which `encode_checkpoint` takes instead of building it again);
+        whether it is `PLAIN` JSON, which `dumps_json(..., kind=PLAIN)` then
+        encodes with no second walk; and whether the metadata is (an exact
+        dict, `PLAIN`), so that `encode_checkpoint` need not walk it again either.
 
     Raises:
         InvalidArgument: naming `checkpoint` or `metadata` and the bad part.
@@ -289,7 +290,7 @@ def check_checkpoint(checkpoint: Any, metadata: Any) -> tuple[bool, bool]:
         md_kind = NOT_FINE  # far too deep for the quick walk: `check_json` names where
     if md_kind == NOT_FINE:
         check_json(check_dict(metadata, "metadata"), "metadata")
-    return kind == PLAIN, md_kind == PLAIN
+    return envelope, kind == PLAIN, md_kind == PLAIN
 
 
 def check_writes(writes: Any) -> list[tuple[str, Any]]:

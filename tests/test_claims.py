@@ -354,3 +354,91 @@ def test_a_fenced_put_of_a_stored_id_checks_the_version_before_the_identity(
     assert (info.value.expected, info.value.actual) == (cp["id"], cp["id"])
     # An identical retry is still a no-op.
     store.put(claim.config(checkpoint_ns=""), cp, {"source": "loop", "step": 0}, {})
+
+
+# --- the one-cell fence of the common write (claims.next_seq_if_fenced) ---------------
+
+
+def _thread_states(store: FencedSqliteSaver, clock: ManualClock) -> Any:
+    """Yield (label, token) for a thread in each claim state, the row as that state left it."""
+    yield "unclaimed", None
+    claim = store.claim("t", "alice", 10)
+    yield "live, its token", claim.token
+    yield "live, no token", None
+    yield "live, an older token", claim.token - 1
+    yield "live, a token beyond 64 bits", 2**70
+    clock.advance(20)
+    yield "expired, its token", claim.token
+    yield "expired, no token", None
+    store.release("t", claim.token)
+    yield "released, its token", claim.token
+    yield "released, no token", None
+
+
+@pytest.mark.parametrize("require_claim", [False, True])
+def test_the_one_cell_fence_agrees_with_check_fence(
+    open_store: Any, clock: ManualClock, require_claim: bool
+) -> None:
+    """`next_seq_if_fenced` gives `check_fence`'s next seq exactly when it lets the write land."""
+    from langgraph_fenced_sqlite import claims
+
+    store = open_store(require_claim=require_claim)
+    conn = store._engine._conn
+    # A thread never written has no row to read: the checks one by one make it.
+    assert claims.next_seq_if_fenced(conn, "t", None, now=0.0, require_claim=False) is None
+    conn.execute("INSERT INTO threads (thread_id) VALUES ('t')")
+    for label, token in _thread_states(store, clock):
+        now = clock.now()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            quick = claims.next_seq_if_fenced(
+                conn, "t", token, now=now, require_claim=require_claim
+            )
+            try:
+                row = claims.check_fence(conn, "t", token, now=now, require_claim=require_claim)
+            except (StaleClaim, ThreadBusy):
+                assert quick is None, label
+            else:
+                assert quick == row.next_seq, label
+        finally:
+            conn.execute("ROLLBACK")
+
+
+_DAMAGE = [
+    ("floor", "UPDATE threads SET floor = 'x'"),
+    ("incarnation", "UPDATE threads SET incarnation = 'x'"),
+    ("holder", "UPDATE threads SET holder = x'00'"),
+    ("token", "UPDATE threads SET token = 'x'"),
+    ("expires_at", "UPDATE threads SET expires_at = 'x'"),
+    ("run_id", "UPDATE threads SET run_id = x'00'"),
+    ("next seq", "UPDATE events SET seq = seq + 0.5 WHERE seq = (SELECT max(seq) FROM events)"),
+]
+
+
+@pytest.mark.parametrize(("cell", "damage"), _DAMAGE, ids=[c for c, _ in _DAMAGE])
+@pytest.mark.parametrize("fenced", [False, True])
+def test_a_damaged_thread_row_fails_every_write_naming_the_cell(
+    store: FencedSqliteSaver, cell: str, damage: str, fenced: bool
+) -> None:
+    """A put or put_writes on a damaged thread row is `UndecodableRow` naming it, nothing changed.
+
+    The common write reads one cell of the row, not the row: whatever that
+    read skips, the checks one by one still name.
+    """
+    from langgraph_fenced_sqlite import UndecodableRow
+
+    claim = store.claim("t", "alice", 60) if fenced else None
+    _put(store, uuid6_at(1), claim=claim)
+    if not fenced:
+        claim_of_nobody = store.claim("t", "bob", 60)
+        store.release("t", claim_of_nobody.token)
+    conn = store._engine._conn
+    conn.execute(damage)
+    before = list(conn.iterdump())
+    config = claim.config(checkpoint_ns="") if claim else {"configurable": {"thread_id": "t"}}
+    config["configurable"]["checkpoint_id"] = uuid6_at(1)
+    with pytest.raises(UndecodableRow, match=cell):
+        _put(store, uuid6_at(2), claim=claim, parent=uuid6_at(1))
+    with pytest.raises(UndecodableRow, match=cell):
+        store.put_writes(config, [("chan", 1)], "task")
+    assert list(conn.iterdump()) == before

@@ -349,3 +349,28 @@ def test_token_key_in_config_fences_puts(store: FencedSqliteSaver) -> None:
     cid = put(store, "t", **{TOKEN_KEY: claim.token})
     (event,) = store.events_after("t", 0, 10)
     assert (event.checkpoint_id, event.token) == (cid, claim.token)
+
+
+@pytest.mark.parametrize(
+    ("source", "run_id", "channel"),
+    [("loop", "r1", "chan"), ("bücle", "rün", "kanäl"), (1.5, "r", "c"), (None, None, "c")],
+)
+def test_put_and_write_events_store_the_text_dumps_json_gives(
+    store: FencedSqliteSaver, source: Any, run_id: Any, channel: str
+) -> None:
+    """An event's stored text is `dumps_json`'s of its data, plain ASCII or not (the fast
+    judgement of `PLAIN` that put and put_writes make agrees with `json_kind`)."""
+    from langgraph_fenced_sqlite.stored_json import dumps_json
+
+    config: dict[str, Any] = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    if run_id is not None:
+        config["metadata"] = {"run_id": run_id}
+    cp = empty_checkpoint()
+    stored = store.put(config, cp, {"source": source, "step": 3, "parents": {}}, {})
+    store.put_writes(stored, [(channel, 1), ("other", 2)], "task-ü")
+    rows = store._engine._conn.execute("SELECT data FROM events ORDER BY seq").fetchall()
+    data = {"step": 3, "source": source, "parent_checkpoint_id": None}
+    if run_id is not None:
+        data["run_id"] = run_id
+    writes = {"task_id": "task-ü", "task_path": "", "channels": [channel, "other"]}
+    assert [r[0] for r in rows] == [dumps_json(data, "d"), dumps_json(writes, "d")]
