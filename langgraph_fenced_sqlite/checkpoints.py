@@ -101,6 +101,7 @@ def encode_checkpoint(
     md = get_serializable_checkpoint_metadata(config, metadata)
     run_id = md.get("run_id")
     step = md.get("step")
+    source = md.get("source")
     # "format" is an int: a plain envelope stays plain.
     kind = None if plain_envelope is None else PLAIN if plain_envelope else NOT_FINE
     envelope_text = dumps_json(envelope, "checkpoint", kind=kind)
@@ -115,7 +116,8 @@ def encode_checkpoint(
         values_type=values_type,
         values_blob=values_blob,
         metadata=metadata_text,
-        source=md.get("source"),
+        # The columns copy what they can hold; the metadata keeps it exactly.
+        source=source if isinstance(source, str) else None,
         step=step if isinstance(step, int) and not isinstance(step, bool) else None,
         run_id=str(run_id) if run_id is not None else None,
         checksum=checkpoint_checksum(envelope_text, values_type, values_blob, metadata_text),

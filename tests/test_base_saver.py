@@ -114,3 +114,20 @@ def test_either_saver_is_an_async_context_manager(saver: Any) -> None:
         return bool(saver.closed)
 
     assert asyncio.run(main())
+
+
+def test_metadata_whose_source_or_step_is_not_langgraphs_reads_back_exactly(saver: Any) -> None:
+    """Metadata reads back as written, whatever `source` holds (a dict, a list).
+
+    The `source` column copies only a string: a dict used to reach SQLite's
+    bind and fail as StoreError ("type 'dict' is not supported").
+    """
+    for n, md in enumerate(
+        ({"source": {"a": 1}, "step": 1}, {"source": ["x"], "step": "x"}, {"step": 1.5})
+    ):
+        cp = empty_checkpoint()
+        saver.put(_config(f"t{n}"), cp, md, {})
+        got = saver.get_tuple(_config(f"t{n}"))
+        assert got is not None and got.checkpoint["id"] == cp["id"]
+        assert {k: got.metadata[k] for k in md} == md
+        assert [e.data["source"] for e in saver.events_after(f"t{n}")] == [None]
