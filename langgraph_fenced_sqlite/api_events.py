@@ -47,9 +47,10 @@ class EventsAPI(EventsBase):
     def _check_usable(self, op: str) -> None:
         self._engine.check(op)
 
-    def _poller(self) -> EventPoller:
+    def _poller(self, *, keep: bool = True) -> EventPoller:
         # No connection yet: it is opened by the first poll (in a worker
-        # thread for async waits) and closed when each wait returns.
+        # thread for async waits) and closed when each wait returns (a
+        # SQLite connection is cheap to open: `keep` changes nothing here).
         poller = EventPoller(self._engine.path, self._engine.busy_timeout, self._poll_interval)
         self._engine.register(poller)
         return poller

@@ -248,7 +248,7 @@ class EventsBase:
     def _wait_events(
         self, thread_id: str, seq: int, limit: int, timeout: float, incarnation: int | None
     ) -> list[Event]:
-        poller = self._poller()  # one wait: what it opened is closed with it
+        poller = self._poller(keep=False)  # one wait: what it opened is closed with it
         try:
             return poller.wait(
                 thread_id, seq, limit=limit, timeout=timeout, incarnation=incarnation
@@ -259,7 +259,7 @@ class EventsBase:
     async def _await_events(
         self, thread_id: str, seq: int, limit: int, timeout: float, incarnation: int | None
     ) -> list[Event]:
-        poller = self._poller()
+        poller = self._poller(keep=False)
         try:
             return await poller.await_(
                 thread_id, seq, limit=limit, timeout=timeout, incarnation=incarnation
@@ -267,8 +267,12 @@ class EventsBase:
         finally:
             poller.close()
 
-    def _poller(self) -> Poller:
-        """A new poller for one watch (or wait): SQLite's `EventPoller`, PostgreSQL's."""
+    def _poller(self, *, keep: bool = True) -> Poller:
+        """A new poller for one watch (or, `keep=False`, one wait): SQLite's, PostgreSQL's.
+
+        `keep`: the poller serves several waits (a watch), so a store whose
+        listener is costly to open (PostgreSQL) keeps it between them.
+        """
         raise NotImplementedError
 
     def _compact_events(self, thread_id: str, before_seq: int, incarnation: int | None) -> int:

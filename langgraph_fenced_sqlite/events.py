@@ -10,6 +10,7 @@ its own (never the store's), so a watcher never blocks a writer.
 from __future__ import annotations
 
 import asyncio
+import functools
 import sqlite3
 import threading
 import time
@@ -22,10 +23,16 @@ from .checksums import checksum, event_checksum
 from .claims import ThreadRow
 from .doorbell import Listener
 from .errors import ReplayUnavailable, SerializationError, UndecodableRow, bad_argument
+from .hop import ASYNC_WORKERS, Hop
 from .stored_json import PLAIN, dumps_json, loads_json
 from .validation import check_iterable, check_json, check_name
 
 __all__ = ["Event", "EventPoller"]
+
+# Where async waits run their polls (I/O, never on the loop): the lighter hop
+# every async call of a store takes, shared by this process's pollers (a
+# poller is not its store's: it reads on a connection of its own).
+_POLL_HOP = Hop(ASYNC_WORKERS, "lgfs-poll")
 
 
 @dataclass(frozen=True)
@@ -516,8 +523,8 @@ class EventPoller:
             while True:
                 if self._closed or (stop is not None and stop.is_set()):
                     return []
-                events = await asyncio.to_thread(
-                    self._poll, thread_id, after_seq, limit, incarnation
+                events = await _POLL_HOP.run(
+                    functools.partial(self._poll, thread_id, after_seq, limit, incarnation)
                 )
                 if events is None:
                     return []

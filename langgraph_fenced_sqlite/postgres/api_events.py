@@ -44,8 +44,8 @@ class PgEventsAPI(EventsBase, PgHalf):
     def _check_usable(self, op: str) -> None:
         self._engine._check(op)
 
-    def _poller(self) -> PgEventPoller:
-        return PgEventPoller(self)
+    def _poller(self, *, keep: bool = True) -> PgEventPoller:
+        return PgEventPoller(self, keep=keep)
 
     def _compact_events(self, thread_id: str, before_seq: int, incarnation: int | None) -> int:
         return self._engine.run(

@@ -52,9 +52,16 @@ class _Stopped(Exception):
 class PgEventPoller:
     """`watch.Poller` for `FencedPostgresSaver`: LISTEN/NOTIFY, ended by `close()`."""
 
-    def __init__(self, saver: Any) -> None:
-        """Wait on `saver` (a `FencedPostgresSaver`); nothing is opened yet."""
+    def __init__(self, saver: Any, *, keep: bool = True) -> None:
+        """Wait on `saver` (a `FencedPostgresSaver`); nothing is opened yet.
+
+        Args:
+            keep: Keep the listener between waits (a watch). False (one
+                wait): no UNLISTEN at its end, the round trip the caller
+                would wait for; it is closed with the poller, right after.
+        """
         self._saver = saver
+        self._keep = keep
         self._closed = False
         # The listening connection, kept between waits (sync waits use one,
         # async ones the other, on the loop that opened it). `_lock` is held
@@ -230,7 +237,7 @@ class PgEventPoller:
             finally:
                 if self.closed:  # this poller's close(), or the store's
                     self._drop()
-                else:
+                elif self._keep:
                     self._unlisten()
 
     async def await_(
@@ -250,7 +257,7 @@ class PgEventPoller:
         # concurrent wait on one poller (not something a watch does) gets a
         # connection of its own for its length.
         if not self._lock.acquire(blocking=False):
-            other = PgEventPoller(self._saver)
+            other = PgEventPoller(self._saver, keep=False)
             try:
                 return await other.await_(
                     thread_id,
@@ -310,7 +317,7 @@ class PgEventPoller:
             try:
                 if self.closed:  # this poller's close(), or the store's
                     self._drop()
-                else:
+                elif self._keep:
                     await self._aunlisten()
             except BaseException:
                 self._drop()  # cancelled while it stopped listening
