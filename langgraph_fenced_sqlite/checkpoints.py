@@ -32,11 +32,10 @@ from . import claims, events, schema
 from .checksums import checkpoint_checksum, write_checksum
 from .errors import CheckpointConflict, FencedSqliteError, SerializationError, UndecodableRow
 from .serde import write_context
-from .stored_json import NOT_FINE, PLAIN, dumps_json, json_kind, loads_json
+from .stored_json import MAX_INT, MIN_INT, NOT_FINE, PLAIN, dumps_json, json_kind, loads_json
 
 ENVELOPE_FORMAT = 1
 _ABSENT = object()
-_MIN_INT, _MAX_INT = -(2**63), 2**63 - 1
 _FENCED_SOURCES = frozenset({"input", "loop"})
 
 
@@ -146,7 +145,7 @@ def _metadata_kind(md: Mapping[str, Any], metadata: Any) -> int | None:
                 if v.isascii():
                     continue
             elif kind is int:
-                if _MIN_INT <= v <= _MAX_INT:
+                if MIN_INT <= v <= MAX_INT:
                     continue
             elif kind is bool or v is None:
                 continue
@@ -246,7 +245,7 @@ def put_txn(
         data["run_id"] = run_id
     # `json_kind(data) == PLAIN`, judged field by field (run_id is a str()).
     plain = (
-        (step is None or type(step) is int and _MIN_INT <= step <= _MAX_INT)
+        (step is None or type(step) is int and MIN_INT <= step <= MAX_INT)
         and (source is None or type(source) is str and source.isascii())
         and (parent_id is None or type(parent_id) is str and parent_id.isascii())
         and (run_id is None or run_id.isascii())

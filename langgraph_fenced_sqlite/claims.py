@@ -18,6 +18,7 @@ from langchain_core.runnables import RunnableConfig
 
 from . import schema
 from .errors import StaleClaim, StoreError, ThreadBusy, UndecodableRow, bad_argument
+from .stored_json import MAX_INT, MIN_INT
 
 __all__ = ["TOKEN_KEY", "Claim", "ThreadRow", "check_fence", "claim_live", "token_from_config"]
 
@@ -26,7 +27,6 @@ __all__ = ["TOKEN_KEY", "Claim", "ThreadRow", "check_fence", "claim_live", "toke
 TOKEN_KEY = "__fence_token__"
 
 _new_tuple = tuple.__new__
-_MIN_INT, _MAX_INT = -(2**63), 2**63 - 1
 
 
 def claim_live(token: Any, expires_at: Any, now: float) -> bool | None:
@@ -282,7 +282,7 @@ def next_seq_if_fenced(
         if require_claim:
             return None
         row = conn.execute(schema.NEXT_SEQ_IF_UNCLAIMED, (thread_id, now)).fetchone()
-    elif not _MIN_INT <= token <= _MAX_INT:
+    elif not MIN_INT <= token <= MAX_INT:
         return None  # beyond 64 bits: no claim's token, and SQLite could not bind it
     elif latest is None:
         row = conn.execute(schema.NEXT_SEQ_IF_FENCED, (thread_id, token)).fetchone()

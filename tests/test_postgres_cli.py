@@ -444,6 +444,20 @@ def _schema_version(dsn: str) -> int:
         return int(conn.execute("SELECT max(v) FROM lgfs_migrations").fetchone()[0])
 
 
+def _older_store(pg_server: Any) -> tuple[str, str]:
+    """A store with threads, recorded one schema version back (as if the older version made it).
+
+    Returns its DSN and its URL.
+    """
+    dsn = pg_server.fresh_dsn()
+    with FencedPostgresSaver.from_conn_string(dsn) as pg:
+        pg.setup()
+        write_threads(pg, ManualClock())
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM lgfs_migrations WHERE v = %s", (sql.SCHEMA_VERSION,))
+    return dsn, as_url(dsn)
+
+
 @pytest.mark.subprocess
 def test_read_commands_refuse_an_older_schema_unchanged_and_migrate_upgrades_it(
     pg_server: Any, cli: Callable[..., subprocess.CompletedProcess[str]]
@@ -454,13 +468,7 @@ def test_read_commands_refuse_an_older_schema_unchanged_and_migrate_upgrades_it(
     happen to work on it: what an older schema lacks is not checked column by
     column, and processes of the older version would refuse it once migrated.
     """
-    dsn = pg_server.fresh_dsn()
-    url = as_url(dsn)
-    with FencedPostgresSaver.from_conn_string(dsn) as pg:
-        pg.setup()
-        write_threads(pg, ManualClock())
-    with psycopg.connect(dsn, autocommit=True) as conn:  # as if made by the older version
-        conn.execute("DELETE FROM lgfs_migrations WHERE v = %s", (sql.SCHEMA_VERSION,))
+    dsn, url = _older_store(pg_server)
     older = sql.SCHEMA_VERSION - 1
     reads = (["threads"], ["history", "done"], ["show", "done"], ["diff", "done"])
     for command in (*reads, ["events", "done"], ["claims"]):
@@ -509,13 +517,7 @@ def test_commands_that_write_refuse_an_older_schema_unchanged(
     Before, a writing command ran against the older schema as it found it
     (a PostgreSQL store is never set up by opening it).
     """
-    dsn = pg_server.fresh_dsn()
-    url = as_url(dsn)
-    with FencedPostgresSaver.from_conn_string(dsn) as pg:
-        pg.setup()
-        write_threads(pg, ManualClock())
-    with psycopg.connect(dsn, autocommit=True) as conn:  # as if made by the older version
-        conn.execute("DELETE FROM lgfs_migrations WHERE v = %s", (sql.SCHEMA_VERSION,))
+    dsn, url = _older_store(pg_server)
     older, rows = sql.SCHEMA_VERSION - 1, _rows(dsn)
     commands = (
         ["prune", "done", "--keep", "1", "--dry-run"],

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -104,6 +105,22 @@ class PgEventPoller:
 
     def _stopped(self, stop: threading.Event | asyncio.Event | None) -> bool:
         return self.closed or (stop is not None and stop.is_set())
+
+    def _slices(
+        self, seconds: float, stop: threading.Event | asyncio.Event | None
+    ) -> Iterator[float]:
+        """The timeouts, at most `SLICE` each, that make up a wait of `seconds`.
+
+        Between two it looks whether the wait was stopped (`_Stopped`); it
+        ends when the time is up.
+        """
+        end = time.monotonic() + seconds
+        while not self._stopped(stop):
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            yield min(left, SLICE)
+        raise _Stopped
 
     def _error(self, exc: psycopg.Error) -> StoreError:
         return StoreError("wait_events", self._saver._engine.where, message=str(exc))
@@ -204,15 +221,9 @@ class PgEventPoller:
 
             def notifies(seconds: float) -> set[str] | None:
                 nonlocal conn
-                end = time.monotonic() + seconds
-                while not self._stopped(stop):
-                    left = end - time.monotonic()
-                    if left <= 0:
-                        return None
+                for piece in self._slices(seconds, stop):
                     try:
-                        got = {
-                            n.payload for n in conn.notifies(timeout=min(left, SLICE), stop_after=1)
-                        }
+                        got = {n.payload for n in conn.notifies(timeout=piece, stop_after=1)}
                     except psycopg.OperationalError:
                         if not conn.closed:
                             raise
@@ -222,7 +233,7 @@ class PgEventPoller:
                         return {thread_id}
                     if got:
                         return got
-                raise _Stopped
+                return None
 
             def read() -> list[Event]:
                 return self._saver._events_after(thread_id, after_seq, limit, incarnation)
@@ -278,16 +289,9 @@ class PgEventPoller:
 
             async def notifies(seconds: float) -> set[str] | None:
                 nonlocal conn
-                end = time.monotonic() + seconds
-                while not self._stopped(stop):
-                    left = end - time.monotonic()
-                    if left <= 0:
-                        return None
+                for piece in self._slices(seconds, stop):
                     try:
-                        got = {
-                            n.payload
-                            async for n in conn.notifies(timeout=min(left, SLICE), stop_after=1)
-                        }
+                        got = {n.payload async for n in conn.notifies(timeout=piece, stop_after=1)}
                     except psycopg.OperationalError:
                         if not conn.closed:
                             raise
@@ -295,7 +299,7 @@ class PgEventPoller:
                         return {thread_id}
                     if got:
                         return got
-                raise _Stopped
+                return None
 
             def read() -> Any:
                 saver = self._saver
