@@ -732,9 +732,9 @@ def decode_read(
     """Rebuild a `CheckpointTuple` from a narrow read's row, checked as `check_row` checks.
 
     The row holds `schema._READ_COLUMNS` from index `at`: 0 for
-    `split_read`'s row, 2 for one of `split_read_page`'s (after its thread
-    and namespace; `thread_id` and `ns` are the row's, or the query's where
-    the row holds NULL). Its types flag must be 0 (the caller reads a flagged
+    `split_read`'s row and for `split_read_page`'s of a query that named the
+    thread and namespace, 2 for its others (after their thread and
+    namespace). Its types flag must be 0 (the caller reads a flagged
     row again in full, through `decode_tuple`, which names the cell).
 
     Raises:
@@ -746,25 +746,38 @@ def decode_read(
     return decode_checked(serde, thread_id, ns, cid, parent_id, cells, writes)
 
 
-def split_read_page(
-    rows: Sequence[Row],
-) -> tuple[list[Row], dict[tuple[Any, Any, Any], list[WriteRow]]]:
-    """Split `schema.read_page`'s rows into the page's checkpoint rows (in order) and
-    the write rows of each (every checkpoint's key present), in `writes_sort_key` order."""
-    checkpoints = [r for r in rows if r[10] == 0]
-    writes: dict[tuple[Any, Any, Any], list[WriteRow]] = {
-        (r[0], r[1], r[2]): [] for r in checkpoints
-    }
+def split_read_page(rows: Sequence[Row], at: int) -> tuple[list[Row], list[list[WriteRow]]]:
+    """Split `schema.read_page`'s rows into the page's checkpoint rows and their writes.
+
+    `at` is 2 when rows start with their thread and namespace, 0 when the
+    query named both (rows start with the checkpoint id).
+
+    Returns:
+        The checkpoint rows in order, and the write rows of each (a list per
+        checkpoint row, in the same order) in `writes_sort_key` order.
+    """
+    flag = at + 8
+    checkpoints = [r for r in rows if r[flag] == 0]
     if len(checkpoints) == len(rows):
-        return checkpoints, writes
-    for r in rows:
-        if r[10] != 0:
-            found = writes.get((r[0], r[1], r[2]))
-            if found is None:
-                writes[(r[0], r[1], r[2])] = [r[3:10]]
-            else:
-                found.append(r[3:10])
-    for mine in writes.values():
+        return checkpoints, [[] for _ in checkpoints]
+    # A checkpoint's key: its id alone when the query named the thread and
+    # namespace (one str to hash, not a tuple of three).
+    if at:
+        index = {(r[0], r[1], r[2]): [] for r in checkpoints}
+        for r in rows:
+            if r[flag] != 0:
+                found = index.get((r[0], r[1], r[2]))
+                if found is not None:
+                    found.append(r[3:10])
+    else:
+        index = {r[0]: [] for r in checkpoints}
+        for r in rows:
+            if r[8] != 0:
+                found = index.get(r[0])
+                if found is not None:
+                    found.append(r[1:8])
+    writes = list(index.values())
+    for mine in writes:
         if len(mine) > 1:
             sort_writes(mine)
     return checkpoints, writes

@@ -239,22 +239,22 @@ class FencedSqliteSaver(  # type: ignore[misc]
         self, query: dict[str, Any], after_key: tuple[str, str, str] | None, size: int
     ) -> _list[CheckpointTuple]:
         sql, params = schema.read_page(**query, after_key=after_key, limit=size)
-        rows, writes = cps.split_read_page(self._engine.query("list", sql, params))
+        thread_id, ns = query["thread_id"], query["checkpoint_ns"]
+        # Rows carry their thread and namespace unless the query named both (`read_page`).
+        at = 0 if thread_id is not None and ns is not None else 2
+        rows, writes = cps.split_read_page(self._engine.query("list", sql, params), at)
         serde = self.serde
         page = []
-        for r in rows:
-            # NULL keys: the query named the thread and namespace (`read_page`).
-            thread_id, ns = (
-                (r[0], r[1]) if r[0] is not None else (query["thread_id"], query["checkpoint_ns"])
-            )
-            if r[9] != 0:
-                again = super()._read_tuple(thread_id, ns, r[2])
+        for r, found in zip(rows, writes, strict=True):
+            if at:
+                thread_id, ns = r[0], r[1]
+            if r[at + 7] != 0:
+                again = super()._read_tuple(thread_id, ns, r[at])
                 if again is None:
-                    raise UndecodableRow(thread_id, r[2], "the row changed while it was read")
+                    raise UndecodableRow(thread_id, r[at], "the row changed while it was read")
                 page.append(again)
             else:
-                found = writes[(r[0], r[1], r[2])]
-                page.append(cps.decode_read(serde, thread_id, ns, r, found, 2))
+                page.append(cps.decode_read(serde, thread_id, ns, r, found, at))
         return page
 
     def _put(self, enc: cps.EncodedCheckpoint, token: int | None) -> None:

@@ -702,7 +702,7 @@ def list_checkpoints(
 _LIST_ORDER = "ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC LIMIT ?"
 
 
-_KEYS = ("thread_id, checkpoint_ns", "w.thread_id, w.checkpoint_ns")
+_KEYS = ("thread_id, checkpoint_ns, ", "w.thread_id, w.checkpoint_ns, ")
 
 
 def read_page(
@@ -719,15 +719,19 @@ def read_page(
 
     The arguments are `list_checkpoints`'s. One statement reads one snapshot,
     so the page and its writes agree with no BEGIN and COMMIT around them.
-    The page's keys are selected again (same filter, same total order, same
-    snapshot: the same rows) for the writes' join; a join, not
-    `(t, ns, id) IN (...)`, which SQLite 3.40 plans as a scan of the writes,
-    and a CROSS JOIN, so that SQLite reads the keys as a co-routine: a plain
-    JOIN materializes them in a temporary table first (about 15k CPU
-    instructions a page). Checkpoint rows carry only the cells `list`
-    returns or checks (see `_READ_COLUMNS`); when the query names the thread
-    and the namespace (as LangGraph's history does), every row carries NULL
-    for both instead (the reader knows them: two cells fewer a row).
+    The page's keys are selected (same filter, same total order, same
+    snapshot: the same rows) once for the checkpoints and once for the
+    writes, each read by a CROSS JOIN, so that SQLite reads them as a
+    co-routine (a plain JOIN materializes them in a temporary table first:
+    about 15k CPU instructions a page) and joins the rows by seek. A join,
+    not `(t, ns, id) IN (...)`, which SQLite 3.40 plans as a scan of the
+    writes. The checkpoints' co-routine yields rowids only: one that yields
+    the cells passes each through a copy (a checkpoint's blob copied once
+    more per row), and an ORDER BY on a page with no thread sorts rowids,
+    not whole rows. Checkpoint rows carry only the cells `list` returns or
+    checks (see `_READ_COLUMNS`); when the query names the thread and the
+    namespace (as LangGraph's history does), rows do not carry them (the
+    reader knows them: two cells fewer a row).
 
     Returns:
         `(sql, params)`; rows are the page's checkpoints in order
@@ -735,18 +739,19 @@ def read_page(
         envelope, values_type, values_blob, metadata, checksum`, then
         `_TYPES_OK`, then 0), then their writes in no particular order:
         `(thread_id, checkpoint_ns, checkpoint_id, task_id, channel, type,
-        blob, task_path, idx, checksum, 1)`.
+        blob, task_path, idx, checksum, 1)`; without their first two cells
+        when the query names the thread and the namespace.
     """
     clause, params = _list_where(
         thread_id, checkpoint_ns, checkpoint_id, metadata_filter, before_id, after_key
     )
     known = thread_id is not None and checkpoint_ns is not None
-    keys, w_keys = ("NULL, NULL", "NULL, NULL") if known else _KEYS
+    keys, w_keys = ("", "") if known else _KEYS
     sql = (
-        f"SELECT * FROM (SELECT {keys}, checkpoint_id, parent_checkpoint_id, "
-        f"envelope, values_type, values_blob, metadata, checksum, {_TYPES_OK}, 0 "
-        f"FROM checkpoints {clause}{_LIST_ORDER}) "
-        f"UNION ALL SELECT {w_keys}, w.checkpoint_id, w.task_id, w.channel, "
+        f"SELECT {keys}checkpoint_id, parent_checkpoint_id, envelope, values_type, "
+        f"values_blob, metadata, checksum, {_TYPES_OK}, 0 FROM (SELECT rowid AS r "
+        f"FROM checkpoints {clause}{_LIST_ORDER}) AS p CROSS JOIN checkpoints AS c "
+        f"ON c.rowid = p.r UNION ALL SELECT {w_keys}w.checkpoint_id, w.task_id, w.channel, "
         "w.type, w.blob, w.task_path, w.idx, w.checksum, 1 FROM (SELECT thread_id, "
         f"checkpoint_ns, checkpoint_id FROM checkpoints {clause}{_LIST_ORDER}) AS k "
         "CROSS JOIN writes AS w ON w.thread_id = k.thread_id "

@@ -240,8 +240,9 @@ def test_list_issues_a_bounded_number_of_statements(open_store: Any) -> None:
 def test_reads_find_their_rows_without_a_temporary_table(open_store: Any) -> None:
     """Pin the plans `get_tuple` and `list` were made cheaper with: the latest
     checkpoint is found in the position index alone (no primary-key seek), and a
-    page's keys reach the writes' join as a co-routine, not a materialized table
-    (a plain JOIN materializes them: about 15k CPU instructions a page)."""
+    page's keys reach the checkpoints' and the writes' joins as co-routines, not
+    materialized tables (a plain JOIN materializes them: about 15k CPU
+    instructions a page)."""
     from langgraph_fenced_sqlite import schema
 
     saver = open_store()
@@ -264,6 +265,10 @@ def test_reads_find_their_rows_without_a_temporary_table(open_store: Any) -> Non
     page = plan(*schema.read_page(**query, after_key=None, limit=10))
     assert not any("MATERIALIZE" in step for step in page), page
     assert "CO-ROUTINE k" in page, page
+    # The checkpoints' keys are rowids, joined by seek: a co-routine that
+    # yielded the cells would copy each row's blob once more.
+    assert "CO-ROUTINE p" in page, page
+    assert any("SEARCH c USING INTEGER PRIMARY KEY" in step for step in page), page
 
 
 _STOCK_DEADLOCK = textwrap.dedent(
