@@ -762,6 +762,7 @@ def split_read_page(rows: Sequence[Row], at: int) -> tuple[list[Row], list[list[
         return checkpoints, [[] for _ in checkpoints]
     # A checkpoint's key: its id alone when the query named the thread and
     # namespace (one str to hash, not a tuple of three).
+    index: dict[Any, list[WriteRow]]
     if at:
         index = {(r[0], r[1], r[2]): [] for r in checkpoints}
         for r in rows:
