@@ -185,10 +185,11 @@ class FollowPolicy:
         with self._mutex:
             return dict(self._stats)
 
-    def _timed(self, took: float) -> None:
-        # Under `_changed`: a commit took `took` seconds.
+    def _timed(self, took: float, *, counted: bool = True) -> None:
+        # Under `_changed`: a commit took `took` seconds (`counted`: count it here).
         self._commit_s += _ALPHA * (took - self._commit_s)
-        self._stats["commits"] += 1
+        if counted:
+            self._stats["commits"] += 1
 
     def _closing(self, put: Any) -> None:
         # Under `_changed`: a put arrived; wake the queued writes that await it.
