@@ -191,8 +191,9 @@ class FollowPolicy:
         if counted:
             self._stats["commits"] += 1
 
-    def _closing(self, put: Any) -> None:
-        # Under `_changed`: a put arrived; wake the queued writes that await it.
+    def _closing(self, put: Any, *, wake: bool = True) -> None:
+        # Under `_changed`: a put arrived; wake the queued writes that await it
+        # (not `wake`: the caller answers them, which wakes them once).
         waited = False
         for job in self._queue:
             if job.awaits == put.closes and not job.followed:
@@ -200,7 +201,7 @@ class FollowPolicy:
                 gap = put.arrived - job.arrived
                 self._gap_s += _ALPHA * (gap - self._gap_s)
                 waited = True
-        if waited:
+        if waited and wake:
             self._changed.notify_all()
 
     def _bound(self) -> float:

@@ -167,7 +167,8 @@ class Steps(FollowPolicy):
         with self._mutex:
             if not self._queue:
                 return []
-            self._closing(put)
+            # Those it takes wake once, when answered; the others now.
+            self._closing(put, wake=not joins)
             if not joins:
                 return []
             taken = [s for s in self._queue if s.awaits == closes and s.state == PENDING]
@@ -207,7 +208,6 @@ class Steps(FollowPolicy):
             if not self._in_flight:
                 self._leading_since = None
                 self._ended = now
-            self._changed.notify_all()
 
 
 class PgConnection:
