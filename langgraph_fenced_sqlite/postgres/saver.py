@@ -256,11 +256,10 @@ class FencedPostgresSaver(  # type: ignore[misc]
         return UnsupportedFormat(op, where, message=f"{op} on {where}: {why}")
 
     def commit_stats(self) -> dict[str, int]:
-        """Return this store's group-commit counters since it was opened.
+        """Return this store's counters of fenced puts and put_writes since it was opened.
 
         As `FencedSqliteSaver.commit_stats`: `commits` counts the COMMITs of
-        this store's writes (claims and runs too; a step's writes and put
-        sharing one count once);
+        fenced writes (a step's writes and put sharing one count once);
         `waited`, `joined`, `ran_out` and `skipped` count the writes that
         waited for the put expected to follow them, and how that ended.
         """
