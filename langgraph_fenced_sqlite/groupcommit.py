@@ -64,7 +64,7 @@ from .errors import StoreBusy, StoreClosed, StoreError, busy_in_process
 if TYPE_CHECKING:
     from .engine import Engine
 
-__all__ = ["GroupCommit"]
+__all__ = ["FollowPolicy", "GroupCommit"]
 
 PENDING, RUNNING, DONE = "pending", "running", "done"
 
@@ -148,18 +148,24 @@ def _for_job(exc: BaseException, job: Job) -> BaseException:
     return exc
 
 
-class GroupCommit:
-    """The write queue of one engine, and the leader's batch."""
+class FollowPolicy:
+    """When a write awaiting its put waits, and for how long (module docstring).
 
-    def __init__(self, engine: Engine) -> None:
-        """Serve `engine`'s writes; its `_lock` is the connection's lock."""
-        self._engine = engine
-        # The condition's own lock, taken directly where no one waits or is
-        # woken: `with` on a `Condition` is a Python-level call per entry
-        # and exit, paid by every write.
-        self._mutex = threading.Lock()
-        self._changed = threading.Condition(self._mutex)
-        self._queue: list[Job] = []
+    Written once for both stores: the SQLite `GroupCommit` and the
+    PostgreSQL connection's joint step (`postgres/connection.py`) mix it in.
+    The mixer gives `_mutex`, its condition `_changed` (which guards all of
+    this state) and `_queue`, a list of jobs with `awaits`, `closes`,
+    `arrived`, `deadline`, `followed` and `state` (PENDING until a leader
+    takes one), and keeps `_leading_since`/`_ended` (when the batch being
+    committed was taken, when the last ended) and `_commit_s` (an EWMA of
+    its commits' time, `_timed`).
+    """
+
+    _mutex: threading.Lock
+    _changed: threading.Condition
+    _queue: list[Any]
+
+    def _following(self) -> None:
         # Following writes (module docstring); all guarded by `_changed`.
         self._commit_s = INITIAL_COMMIT_S
         self._gap_s = INITIAL_GAP_S
@@ -173,15 +179,119 @@ class GroupCommit:
         # Counters for tests and benchmarks (see `stats`).
         self._stats = dict.fromkeys(("commits", "waited", "joined", "ran_out", "skipped"), 0)
 
-    def queued(self) -> int:
-        """Return how many writes wait for a leader (tests and benchmarks)."""
-        return len(self._queue)
-
     def stats(self) -> dict[str, int]:
         """Return counters: COMMITs made, and following writes that `waited`
         (then were `joined` by their put, or `ran_out`) or `skipped` waiting."""
         with self._mutex:
             return dict(self._stats)
+
+    def _timed(self, took: float, *, counted: bool = True) -> None:
+        # Under `_changed`: a commit took `took` seconds (`counted`: count it here).
+        self._commit_s += _ALPHA * (took - self._commit_s)
+        if counted:
+            self._stats["commits"] += 1
+
+    def _closing(self, put: Any, *, wake: bool = True) -> None:
+        # Under `_changed`: a put arrived; wake the queued writes that await it
+        # (not `wake`: the caller answers them, which wakes them once).
+        waited = False
+        for job in self._queue:
+            if job.awaits == put.closes and not job.followed:
+                job.followed = True
+                gap = put.arrived - job.arrived
+                self._gap_s += _ALPHA * (gap - self._gap_s)
+                waited = True
+        if waited and wake:
+            self._changed.notify_all()
+
+    def _bound(self) -> float:
+        # Under `_changed`: how long a following write may wait now.
+        if self._commit_s < CHEAP_COMMIT_S:
+            return 0.0
+        return min(FOLLOW_MAX_S, max(FOLLOW_MIN_S, FOLLOW_FACTOR * self._gap_s))
+
+    def _skip(self, thread_id: str) -> bool:
+        # Under `_changed`: whether a write awaiting a put of `thread_id`
+        # leads at once (counted as skipped): backing off, a cheap disk, or
+        # enough writes waiting already. False changes nothing.
+        backoff = self._backoff.get(thread_id)
+        if backoff is not None and backoff[0] > 0:
+            backoff[0] -= 1
+            self._stats["skipped"] += 1
+            return True
+        if self._bound() <= 0 or self._waiting >= MAX_WAITING:
+            self._stats["skipped"] += 1
+            return True
+        return False
+
+    def _follow(self, job: Any) -> None:
+        # Under `_changed`: wait (bounded, see the module docstring) for the
+        # put `job` awaits to be queued, or for a leader to take `job`.
+        assert job.awaits is not None
+        thread_id = job.awaits[0]
+        if self._skip(thread_id):
+            return
+        backoff = self._backoff.get(thread_id)
+        bound = self._bound()
+        self._stats["waited"] += 1
+        self._waiting += 1
+        try:
+            while job.state == PENDING and not job.followed:
+                now = time.monotonic()
+                if self._leading_since is not None:
+                    # A batch is committing: waiting costs nothing until it
+                    # ends (this write could not lead before), and the put
+                    # awaited may be queued behind it. Look again later.
+                    until = now + bound
+                else:
+                    until = max(job.arrived, self._ended) + bound
+                left = min(until, job.deadline) - now
+                if left <= 0:
+                    break
+                self._changed.wait(left)
+        finally:
+            self._waiting -= 1
+        if job.followed:
+            self._stats["joined"] += 1
+            if backoff is not None:
+                # Halved, not forgotten: a graph whose steps alternate (a
+                # `DeltaChannel` write makes LangGraph wait for the write
+                # before it puts, so that step's wait always runs out) keeps
+                # most of its back-off instead of paying a bound every step.
+                backoff[1] //= 2
+                # Writes of one step wait together and share this entry:
+                # only the first to find it spent removes it.
+                if not backoff[1] and self._backoff.get(thread_id) is backoff:
+                    del self._backoff[thread_id]
+        elif job.state == PENDING:
+            # Ran out: no put followed. Back off on this thread.
+            self._stats["ran_out"] += 1
+            if len(self._backoff) >= _MAX_REMEMBERED:
+                self._backoff.clear()
+            if backoff is None:
+                self._backoff[thread_id] = [0, 1]  # remembered, none skipped yet
+            else:
+                step = min(backoff[1] * 2, MAX_BACKOFF)
+                self._backoff[thread_id] = [step, step]
+
+
+class GroupCommit(FollowPolicy):
+    """The write queue of one engine, and the leader's batch."""
+
+    def __init__(self, engine: Engine) -> None:
+        """Serve `engine`'s writes; its `_lock` is the connection's lock."""
+        self._engine = engine
+        # The condition's own lock, taken directly where no one waits or is
+        # woken: `with` on a `Condition` is a Python-level call per entry
+        # and exit, paid by every write.
+        self._mutex = threading.Lock()
+        self._changed = threading.Condition(self._mutex)
+        self._queue: list[Job] = []
+        self._following()
+
+    def queued(self) -> int:
+        """Return how many writes wait for a leader (tests and benchmarks)."""
+        return len(self._queue)
 
     def write(
         self,
@@ -292,8 +402,7 @@ class GroupCommit:
             began_txn = False
             took = time.monotonic() - began
             with self._mutex:
-                self._commit_s += _ALPHA * (took - self._commit_s)
-                self._stats["commits"] += 1
+                self._timed(took)
             ringer = engine._ringer
             if ringer is None:
                 engine._after_commit()  # opens the bell, then rings it
@@ -340,88 +449,6 @@ class GroupCommit:
                     # A leader has it: it answers (or hands it back) by the
                     # deadline, or the job has started and must finish.
                     self._changed.wait()
-
-    def _closing(self, put: Job) -> None:
-        # Under `_changed`: a put arrived; wake the writes that await it.
-        waited = False
-        for job in self._queue:
-            if job.awaits == put.closes and not job.followed:
-                job.followed = True
-                gap = put.arrived - job.arrived
-                self._gap_s += _ALPHA * (gap - self._gap_s)
-                waited = True
-        if waited:
-            self._changed.notify_all()
-
-    def _bound(self) -> float:
-        # Under `_changed`: how long a following write may wait now.
-        if self._commit_s < CHEAP_COMMIT_S:
-            return 0.0
-        return min(FOLLOW_MAX_S, max(FOLLOW_MIN_S, FOLLOW_FACTOR * self._gap_s))
-
-    def _skip(self, thread_id: str) -> bool:
-        # Under `_changed`: whether a write awaiting a put of `thread_id`
-        # leads at once (counted as skipped): backing off, a cheap disk, or
-        # enough writes waiting already. False changes nothing.
-        backoff = self._backoff.get(thread_id)
-        if backoff is not None and backoff[0] > 0:
-            backoff[0] -= 1
-            self._stats["skipped"] += 1
-            return True
-        if self._bound() <= 0 or self._waiting >= MAX_WAITING:
-            self._stats["skipped"] += 1
-            return True
-        return False
-
-    def _follow(self, job: Job) -> None:
-        # Under `_changed`: wait (bounded, see the module docstring) for the
-        # put `job` awaits to be queued, or for a leader to take `job`.
-        assert job.awaits is not None
-        thread_id = job.awaits[0]
-        if self._skip(thread_id):
-            return
-        backoff = self._backoff.get(thread_id)
-        bound = self._bound()
-        self._stats["waited"] += 1
-        self._waiting += 1
-        try:
-            while job.state == PENDING and not job.followed:
-                now = time.monotonic()
-                if self._leading_since is not None:
-                    # A batch is committing: waiting costs nothing until it
-                    # ends (this write could not lead before), and the put
-                    # awaited may be queued behind it. Look again later.
-                    until = now + bound
-                else:
-                    until = max(job.arrived, self._ended) + bound
-                left = min(until, job.deadline) - now
-                if left <= 0:
-                    break
-                self._changed.wait(left)
-        finally:
-            self._waiting -= 1
-        if job.followed:
-            self._stats["joined"] += 1
-            if backoff is not None:
-                # Halved, not forgotten: a graph whose steps alternate (a
-                # `DeltaChannel` write makes LangGraph wait for the write
-                # before it puts, so that step's wait always runs out) keeps
-                # most of its back-off instead of paying a bound every step.
-                backoff[1] //= 2
-                # Writes of one step wait together and share this entry:
-                # only the first to find it spent removes it.
-                if not backoff[1] and self._backoff.get(thread_id) is backoff:
-                    del self._backoff[thread_id]
-        elif job.state == PENDING:
-            # Ran out: no put followed. Back off on this thread.
-            self._stats["ran_out"] += 1
-            if len(self._backoff) >= _MAX_REMEMBERED:
-                self._backoff.clear()
-            if backoff is None:
-                self._backoff[thread_id] = [0, 1]  # remembered, none skipped yet
-            else:
-                step = min(backoff[1] * 2, MAX_BACKOFF)
-                self._backoff[thread_id] = [step, step]
 
     def lead(self, own: Job) -> None:
         """Commit every queued write in one transaction (the caller holds the lock)."""
@@ -522,8 +549,7 @@ class GroupCommit:
             self._finish(live, functools.partial(_for_job, failed))
             return
         with self._mutex:
-            self._commit_s += _ALPHA * (took - self._commit_s)
-            self._stats["commits"] += 1
+            self._timed(took)
             for job in live:
                 job.state = DONE
             self._changed.notify_all()

@@ -9,6 +9,15 @@ server refused as read-only `ReadOnlyStore`, anything else `StoreError`, each
 naming the operation and the server (never the password). Async calls run
 the same sync function through one thread hop (`arun`).
 
+One commit per graph step (`Steps`): a fenced `put_writes` that names the
+put expected to follow it (`awaits`) waits for it, bounded and adaptive by
+the SQLite store's rules (`groupcommit.FollowPolicy`), and the put's thread
+(`closes`) sends the writes' statements and its own in one pipeline, one
+implicit transaction, one round trip. Refused (a statement calls
+`lgfs_refuse`), it is rolled back whole and each call runs alone as it
+would have, so each caller gets the error it would have got; every caller
+is answered only after the COMMIT that holds its write, or its failure.
+
 A `readonly` store is refused twice (docs/semantics.md §8): every call that
 is not marked `read_only` raises `ReadOnlyStore` before a connection is
 taken, and every transaction it does run is READ ONLY in the server (the
@@ -31,6 +40,7 @@ import psycopg.conninfo
 from psycopg import errors as pg_errors
 from psycopg.rows import tuple_row
 
+from .. import groupcommit
 from ..errors import (
     FencedSqliteError,
     ReadOnlyStore,
@@ -41,6 +51,7 @@ from ..errors import (
     WrongThread,
     bad_argument,
 )
+from ..groupcommit import DONE, PENDING, RUNNING, FollowPolicy, Key, _for_job
 from ..hop import ASYNC_WORKERS, Hop, HopClosed
 from . import sql
 
@@ -57,6 +68,10 @@ Execute = Callable[[str, dict[str, Any]], psycopg.Cursor[Any]]
 Send = Callable[[Execute], Callable[[], T]]
 
 _IDLE = psycopg.pq.TransactionStatus.IDLE
+# How long past its arrival a write awaiting its put may wait at most, a
+# commit in flight included (the policy's bound runs down only after it),
+# as a multiple of the bound's most (`groupcommit.FOLLOW_MAX_S`).
+_FOLLOW_DEADLINE = 4
 
 # SQLSTATEs that mean "waited too long for a lock": the call changed nothing.
 _BUSY = (pg_errors.LockNotAvailable, pg_errors.QueryCanceled)
@@ -68,6 +83,131 @@ def describe(info: Any) -> str:
         return f"postgresql://{info.host}:{info.port}/{info.dbname}"
     except Exception:  # a closed or broken connection
         return "postgresql"
+
+
+class Step:
+    """A fenced write waiting for its put (`Steps`); the fields `FollowPolicy` reads."""
+
+    __slots__ = (
+        "arrived",
+        "awaits",
+        "batch",
+        "closes",
+        "deadline",
+        "error",
+        "followed",
+        "job",
+        "op",
+        "result",
+        "state",
+    )
+
+    def __init__(
+        self, op: str, job: Any, batch: Any, awaits: Key | None, closes: Key | None = None
+    ) -> None:
+        self.op, self.job, self.batch = op, job, batch
+        self.awaits, self.closes = awaits, closes
+        self.followed = False
+        self.arrived = time.monotonic()
+        self.deadline = self.arrived + _FOLLOW_DEADLINE * groupcommit.FOLLOW_MAX_S
+        self.state = PENDING
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class Steps(FollowPolicy):
+    """The writes waiting for their step's put, and the policy of the wait."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._changed = threading.Condition(self._mutex)
+        self._queue: list[Step] = []
+        self._following()
+        self._in_flight = 0  # fenced writes being committed now (a pool runs several)
+
+    def wait_for_put(self, step: Step) -> bool:
+        """Queue `step` and wait (bounded) for its put; True once a put took it.
+
+        False: no put came (or no wait was due); `step` is out of the queue
+        and its caller runs it alone. True: wait for `answered`.
+        """
+        with self._mutex:
+            self._queue.append(step)
+            try:
+                self._follow(step)
+            except BaseException:
+                # Interrupted while queued: it must never run later. (Once a
+                # put took it, it may still commit: the caller never hears.)
+                if step.state == PENDING:
+                    self._queue.remove(step)
+                    step.state = DONE
+                raise
+            if step.state == PENDING:  # ran out, or no wait was due
+                self._queue.remove(step)
+                step.state = DONE
+                return False
+            return True
+
+    def answered(self, step: Step) -> Any:
+        """Wait until the put that took `step` answered it; return or raise its outcome."""
+        with self._mutex:
+            while step.state != DONE:
+                self._changed.wait()
+        if step.error is not None:
+            raise step.error
+        return step.result
+
+    def take(self, closes: Key, joins: bool) -> list[Step]:
+        """A put whose parent is `closes` arrived: return the writes it takes (`joins`).
+
+        Not `joins` (a put that cannot share its batch): the writes awaiting
+        it only stop waiting, and run alone.
+        """
+        put = Step("put", None, None, None, closes)
+        with self._mutex:
+            if not self._queue:
+                return []
+            # Those it takes wake once, when answered; the others now.
+            self._closing(put, wake=not joins)
+            if not joins:
+                return []
+            taken = [s for s in self._queue if s.awaits == closes and s.state == PENDING]
+            for s in taken:
+                s.state = RUNNING
+                self._queue.remove(s)
+            return taken
+
+    def answer(self, steps: list[Step]) -> None:
+        """Hand each of `steps` its outcome (set already) and wake its caller."""
+        with self._mutex:
+            for s in steps:
+                s.state = DONE
+            self._changed.notify_all()
+
+    def committed(self) -> None:
+        """A call that writes committed (`stats()["commits"]`)."""
+        with self._mutex:
+            self._stats["commits"] += 1
+
+    def begin(self) -> float:
+        """A fenced write starts committing; return when."""
+        now = time.monotonic()
+        with self._mutex:
+            self._in_flight += 1
+            if self._leading_since is None:
+                self._leading_since = now
+        return now
+
+    def end(self, began: float, committed: bool) -> None:
+        """The fenced write begun at `began` ended (`committed`: and its COMMIT counts)."""
+        now = time.monotonic()
+        with self._mutex:
+            if committed:
+                self._timed(now - began, counted=False)  # `run` counts each COMMIT
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._leading_since = None
+                self._ended = now
 
 
 class PgConnection:
@@ -109,6 +249,7 @@ class PgConnection:
         # Async calls run here (`hop.Hop`, as the SQLite engine's do); with a
         # pool, as many at once as threads, each on a connection of its own.
         self._hop = Hop(ASYNC_WORKERS, "lgfs-pg")
+        self.steps = Steps()
 
     @property
     def closed(self) -> bool:
@@ -146,6 +287,8 @@ class PgConnection:
         batch: Send[T] | None = None,
         read_only: bool = False,
         pipelined: bool = False,
+        awaits: Key | None = None,
+        closes: Key | None = None,
     ) -> T:
         """Run `job(cursor)` in one transaction; commit if it returns, roll back if it raises.
 
@@ -167,6 +310,10 @@ class PgConnection:
         `readonly` store runs (each in a READ ONLY transaction); any other
         call raises `ReadOnlyStore` there before a connection is taken.
 
+        `awaits` (a fenced put_writes' key) waits a little for the put whose
+        parent it is, to share its transaction; `closes` (that put's parent's
+        key) takes the writes awaiting it into its batch (module docstring).
+
         Raises:
             StoreClosed, WrongProcess, WrongThread: the store cannot be used here.
             ReadOnlyStore: a call that may write, on a `readonly` store; or a
@@ -174,23 +321,146 @@ class PgConnection:
             StoreBusy: a lock or statement timeout ended the wait; nothing changed.
             StoreError: the database failed (the psycopg error is the cause).
         """
+        if awaits is not None or closes is not None:
+            return self._step(op, job, batch, awaits, closes)
         if batch is not None:
             with self._guard(op, writes=not read_only):
                 with self._connection() as conn:
                     finish = _send(conn, batch, read_only=read_only, refusable=job is not None)
                     if finish is not None:
-                        return finish()
+                        done = finish()
+            if finish is not None:
+                if not read_only:
+                    self.steps.committed()
+                return done
         assert job is not None, "a refused batch needs its job"
         with self._guard(op, writes=not read_only):
             with self._connection() as conn:
                 outermost = conn.pgconn.transaction_status == _IDLE
                 if pipelined and outermost and not self.readonly:
-                    return _pipelined(conn, job)
-                with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
-                    if self.readonly and outermost and not _session_read_only(conn):
-                        # Not in a caller's own transaction: that one is theirs.
-                        cur.execute(sql.READ_ONLY_TRANSACTION)
-                    return job(cur)
+                    result = _pipelined(conn, job)
+                else:
+                    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+                        if self.readonly and outermost and not _session_read_only(conn):
+                            # Not in a caller's own transaction: that one is theirs.
+                            cur.execute(sql.READ_ONLY_TRANSACTION)
+                        result = job(cur)
+        if not read_only:
+            self.steps.committed()
+        return result
+
+    def _step(
+        self,
+        op: str,
+        job: Callable[[psycopg.Cursor[Any]], T] | None,
+        batch: Send[T] | None,
+        awaits: Key | None,
+        closes: Key | None,
+    ) -> T:
+        """`run` for a fenced write of a step: waited for, joined, or alone."""
+        steps = self.steps
+        usable = not (self._closed or self.readonly or getattr(self._inside, "active", False))
+        if awaits is not None and batch is not None and usable:
+            step = Step(op, job, batch, awaits)
+            if steps.wait_for_put(step):
+                result: T = steps.answered(step)
+                return result
+        elif closes is not None:
+            taken = steps.take(closes, joins=batch is not None and usable)
+            if taken:
+                assert batch is not None
+                return self._joint(op, job, batch, taken)
+        return self._alone(op, job, batch)
+
+    def _alone(
+        self, op: str, job: Callable[[psycopg.Cursor[Any]], T] | None, batch: Send[T] | None
+    ) -> T:
+        """Run a fenced write alone (`run`), its time and COMMIT counted by `steps`."""
+        began = self.steps.begin()
+        committed = False
+        try:
+            result = self.run(op, job, batch=batch)
+            committed = True
+            return result
+        finally:
+            self.steps.end(began, committed)
+
+    def _joint(
+        self,
+        op: str,
+        job: Callable[[psycopg.Cursor[Any]], T] | None,
+        batch: Send[T],
+        taken: list[Step],
+    ) -> T:
+        """Send `taken`'s writes and this put in one transaction; alone if refused.
+
+        Each write's caller is answered here: with its result once the joint
+        COMMIT returned, with its own outcome run alone if the batch was
+        refused, or with this batch's failure (named for its call) if the
+        batch failed otherwise: rolled back, nothing of it committed.
+        """
+        steps = self.steps
+
+        def send(execute: Execute) -> Callable[[], T]:
+            readers = [s.batch(execute) for s in taken]
+            own = batch(execute)
+
+            def finish() -> T:
+                for s, read in zip(taken, readers, strict=True):
+                    s.result = read()
+                return own()
+
+            return finish
+
+        began = steps.begin()
+        finish = None
+        try:
+            with self._guard(op, writes=True):
+                with self._connection() as conn:
+                    finish = _send(conn, send, read_only=False, refusable=True)
+                    if finish is not None:
+                        result = finish()
+        except BaseException as exc:
+            steps.end(began, False)
+            if isinstance(exc, Exception):
+                for s in taken:
+                    s.error = _for_job(exc, s)  # type: ignore[arg-type]
+            else:
+                kind = type(exc).__name__
+                for s in taken:
+                    s.error = StoreError(
+                        s.op,
+                        self.where,
+                        message=(
+                            f"{s.op} on {self.where}: the transaction it was sent in was "
+                            f"interrupted ({kind}); it may or may not have committed"
+                        ),
+                    )
+            steps.answer(taken)
+            raise
+        if finish is not None:
+            steps.committed()
+            steps.end(began, True)
+            steps.answer(taken)
+            return result
+        steps.end(began, False)
+        # Refused: rolled back whole. Each call alone, in the order they came,
+        # decides its own outcome (an error, or its write committed).
+        try:
+            for s in taken:
+                try:
+                    s.result = self._alone(s.op, s.job, s.batch)
+                except Exception as exc:  # noqa: BLE001 - handed to its caller
+                    s.error = exc
+                steps.answer([s])
+        finally:
+            left = [s for s in taken if s.state != DONE]
+            for s in left:
+                s.error = StoreError(
+                    s.op, self.where, message=f"{s.op} on {self.where}: interrupted; nothing ran"
+                )
+            steps.answer(left)
+        return self._alone(op, job, batch)
 
     def run_outside_transaction(self, op: str, job: Callable[[psycopg.Cursor[Any]], T]) -> T:
         """Run `job(cursor)` in autocommit, outside any transaction (what VACUUM needs).
@@ -377,7 +647,9 @@ def _send(
                     cur.execute(query, params)
     except BaseException as exc:
         refused = isinstance(exc, psycopg.Error) and exc.sqlstate == sql.REFUSED
-        if not refused or conn.pgconn.transaction_status != _IDLE:
+        # A refusal of one write statement skips nothing: none follows it.
+        # In a step's joint batch (several), it may skip the statements after.
+        if not refused or conn.pgconn.transaction_status != _IDLE or len(queued) > 1:
             _recover(conn)
         if refusable and refused:
             return None
@@ -430,7 +702,7 @@ def _recover(conn: psycopg.Connection[Any]) -> None:
     use fails ("prepared statement _pg3_N does not exist"). Rolling back a
     transaction is what makes psycopg forget them all (and DEALLOCATE ALL), so
     one is begun to be rolled back if none is open. A refusal needs none of
-    this: batches refuse only in their last statement, so nothing is skipped.
+    this when it came from a batch's only statement: nothing was skipped.
     """
     try:
         if conn.pgconn.transaction_status == _IDLE:

@@ -255,6 +255,17 @@ class FencedPostgresSaver(  # type: ignore[misc]
             return SchemaTooOld(op, where, version, current, message=message)
         return UnsupportedFormat(op, where, message=f"{op} on {where}: {why}")
 
+    def commit_stats(self) -> dict[str, int]:
+        """Return this store's group-commit counters since it was opened.
+
+        As `FencedSqliteSaver.commit_stats`: `commits` counts the COMMITs of
+        this store's writes (claims and runs too; a step's writes and put
+        sharing one count once);
+        `waited`, `joined`, `ran_out` and `skipped` count the writes that
+        waited for the put expected to follow them, and how that ended.
+        """
+        return self._engine.steps.stats()
+
     def stats(self) -> dict[str, Any]:
         """Report the schema version, the last token issued and the row counts.
 
@@ -306,6 +317,10 @@ class FencedPostgresSaver(  # type: ignore[misc]
                 cur, enc, token, now=now, require_claim=self.require_claim, notify=self._notify
             ),
             batch=txns.put_batch(enc, token, now=now, notify=self._notify),
+            # Takes the writes awaiting it (its parent's) into its transaction.
+            closes=None
+            if enc.parent_id is None
+            else (enc.thread_id, enc.checkpoint_ns, enc.parent_id),
         )
         if token is not None:  # a run's put (see `_latest_roots`)
             self._latest_roots.put(enc.thread_id, enc.checkpoint_ns, enc.checkpoint_id)
@@ -314,6 +329,9 @@ class FencedPostgresSaver(  # type: ignore[misc]
         self, key: _Key, encoded: _list[cps.EncodedWrite], token: int | None, run_id: str | None
     ) -> None:
         now = self._now()
+        batch = txns.put_writes_batch(
+            *key, encoded, token, run_id=run_id, now=now, notify=self._notify
+        )
         self._engine.run(
             "put_writes",
             lambda cur: txns.put_writes(
@@ -326,9 +344,10 @@ class FencedPostgresSaver(  # type: ignore[misc]
                 require_claim=self.require_claim,
                 notify=self._notify,
             ),
-            batch=txns.put_writes_batch(
-                *key, encoded, token, run_id=run_id, now=now, notify=self._notify
-            ),
+            batch=batch,
+            # LangGraph's loop sends a step's writes, then the step's put
+            # (whose parent is this checkpoint): wait for it, one commit.
+            awaits=None if batch is None else key,
         )
         if token is not None:
             self._latest_roots.put_writes(key, encoded)
