@@ -42,7 +42,14 @@ costs one commit, not one per call. The wait is bounded and adapts:
   the back-off. The first is forgiven: a put that came late once (a busy
   machine) costs that step one commit, not the next step's as well;
 - at most `MAX_WAITING` writes wait at once, so writes queued on a bounded
-  executor cannot occupy every worker its put needs.
+  executor cannot occupy every worker its put needs: LangGraph's sync loop
+  sends a step's writes and its put to one thread pool (by default
+  `min(32, cpus + 4)` workers, 6 on 2 cores), and a put that finds every
+  worker waiting for it would only start once their bound ran out. Async
+  callers' writes wait on the store's own hop workers instead (`hop.Hop`,
+  made as calls need them, up to `hop.ASYNC_WORKERS`), where the put gets
+  a worker of its own: while such writes wait, up to `MAX_WAITING_ASYNC`
+  may, so an async fan-out of up to that many tasks still commits once.
 
 Waiting holds no lock: the store's other calls run meanwhile, and the put's
 own thread leads the joint batch. Nothing about durability changes: every
@@ -60,6 +67,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import StoreBusy, StoreClosed, StoreError, busy_in_process
+from .hop import ASYNC_WORKERS, on_worker
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -81,6 +89,8 @@ INITIAL_GAP_S = 300e-6
 INITIAL_COMMIT_S = 1e-3
 MAX_BACKOFF = 256
 MAX_WAITING = 4
+# Half the hop's workers: the other half stay free for the puts and the other calls.
+MAX_WAITING_ASYNC = ASYNC_WORKERS // 2
 # Weight of each new sample in the EWMAs.
 _ALPHA = 0.2
 # At most this many threads' back-off counters are remembered.
@@ -219,7 +229,8 @@ class FollowPolicy:
             backoff[0] -= 1
             self._stats["skipped"] += 1
             return True
-        if self._bound() <= 0 or self._waiting >= MAX_WAITING:
+        limit = MAX_WAITING_ASYNC if on_worker() else MAX_WAITING
+        if self._bound() <= 0 or self._waiting >= limit:
             self._stats["skipped"] += 1
             return True
         return False

@@ -25,7 +25,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["ASYNC_WORKERS", "Hop", "HopClosed"]
+__all__ = ["ASYNC_WORKERS", "Hop", "HopClosed", "on_worker"]
 
 T = TypeVar("T")
 
@@ -36,6 +36,14 @@ ASYNC_WORKERS = 32
 _Item = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[], Any]] | None
 
 _OPEN: weakref.WeakSet[Hop] = weakref.WeakSet()
+
+# `on` is set in every hop's worker threads (`on_worker`).
+_WORKER = threading.local()
+
+
+def on_worker() -> bool:
+    """Return whether the calling thread is a hop's worker, running an async caller's call."""
+    return getattr(_WORKER, "on", False)
 
 
 class HopClosed(RuntimeError):
@@ -117,6 +125,7 @@ def _stop(work: queue.SimpleQueue[_Item], threads: list[threading.Thread]) -> No
 
 
 def _work(work: queue.SimpleQueue[_Item], idle: threading.Semaphore) -> None:
+    _WORKER.on = True
     get = work.get
     while True:
         item = get()

@@ -241,6 +241,33 @@ def test_a_fan_out_commits_once_per_step(tmp_path: Any, generous: None, api: str
         assert after["ran_out"] == before["ran_out"]
 
 
+def test_an_async_fan_out_wider_than_max_waiting_commits_once_per_step(
+    tmp_path: Any, generous: None
+) -> None:
+    """Eight branches through `ainvoke`: every write waits, the step is one commit.
+
+    At most `MAX_WAITING` (4) writes of sync callers wait at once, since they
+    wait on LangGraph's thread pool, which the step's put needs too. Async
+    callers' writes wait on the store's own hop workers, made as needed, so
+    up to `MAX_WAITING_ASYNC` may: before, the fifth write led at once and
+    the step took two commits or more.
+    """
+    width = groupcommit.MAX_WAITING + 4
+    assert width <= groupcommit.MAX_WAITING_ASYNC
+    with FencedSqliteSaver(str(tmp_path / "s.db")) as saver:
+        app = _fanout(saver, width)
+        group = saver._engine._group
+        before = group.stats()
+        config = {"configurable": {"thread_id": "t"}}
+        result = asyncio.run(app.ainvoke({"count": 0, "trail": []}, config, durability="sync"))
+        after = group.stats()
+        assert result["trail"].count("branch") == width
+        # input, __start__, split, the eight branches, join: five commits.
+        assert after["commits"] - before["commits"] == 5
+        assert after["skipped"] == before["skipped"]
+        assert after["ran_out"] == before["ran_out"]
+
+
 def test_writes_of_one_step_that_wait_together_after_a_back_off_all_commit(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from langgraph_fenced_sqlite import FencedSqliteSaver, StoreClosed
-from langgraph_fenced_sqlite.hop import Hop, HopClosed
+from langgraph_fenced_sqlite.hop import Hop, HopClosed, on_worker
 
 BOUND = 10.0
 
@@ -39,6 +39,22 @@ def test_a_call_returns_its_result_or_raises_its_error_on_the_callers_loop() -> 
 
     where, me = asyncio.run(main())
     assert where != me  # it ran on a worker, not on the loop's thread
+    hop.close()
+
+
+def test_on_worker_tells_a_hop_worker_from_any_other_thread() -> None:
+    """The group commit lets more async callers' writes wait on this (`MAX_WAITING_ASYNC`)."""
+    hop = Hop(4, "t")
+    elsewhere: list[bool] = []
+    other = threading.Thread(target=lambda: elsewhere.append(on_worker()))
+    other.start()
+    other.join()
+
+    async def main() -> bool:
+        return await hop.run(on_worker)
+
+    assert asyncio.run(main()) is True
+    assert on_worker() is False and elsewhere == [False]
     hop.close()
 
 

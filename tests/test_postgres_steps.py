@@ -14,13 +14,15 @@ moment the put arrives, so nothing here depends on the machine's speed.
 from __future__ import annotations
 
 import asyncio
+import operator
 import threading
-from typing import Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
 import psycopg
 import pytest
 from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 from langgraph.graph import END, START, StateGraph
+from langgraph.types import Send
 
 from langgraph_fenced_sqlite import CheckpointConflict, StaleClaim, groupcommit
 from langgraph_fenced_sqlite.postgres import connection as pg_connection
@@ -255,6 +257,40 @@ def test_async_callers_share_the_step_commit_too(open_pg: Any, generous: None) -
     after = saver.commit_stats()
     assert after["joined"] - before["joined"] == 6
     assert after["commits"] - before["commits"] == 7
+
+
+class _Fan(TypedDict):
+    trail: Annotated[list[str], operator.add]
+
+
+def test_an_async_fan_out_wider_than_max_waiting_is_one_commit_per_step(
+    open_pg: Any, generous: None
+) -> None:
+    """Eight branches through `ainvoke`: the step's eight writes and its put, one commit.
+
+    As on SQLite (test_follow.py): async callers' writes wait on the store's
+    hop workers, so more than `MAX_WAITING` of them may (`MAX_WAITING_ASYNC`).
+    """
+    width = groupcommit.MAX_WAITING + 4
+    builder = StateGraph(_Fan)
+    builder.add_node("split", lambda s: {"trail": ["split"]})
+    builder.add_node("branch", lambda s: {"trail": ["branch"]})
+    builder.add_edge(START, "split")
+    builder.add_conditional_edges(
+        "split", lambda s: [Send("branch", s) for _ in range(width)], ["branch"]
+    )
+    builder.add_edge("branch", END)
+    saver = open_pg(clock=None)
+    graph = builder.compile(checkpointer=saver)
+    config = saver.claim("t", "w", 3600).config()
+    before = saver.commit_stats()
+    result = asyncio.run(graph.ainvoke({"trail": []}, config, durability="sync"))
+    after = saver.commit_stats()
+    assert result["trail"].count("branch") == width
+    # input, __start__, split, the eight branches: four commits.
+    assert after["commits"] - before["commits"] == 4
+    assert after["joined"] - before["joined"] == 2 + width
+    assert after["skipped"] == before["skipped"]
 
 
 @pytest.mark.parametrize("api", ["invoke", "ainvoke"])
