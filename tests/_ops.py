@@ -22,6 +22,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Annotated, Any, TypedDict
@@ -123,6 +124,30 @@ def file_fixtures(
         pytest.fixture(scope="module", name=master)(made),
         pytest.fixture(name=copy)(copied),
     )
+
+
+def until(predicate: Callable[[], Any]) -> None:
+    """Wait until `predicate()` holds (another thread got somewhere): bounded, not timed."""
+    for _ in range(3000):
+        if predicate():
+            return
+        time.sleep(0.01)
+    raise AssertionError("the other thread never got there")
+
+
+def put_writes_in_thread(saver: Any, config: Any, out: dict[str, Any]) -> threading.Thread:
+    """Start `saver.put_writes(config, [("x", 1)], "task-1")` in a thread; its outcome
+    (None or the exception) lands in `out["writes"]`."""
+
+    def run() -> None:
+        try:
+            out["writes"] = saver.put_writes(config, [("x", 1)], "task-1")
+        except Exception as exc:  # noqa: BLE001 - recorded for the assertions
+            out["writes"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
 
 
 def lgfs(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from langgraph_fenced_sqlite import FencedSqliteSaver, ManualClock
+from langgraph_fenced_sqlite import FencedSqliteSaver, ManualClock, groupcommit
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -16,6 +16,18 @@ def pytest_configure(config: pytest.Config) -> None:
     import crash_dumps
 
     config.pluginmanager.register(crash_dumps, "lgfs-crash-dumps")
+
+
+@pytest.fixture
+def generous(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write awaiting its step's put may wait up to 5 s (it ends when the put arrives).
+
+    For the tests of one commit per step (test_follow.py, test_postgres_steps.py):
+    what they assert must not depend on the machine's speed.
+    """
+    monkeypatch.setattr(groupcommit, "FOLLOW_MIN_S", 5.0)
+    monkeypatch.setattr(groupcommit, "FOLLOW_MAX_S", 5.0)
+    monkeypatch.setattr(groupcommit, "CHEAP_COMMIT_S", 0.0)
 
 
 @pytest.fixture

@@ -24,20 +24,13 @@ import threading
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from _ops import put_writes_in_thread, until
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
 from langgraph_fenced_sqlite import FencedSqliteSaver, StaleClaim, groupcommit
-
-
-@pytest.fixture
-def generous(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A following write may wait up to 5 s (it ends early when its put arrives)."""
-    monkeypatch.setattr(groupcommit, "FOLLOW_MIN_S", 5.0)
-    monkeypatch.setattr(groupcommit, "FOLLOW_MAX_S", 5.0)
-    monkeypatch.setattr(groupcommit, "CHEAP_COMMIT_S", 0.0)
 
 
 def _config(thread_id: str, checkpoint_id: str | None = None, **extra: Any) -> dict[str, Any]:
@@ -53,33 +46,13 @@ def _checkpoint(step: int) -> dict[str, Any]:
     return checkpoint
 
 
-def _until(predicate: Any) -> None:
-    for _ in range(3000):  # bounded, not timed: until the other thread got there
-        if predicate():
-            return
-        threading.Event().wait(0.01)
-    raise AssertionError("the other thread never got there")
-
-
-def _put_writes_in_thread(saver: FencedSqliteSaver, config: Any, out: dict[str, Any]) -> Any:
-    def run() -> None:
-        try:
-            out["writes"] = saver.put_writes(config, [("x", 1)], "task-1")
-        except Exception as exc:  # noqa: BLE001 - recorded for the assertions
-            out["writes"] = exc
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
-
-
 def test_a_steps_writes_and_its_put_share_one_commit(tmp_path: Any, generous: None) -> None:
     with FencedSqliteSaver(str(tmp_path / "s.db")) as saver:
         parent = saver.put(_config("t"), _checkpoint(0), {"source": "loop", "step": 0}, {})
         before = saver._engine._group.stats()
         out: dict[str, Any] = {}
-        writer = _put_writes_in_thread(saver, parent, out)
-        _until(lambda: saver._engine._group.stats()["waited"] == before["waited"] + 1)
+        writer = put_writes_in_thread(saver, parent, out)
+        until(lambda: saver._engine._group.stats()["waited"] == before["waited"] + 1)
         child = saver.put(parent, _checkpoint(1), {"source": "loop", "step": 1}, {})
         writer.join(30)
         after = saver._engine._group.stats()
@@ -108,8 +81,8 @@ def test_a_refused_put_in_the_joint_commit_changes_nothing_and_keeps_the_writes(
         parent_now = {"configurable": {**parent["configurable"], **fenced}}
         before = saver._engine._group.stats()
         out: dict[str, Any] = {}
-        writer = _put_writes_in_thread(saver, parent_now, out)
-        _until(lambda: saver._engine._group.stats()["waited"] == before["waited"] + 1)
+        writer = put_writes_in_thread(saver, parent_now, out)
+        until(lambda: saver._engine._group.stats()["waited"] == before["waited"] + 1)
         stale = {"configurable": {**parent["configurable"], **old.config()["configurable"]}}
         with pytest.raises(StaleClaim):
             saver.put(stale, _checkpoint(1), {"source": "loop", "step": 1}, {})
@@ -301,7 +274,7 @@ def test_writes_of_one_step_that_wait_together_after_a_back_off_all_commit(
         writers = [threading.Thread(target=write, args=(i,)) for i in range(3)]
         for writer in writers:
             writer.start()
-        _until(lambda: group.stats()["waited"] == before["waited"] + 3)
+        until(lambda: group.stats()["waited"] == before["waited"] + 3)
         saver.put(parent, _checkpoint(1), {"source": "loop", "step": 1}, {})
         for writer in writers:
             writer.join(30)
@@ -321,7 +294,7 @@ def test_an_interrupted_wait_leaves_the_write_unwritten(tmp_path: Any, generous:
         waited = group.stats()["waited"]
 
         def interrupt_when_waiting() -> None:
-            _until(lambda: group.stats()["waited"] == waited + 1)
+            until(lambda: group.stats()["waited"] == waited + 1)
             os.kill(os.getpid(), signal.SIGINT)  # a real signal: it ends a blocked wait
 
         helper = threading.Thread(target=interrupt_when_waiting)
@@ -357,7 +330,7 @@ def test_a_write_interrupted_while_queued_behind_another_call_never_lands(
         assert holding.wait(30)
 
         def interrupt_when_queued() -> None:
-            _until(lambda: group.queued() == 1)
+            until(lambda: group.queued() == 1)
             os.kill(os.getpid(), signal.SIGINT)
 
         helper = threading.Thread(target=interrupt_when_queued)
@@ -405,8 +378,8 @@ def test_a_write_that_arrives_during_a_commit_waits_from_its_end(
         assert committing.wait(30)
         before = group.stats()
         out: dict[str, Any] = {}
-        writer = _put_writes_in_thread(saver, parent, out)
-        _until(lambda: group.stats()["waited"] == before["waited"] + 1)
+        writer = put_writes_in_thread(saver, parent, out)
+        until(lambda: group.stats()["waited"] == before["waited"] + 1)
         threading.Event().wait(0.2)  # longer than the bound alone would allow
         release.set()
         other.join(30)
@@ -445,8 +418,8 @@ def test_a_write_waits_out_a_commit_longer_than_commits_usually_take(
         assert committing.wait(30)
         before = group.stats()
         out: dict[str, Any] = {}
-        writer = _put_writes_in_thread(saver, parent, out)
-        _until(lambda: group.stats()["waited"] == before["waited"] + 1)
+        writer = put_writes_in_thread(saver, parent, out)
+        until(lambda: group.stats()["waited"] == before["waited"] + 1)
         threading.Event().wait(0.3)  # the commit lasts six bounds (and 0.3 s >> COMMIT time)
         release.set()
         other.join(30)
@@ -478,8 +451,8 @@ def test_one_late_put_costs_its_own_step_only(
         monkeypatch.setattr(groupcommit, "FOLLOW_MAX_S", 5.0)
         before = group.stats()
         out: dict[str, Any] = {}
-        writer = _put_writes_in_thread(saver, parent, out)
-        _until(lambda: group.stats()["waited"] == before["waited"] + 1)
+        writer = put_writes_in_thread(saver, parent, out)
+        until(lambda: group.stats()["waited"] == before["waited"] + 1)
         saver.put(parent, _checkpoint(1), {"source": "loop", "step": 1}, {})
         writer.join(30)
         after = group.stats()

@@ -20,6 +20,7 @@ from typing import Annotated, Any, TypedDict
 
 import psycopg
 import pytest
+from _ops import put_writes_in_thread, until
 from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
@@ -27,14 +28,6 @@ from langgraph.types import Send
 from langgraph_fenced_sqlite import CheckpointConflict, StaleClaim, groupcommit
 from langgraph_fenced_sqlite.postgres import connection as pg_connection
 from langgraph_fenced_sqlite.testing.postgres_server import round_trips
-
-
-@pytest.fixture
-def generous(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A following write may wait up to 5 s (it ends early when its put arrives)."""
-    monkeypatch.setattr(groupcommit, "FOLLOW_MIN_S", 5.0)
-    monkeypatch.setattr(groupcommit, "FOLLOW_MAX_S", 5.0)
-    monkeypatch.setattr(groupcommit, "CHEAP_COMMIT_S", 0.0)
 
 
 def _config(thread_id: str, token: int | None, checkpoint_id: str | None = None) -> Any:
@@ -53,24 +46,9 @@ def _put(saver: Any, token: int | None, parent: Any = None, thread_id: str = "t"
     return cp
 
 
-def _until(predicate: Any) -> None:
-    for _ in range(3000):  # bounded, not timed: until the other thread got there
-        if predicate():
-            return
-        threading.Event().wait(0.01)
-    raise AssertionError("the other thread never got there")
-
-
 def _writes_in_thread(saver: Any, config: Any, out: dict[str, Any]) -> threading.Thread:
-    def run() -> None:
-        try:
-            out["writes"] = saver.put_writes(config, [("x", 1)], "task-1")
-        except Exception as exc:  # noqa: BLE001 - recorded for the assertions
-            out["writes"] = exc
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    _until(lambda: saver._engine.steps._queue)  # waiting for its put
+    thread = put_writes_in_thread(saver, config, out)
+    until(lambda: saver._engine.steps._queue)  # waiting for its put
     return thread
 
 
