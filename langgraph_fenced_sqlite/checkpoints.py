@@ -248,28 +248,16 @@ def put_txn(
         # Checked after the insert (which a conflict rolls back) so that the
         # common case costs one statement less.
         check_version(enc, token, lambda: _latest_before(conn, enc, position))
-    step, source, parent_id, run_id = enc.step, enc.source, enc.parent_id, enc.run_id
-    data = {"step": step, "source": source, "parent_checkpoint_id": parent_id}
-    if run_id is not None:
-        data["run_id"] = run_id
-    # `json_kind(data) == PLAIN`, judged field by field (run_id is a str()).
-    plain = (
-        (step is None or type(step) is int and MIN_INT <= step <= MAX_INT)
-        and (source is None or type(source) is str and source.isascii())
-        and (parent_id is None or type(parent_id) is str and parent_id.isascii())
-        and (run_id is None or run_id.isascii())
-    )
-    events.append_one(
+    events.append_text(
         conn,
         enc.thread_id,
         position,
         "checkpoint",
-        data,
+        events.checkpoint_event_text(enc.step, enc.source, enc.parent_id, enc.run_id),
         enc.checkpoint_ns,
         enc.checkpoint_id,
         token=token,
         now=now,
-        plain=plain,
     )
     return True
 
@@ -395,28 +383,17 @@ def put_writes_txn(
         else:
             changed += conn.execute(schema.INSERT_WRITE_FIRST_WINS, params).rowcount
     if changed:
-        task_id, task_path = writes[0].task_id, writes[0].task_path
-        channels = [w.channel for w in writes]
-        data = {"task_id": task_id, "task_path": task_path, "channels": channels}
-        # `json_kind(data) == PLAIN`, judged field by field.
-        plain = (
-            type(task_id) is str
-            and task_id.isascii()
-            and type(task_path) is str
-            and task_path.isascii()
-            and all(type(c) is str and c.isascii() for c in channels)
-        )
-        events.append_one(
+        first = writes[0]
+        events.append_text(
             conn,
             thread_id,
             position,
             "writes",
-            data,
+            events.writes_event_text(first.task_id, first.task_path, [w.channel for w in writes]),
             checkpoint_ns,
             checkpoint_id,
             token=token,
             now=now,
-            plain=plain,
         )
     return changed
 
