@@ -118,6 +118,10 @@ class Engine:
         # close, and must not warn "not closed" from __del__ later.
         self._closed = True
         self._conn = connect(path, busy_timeout, readonly=readonly)
+        # The uncontended write's BEGIN IMMEDIATE and COMMIT run on this one
+        # cursor (`GroupCommit._alone`): `conn.execute` makes a cursor per
+        # statement, 1.2k instructions each.
+        self._cursor = self._conn.cursor()
         self._closed = False
         self._busy_ms = int(busy_timeout * 1000)
         # Below this, `_restore_busy_wait` has work to do (every write tests it).

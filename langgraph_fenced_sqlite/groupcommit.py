@@ -392,7 +392,7 @@ class GroupCommit(FollowPolicy):
                 budget_ms = int(budget * 1000)
                 if not budget_ms - 100 <= engine._busy_ms <= budget_ms:
                     engine._limit_busy_wait(budget)
-                conn.execute("BEGIN IMMEDIATE")
+                engine._cursor.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 if isinstance(exc, sqlite3.OperationalError) and engine._is_busy(exc):
                     return False, None
@@ -404,7 +404,7 @@ class GroupCommit(FollowPolicy):
                 raise engine._translate(op, exc, 0.0) from exc
             began = _monotonic()
             try:
-                conn.execute("COMMIT")
+                engine._cursor.execute("COMMIT")
             except sqlite3.Error as exc:
                 raise engine._translate(op, exc, 0.0) from exc
             began_txn = False
