@@ -106,7 +106,12 @@ def encode_checkpoint(
     # "format" is an int: a plain envelope stays plain.
     kind = None if plain_envelope is None else PLAIN if plain_envelope else NOT_FINE
     envelope_text = dumps_json(envelope, "checkpoint", kind=kind)
-    md_kind = _metadata_kind(md, metadata) if plain_metadata else None
+    md_kind = None
+    if plain_metadata:
+        # Equal to `metadata` (a C comparison): nothing added from the config
+        # and no NUL removed, so each value is `metadata`'s own or the exact
+        # str that `replace` returned for it; plain as `metadata` is.
+        md_kind = PLAIN if md == metadata else _metadata_kind(md, metadata)
     metadata_text = dumps_json(md, "metadata", kind=md_kind)
     # `EncodedCheckpoint(...)` in field order, without the named
     # tuple's Python `__new__` and its keywords (5k instructions a put).
