@@ -179,8 +179,9 @@ def encode_writes(
             # Name the channel and the node: "type X refused" alone sends the
             # user hunting through every node of the graph.
             raise write_context(exc, channel=channel, task_id=task_id, task_path=task_path) from exc
-        special = channel in WRITES_IDX_MAP
-        idx_ = WRITES_IDX_MAP.get(channel, idx)
+        special_idx = WRITES_IDX_MAP.get(channel)  # one lookup: special, and its idx
+        special = special_idx is not None
+        idx_ = idx if special_idx is None else special_idx
         sum_ = write_checksum(channel, type_, blob)
         row = (task_id, idx_, task_path, channel, type_, blob, special, sum_)
         out.append(_new_tuple(EncodedWrite, row))
@@ -372,23 +373,24 @@ def put_writes_txn(
     # released, or expired unreplaced): it then replaces special-channel
     # writes whatever token they carry, or it would be accepted and dropped.
     unfenced = token is None
-    for w in writes:
+    # Each encoded write unpacked once (its attributes cost a lookup each).
+    for task_id, idx, task_path, channel, type_, blob, special, sum_ in writes:
         params = (
             thread_id,
             checkpoint_ns,
             checkpoint_id,
-            w.task_id,
-            w.idx,
-            w.task_path,
-            w.channel,
-            w.type,
-            w.blob,
+            task_id,
+            idx,
+            task_path,
+            channel,
+            type_,
+            blob,
             position,
             run_id,
             token,
-            w.checksum,
+            sum_,
         )
-        if w.special:
+        if special:
             changed += conn.execute(schema.UPSERT_WRITE_LAST_WINS, (*params, unfenced)).rowcount
         else:
             changed += conn.execute(schema.INSERT_WRITE_FIRST_WINS, params).rowcount
