@@ -37,6 +37,8 @@ from .stored_json import MAX_INT, MIN_INT, NOT_FINE, PLAIN, dumps_json, json_kin
 ENVELOPE_FORMAT = 1
 _ABSENT = object()
 _FENCED_SOURCES = frozenset({"input", "loop"})
+# `tuple.__new__`: what a named tuple's own (Python) `__new__` calls.
+_new_tuple = tuple.__new__
 
 
 # Named tuples, not frozen dataclasses: every put builds one, and a frozen
@@ -104,23 +106,34 @@ def encode_checkpoint(
     # "format" is an int: a plain envelope stays plain.
     kind = None if plain_envelope is None else PLAIN if plain_envelope else NOT_FINE
     envelope_text = dumps_json(envelope, "checkpoint", kind=kind)
-    md_kind = _metadata_kind(md, metadata) if plain_metadata else None
+    md_kind = None
+    if plain_metadata:
+        # Equal to `metadata` (a C comparison): nothing added from the config
+        # and no NUL removed, so each value is `metadata`'s own or the exact
+        # str that `replace` returned for it; plain as `metadata` is.
+        md_kind = PLAIN if md == metadata else _metadata_kind(md, metadata)
     metadata_text = dumps_json(md, "metadata", kind=md_kind)
-    return EncodedCheckpoint(
-        thread_id=thread_id,
-        checkpoint_ns=checkpoint_ns,
-        checkpoint_id=checkpoint["id"],
-        parent_id=config["configurable"].get("checkpoint_id"),
-        envelope=envelope_text,
-        values_type=values_type,
-        values_blob=values_blob,
-        metadata=metadata_text,
-        # The columns copy what they can hold; the metadata keeps it exactly.
-        source=source if isinstance(source, str) else None,
-        step=step if isinstance(step, int) and not isinstance(step, bool) else None,
-        run_id=str(run_id) if run_id is not None else None,
-        checksum=checkpoint_checksum(envelope_text, values_type, values_blob, metadata_text),
+    # `EncodedCheckpoint(...)` in field order, without the named
+    # tuple's Python `__new__` and its keywords (5k instructions a put).
+    result: EncodedCheckpoint = _new_tuple(
+        EncodedCheckpoint,
+        (
+            thread_id,
+            checkpoint_ns,
+            checkpoint["id"],
+            config["configurable"].get("checkpoint_id"),
+            envelope_text,
+            values_type,
+            values_blob,
+            metadata_text,
+            # The columns copy what they can hold; the metadata keeps it exactly.
+            source if isinstance(source, str) else None,
+            step if isinstance(step, int) and not isinstance(step, bool) else None,
+            str(run_id) if run_id is not None else None,
+            checkpoint_checksum(envelope_text, values_type, values_blob, metadata_text),
+        ),
     )
+    return result
 
 
 def _metadata_kind(md: Mapping[str, Any], metadata: Any) -> int | None:
@@ -166,10 +179,12 @@ def encode_writes(
             # Name the channel and the node: "type X refused" alone sends the
             # user hunting through every node of the graph.
             raise write_context(exc, channel=channel, task_id=task_id, task_path=task_path) from exc
-        special = channel in WRITES_IDX_MAP
-        idx_ = WRITES_IDX_MAP.get(channel, idx)
+        special_idx = WRITES_IDX_MAP.get(channel)  # one lookup: special, and its idx
+        special = special_idx is not None
+        idx_ = idx if special_idx is None else special_idx
         sum_ = write_checksum(channel, type_, blob)
-        out.append(EncodedWrite(task_id, idx_, task_path, channel, type_, blob, special, sum_))
+        row = (task_id, idx_, task_path, channel, type_, blob, special, sum_)
+        out.append(_new_tuple(EncodedWrite, row))
     return out
 
 
@@ -199,68 +214,61 @@ def put_txn(
         CheckpointConflict: the parent is not the latest (fenced input/loop
             puts), or a different checkpoint is stored under this id.
     """
-    version = needs_version_check(enc.source, token)
+    # The encoded row's cells in one unpacking (attribute reads of a named
+    # tuple cost a lookup each, fifteen a put).
+    thread_id, ns, cid, parent_id, envelope, values_type, blob, md, source, step, run_id, sum_ = enc
+    # `needs_version_check(source, token)`, inlined.
+    version = token is not None and source in _FENCED_SOURCES
     position = claims.next_seq_if_fenced(
         conn,
-        enc.thread_id,
+        thread_id,
         token,
         now=now,
         require_claim=require_claim,
-        latest=(enc.checkpoint_ns, enc.parent_id) if version else None,
+        latest=(ns, parent_id) if version else None,
     )
     if position is None:
-        row = claims.check_fence(conn, enc.thread_id, token, now=now, require_claim=require_claim)
+        row = claims.check_fence(conn, thread_id, token, now=now, require_claim=require_claim)
         position = row.next_seq
     else:
         version = False  # checked, in the same transaction
-    key = (enc.thread_id, enc.checkpoint_ns, enc.checkpoint_id)
     inserted = conn.execute(
         schema.INSERT_CHECKPOINT,
         (
-            *key,
+            thread_id,
+            ns,
+            cid,
             position,
-            enc.parent_id,
-            enc.envelope,
-            enc.values_type,
-            enc.values_blob,
-            enc.metadata,
-            enc.source,
-            enc.step,
-            enc.run_id,
+            parent_id,
+            envelope,
+            values_type,
+            blob,
+            md,
+            source,
+            step,
+            run_id,
             token,
             now,
-            enc.checksum,
+            sum_,
         ),
     ).rowcount
     if not inserted:
-        stored = conn.execute(schema.GET_STORED_IDENTITY, key).fetchone()
+        stored = conn.execute(schema.GET_STORED_IDENTITY, (thread_id, ns, cid)).fetchone()
         return stored_put(enc, token, stored, lambda: _latest_before(conn, enc, position))
     if version:
         # Checked after the insert (which a conflict rolls back) so that the
         # common case costs one statement less.
         check_version(enc, token, lambda: _latest_before(conn, enc, position))
-    step, source, parent_id, run_id = enc.step, enc.source, enc.parent_id, enc.run_id
-    data = {"step": step, "source": source, "parent_checkpoint_id": parent_id}
-    if run_id is not None:
-        data["run_id"] = run_id
-    # `json_kind(data) == PLAIN`, judged field by field (run_id is a str()).
-    plain = (
-        (step is None or type(step) is int and MIN_INT <= step <= MAX_INT)
-        and (source is None or type(source) is str and source.isascii())
-        and (parent_id is None or type(parent_id) is str and parent_id.isascii())
-        and (run_id is None or run_id.isascii())
-    )
-    events.append_one(
+    events.append_text(
         conn,
-        enc.thread_id,
+        thread_id,
         position,
         "checkpoint",
-        data,
-        enc.checkpoint_ns,
-        enc.checkpoint_id,
+        events.checkpoint_event_text(step, source, parent_id, run_id),
+        ns,
+        cid,
         token=token,
         now=now,
-        plain=plain,
     )
     return True
 
@@ -365,49 +373,39 @@ def put_writes_txn(
     # released, or expired unreplaced): it then replaces special-channel
     # writes whatever token they carry, or it would be accepted and dropped.
     unfenced = token is None
-    for w in writes:
+    # Each encoded write unpacked once (its attributes cost a lookup each).
+    for task_id, idx, task_path, channel, type_, blob, special, sum_ in writes:
         params = (
             thread_id,
             checkpoint_ns,
             checkpoint_id,
-            w.task_id,
-            w.idx,
-            w.task_path,
-            w.channel,
-            w.type,
-            w.blob,
+            task_id,
+            idx,
+            task_path,
+            channel,
+            type_,
+            blob,
             position,
             run_id,
             token,
-            w.checksum,
+            sum_,
         )
-        if w.special:
+        if special:
             changed += conn.execute(schema.UPSERT_WRITE_LAST_WINS, (*params, unfenced)).rowcount
         else:
             changed += conn.execute(schema.INSERT_WRITE_FIRST_WINS, params).rowcount
     if changed:
-        task_id, task_path = writes[0].task_id, writes[0].task_path
-        channels = [w.channel for w in writes]
-        data = {"task_id": task_id, "task_path": task_path, "channels": channels}
-        # `json_kind(data) == PLAIN`, judged field by field.
-        plain = (
-            type(task_id) is str
-            and task_id.isascii()
-            and type(task_path) is str
-            and task_path.isascii()
-            and all(type(c) is str and c.isascii() for c in channels)
-        )
-        events.append_one(
+        first = writes[0]
+        events.append_text(
             conn,
             thread_id,
             position,
             "writes",
-            data,
+            events.writes_event_text(first.task_id, first.task_path, [w.channel for w in writes]),
             checkpoint_ns,
             checkpoint_id,
             token=token,
             now=now,
-            plain=plain,
         )
     return changed
 
@@ -508,7 +506,6 @@ def _sql_rank(value: Any) -> tuple[int, Any]:
 
 
 _NONE = type(None)
-_new_tuple = tuple.__new__
 # (index in a checkpoint row, column, the SQL types it may hold as Python types)
 _ROW_TYPES = (
     (3, "parent_checkpoint_id", (str, _NONE)),

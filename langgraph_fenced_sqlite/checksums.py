@@ -154,5 +154,15 @@ def event_checksum(kind: Any, data: Any) -> int:
             k, d = kind.encode(), data.encode()
         except UnicodeEncodeError:
             return checksum(kind, data)
-        return _crc32(b"".join((_LENGTH(len(k)), k, _LENGTH(len(d)), d)))
+        n_k, n_d = len(k), len(d)
+        return _crc32(
+            b"".join(
+                (
+                    _PREFIXES[n_k] if n_k < _SHORT else _LENGTH(n_k),
+                    k,
+                    _PREFIXES[n_d] if n_d < _SHORT else _LENGTH(n_d),
+                    d,
+                )
+            )
+        )
     return checksum(kind, data)

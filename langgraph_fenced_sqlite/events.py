@@ -24,7 +24,7 @@ from .claims import ThreadRow
 from .doorbell import Listener
 from .errors import ReplayUnavailable, SerializationError, UndecodableRow, bad_argument
 from .hop import ASYNC_WORKERS, Hop
-from .stored_json import PLAIN, dumps_json, loads_json
+from .stored_json import MAX_INT, MIN_INT, PLAIN, dumps_json, loads_json
 from .validation import check_iterable, check_json, check_name
 
 __all__ = ["Event", "EventPoller"]
@@ -164,11 +164,32 @@ def append_one(
 ) -> None:
     """Append one event at `seq` (`append` for one event, with no `NewEvent` built).
 
-    Every put and put_writes appends exactly one, so they call this directly.
     `plain`: the caller knows `data` is `PLAIN` JSON (`stored_json.json_kind`),
     so it is encoded with no walk.
     """
     text = dumps_json(data, "event data", kind=PLAIN if plain else None)
+    append_text(
+        conn, thread_id, seq, kind, text, checkpoint_ns, checkpoint_id, token=token, now=now
+    )
+
+
+def append_text(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    seq: int,
+    kind: str,
+    text: str,
+    checkpoint_ns: str | None,
+    checkpoint_id: str | None,
+    *,
+    token: int | None,
+    now: float,
+) -> None:
+    """Append one event at `seq` whose data is `text`, as `dumps_json` wrote it.
+
+    Every put and put_writes appends exactly one, with the text of
+    `checkpoint_event_text` / `writes_event_text`.
+    """
     conn.execute(
         schema.INSERT_EVENT,
         (
@@ -183,6 +204,50 @@ def append_one(
             event_checksum(kind, text),
         ),
     )
+
+
+def checkpoint_event_text(
+    step: int | None, source: str | None, parent_id: str | None, run_id: str | None
+) -> str:
+    """Return the data of a put's event, as `dumps_json` writes it.
+
+    `{"step", "source", "parent_checkpoint_id"}`, and `"run_id"` unless it
+    is None. Judged `PLAIN` field by field (what `json_kind` would walk), so
+    that the common event is encoded by orjson with no walk.
+    """
+    data: dict[str, Any] = {"step": step, "source": source, "parent_checkpoint_id": parent_id}
+    if run_id is not None:
+        data["run_id"] = run_id
+    plain = (
+        (step is None or (type(step) is int and MIN_INT <= step <= MAX_INT))
+        and (source is None or (type(source) is str and source.isascii()))
+        and (parent_id is None or (type(parent_id) is str and parent_id.isascii()))
+        and (run_id is None or (type(run_id) is str and run_id.isascii()))
+    )
+    return dumps_json(data, "event data", kind=PLAIN if plain else None)
+
+
+def writes_event_text(task_id: str, task_path: str, channels: list[str]) -> str:
+    """Return the data of a put_writes' event, as `dumps_json` writes it.
+
+    `{"task_id", "task_path", "channels"}`, judged `PLAIN` as
+    `checkpoint_event_text` judges a put's (a loop, not `all()` over a
+    generator: a put_writes has one or two channels, and the generator
+    cost more than the rest of the test).
+    """
+    plain = (
+        type(task_id) is str
+        and task_id.isascii()
+        and type(task_path) is str
+        and task_path.isascii()
+    )
+    if plain:
+        for channel in channels:
+            if type(channel) is not str or not channel.isascii():
+                plain = False
+                break
+    data = {"task_id": task_id, "task_path": task_path, "channels": channels}
+    return dumps_json(data, "event data", kind=PLAIN if plain else None)
 
 
 def read_after(

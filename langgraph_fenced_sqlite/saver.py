@@ -258,8 +258,9 @@ class FencedSqliteSaver(  # type: ignore[misc]
         return page
 
     def _put(self, enc: cps.EncodedCheckpoint, token: int | None) -> None:
-        now = read_now(self.clock)
-        self._engine.write(
+        engine = self._engine
+        now = read_now(engine.clock)  # `self.clock`, without the property's call
+        engine.write(
             "put",
             lambda conn: cps.put_txn(conn, enc, token, now=now, require_claim=self.require_claim),
             closes=None
@@ -270,8 +271,9 @@ class FencedSqliteSaver(  # type: ignore[misc]
     def _put_writes(
         self, key: _Key, encoded: _list[cps.EncodedWrite], token: int | None, run_id: str | None
     ) -> None:
-        now = read_now(self.clock)
-        self._engine.write(
+        engine = self._engine
+        now = read_now(engine.clock)  # `self.clock`, without the property's call
+        engine.write(
             "put_writes",
             lambda conn: cps.put_writes_txn(
                 conn, *key, encoded, token, run_id=run_id, now=now, require_claim=self.require_claim

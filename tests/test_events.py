@@ -377,3 +377,78 @@ def test_put_and_write_events_store_the_text_dumps_json_gives(
         data["run_id"] = run_id
     writes = {"task_id": "task-ü", "task_path": "", "channels": [channel, "other"]}
     assert [r[0] for r in rows] == [dumps_json(data, "d"), dumps_json(writes, "d")]
+
+
+# --- the event data every put and put_writes writes without encoding a dict ----------
+
+_TEXTS = [
+    None,
+    "",
+    "loop",
+    "1ef00000-0000-6000-8000-000000000000",
+    'a "quoted" id',
+    "back\\slash",
+    "tab\there",
+    "new\nline",
+    "del\x7f",
+    "nul\x00",
+    "caf\u00e9",
+    "\U0001f600",
+    "~ !#[]{}",
+]
+
+
+class _Str(str):
+    def __format__(self, spec: str) -> str:
+        return "formatted"
+
+
+def test_checkpoint_event_text_is_the_dumps_json_of_its_dict() -> None:
+    """The text written without a dict is exactly what `dumps_json` writes of it."""
+    from enum import IntEnum
+
+    from langgraph_fenced_sqlite.events import checkpoint_event_text
+    from langgraph_fenced_sqlite.stored_json import dumps_json
+
+    class Step(IntEnum):
+        ONE = 1
+
+    steps = [None, 0, -1, 7, 2**63 - 1, -(2**63), Step.ONE]
+    for step in steps:
+        for text in [*_TEXTS, _Str("sub")]:
+            for source, parent, run_id in (
+                (text, "p", None),
+                ("loop", text, "r"),
+                ("s", None, text),
+            ):
+                data: dict[str, Any] = {
+                    "step": step,
+                    "source": source,
+                    "parent_checkpoint_id": parent,
+                }
+                if run_id is not None:
+                    data["run_id"] = run_id
+                assert checkpoint_event_text(step, source, parent, run_id) == dumps_json(
+                    data, "event data"
+                ), (step, source, parent, run_id)
+
+
+def test_writes_event_text_is_the_dumps_json_of_its_dict() -> None:
+    """As for puts: the task id, path and channel names, escaped or not."""
+    from langgraph_fenced_sqlite.events import writes_event_text
+    from langgraph_fenced_sqlite.stored_json import dumps_json
+
+    names = [t for t in _TEXTS if t] + [_Str("sub")]
+    for text in names:
+        for task_id, path, channels in (
+            (text, "", ["state"]),
+            ("t", text, ["a", "b"]),
+            ("t", "~p", [text]),
+            ("t", "", ["a", text, "__pregel_tasks"]),
+        ):
+            data = {"task_id": task_id, "task_path": path, "channels": channels}
+            assert writes_event_text(task_id, path, channels) == dumps_json(data, "event data"), (
+                task_id,
+                path,
+                channels,
+            )
