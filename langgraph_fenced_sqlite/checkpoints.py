@@ -29,10 +29,19 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from . import claims, events, schema
-from .checksums import checkpoint_checksum, write_checksum
+from .checksums import checkpoint_checksum, checkpoint_checksum_of_bytes, write_checksum
 from .errors import CheckpointConflict, FencedSqliteError, SerializationError, UndecodableRow
 from .serde import write_context
-from .stored_json import MAX_INT, MIN_INT, NOT_FINE, PLAIN, dumps_json, json_kind, loads_json
+from .stored_json import (
+    MAX_INT,
+    MIN_INT,
+    NOT_FINE,
+    PLAIN,
+    dumps_json,
+    json_kind,
+    loads_canonical,
+    loads_json,
+)
 
 ENVELOPE_FORMAT = 1
 _ABSENT = object()
@@ -674,6 +683,19 @@ def decode_checked(
     if writes:
         pending = [(w[0], w[1], decode_write(serde, thread_id, cid, w)) for w in writes]
     md = _metadata(thread_id, cid, metadata)
+    return _checkpoint_tuple(thread_id, ns, cid, parent_id, env, md, pending)
+
+
+def _checkpoint_tuple(
+    thread_id: str,
+    ns: str,
+    cid: str,
+    parent_id: str | None,
+    checkpoint: Any,
+    metadata: Any,
+    pending: list[tuple[str, str, Any]],
+) -> CheckpointTuple:
+    """Return the `CheckpointTuple` of decoded parts, with its config and its parent's."""
     config: RunnableConfig = {
         "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}
     }
@@ -687,7 +709,9 @@ def decode_checked(
             }
         }
     # `tuple.__new__` is what the named tuple's own (Python) `__new__` calls.
-    result: CheckpointTuple = _new_tuple(CheckpointTuple, (config, env, md, parent, pending))
+    result: CheckpointTuple = _new_tuple(
+        CheckpointTuple, (config, checkpoint, metadata, parent, pending)
+    )
     return result
 
 
@@ -746,42 +770,122 @@ def decode_read(
     return decode_checked(serde, thread_id, ns, cid, parent_id, cells, writes)
 
 
-def split_read_page(rows: Sequence[Row], at: int) -> tuple[list[Row], list[list[WriteRow]]]:
-    """Split `schema.read_page`'s rows into the page's checkpoint rows and their writes.
+def decode_page(
+    serde: SerializerProtocol,
+    thread_id: Any,
+    ns: Any,
+    rows: Sequence[Row],
+    at: int,
+    read_in_full: Callable[[str, str, str], CheckpointTuple],
+) -> list[CheckpointTuple]:
+    """Rebuild the checkpoints of `schema.read_page`'s rows, checked as `decode_tuple` checks.
 
-    `at` is 2 when rows start with their thread and namespace, 0 when the
-    query named both (rows start with the checkpoint id).
+    `at` is 0 when the query named the thread and the namespace (`thread_id`
+    and `ns`; rows start with the checkpoint id), 2 when rows start with
+    their own. A checkpoint row whose types flag is not 0 is passed to
+    `read_in_full(thread_id, ns, checkpoint_id)`, which reads it again and
+    names the cell. Pending writes come in `writes_sort_key` order.
 
-    Returns:
-        The checkpoint rows in order, and the write rows of each (a list per
-        checkpoint row, in the same order) in `writes_sort_key` order.
+    A row takes one path when it is what this library writes (its checksum
+    holds over the bytes read, its JSON is orjson's canonical text, its
+    values a dict, each write's cells typed and sealed): `decode_read`'s
+    checks, in one loop for the page, with no str decoded and encoded back
+    and no call per cell. Any other row, and a row that one of those checks
+    refuses, goes through `decode_read`'s (and `decode_write`'s) own checks
+    on the same cells, which return its value or raise its error as they
+    always did: this path only ever accepts what they accept.
+
+    Raises:
+        UndecodableRow: as `decode_tuple`.
     """
+    # The last cell: 1 for a write row; 0 or 2 (`_PAGE_TYPES_OK`) for a checkpoint's.
     flag = at + 8
-    checkpoints = [r for r in rows if r[flag] == 0]
-    if len(checkpoints) == len(rows):
-        return checkpoints, [[] for _ in checkpoints]
-    # A checkpoint's key: its id alone when the query named the thread and
-    # namespace (one str to hash, not a tuple of three).
-    index: dict[Any, list[WriteRow]]
-    if at:
-        index = {(r[0], r[1], r[2]): [] for r in checkpoints}
-        for r in rows:
-            if r[flag] != 0:
-                found = index.get((r[0], r[1], r[2]))
-                if found is not None:
-                    found.append(r[3:10])
-    else:
-        index = {r[0]: [] for r in checkpoints}
-        for r in rows:
-            if r[8] != 0:
-                found = index.get(r[0])
-                if found is not None:
-                    found.append(r[1:8])
-    writes = list(index.values())
-    for mine in writes:
-        if len(mine) > 1:
-            sort_writes(mine)
-    return checkpoints, writes
+    checkpoints: list[Row] = []
+    # A checkpoint's writes by its key: its id alone when the query named the
+    # thread and namespace (one str to hash, not a tuple of three).
+    writes: dict[Any, list[WriteRow]] = {}
+    for r in rows:
+        if r[flag] != 1:
+            checkpoints.append(r)
+            continue
+        key = r[:3] if at else r[0]
+        found = writes.get(key)
+        if found is None:
+            writes[key] = [r[at + 1 : at + 8]]
+        else:
+            found.append(r[at + 1 : at + 8])
+    page: list[CheckpointTuple] = []
+    add = page.append
+    loads = serde.loads_typed
+    for r in checkpoints:
+        if at:
+            thread_id, ns = r[0], r[1]
+            found = writes.get(r[:3])
+            r = r[2:]
+        else:
+            found = writes.get(r[0])
+        cid, parent_id, envelope, values_type, values_blob, metadata, stored, _, types_ok = r
+        if types_ok != 0:
+            add(read_in_full(thread_id, ns, cid))
+            continue
+        if found is None:
+            found = []
+        elif len(found) > 1:
+            sort_writes(found)
+        # `_PAGE_TYPES_OK` found the envelope and the metadata TEXT, read as their bytes.
+        if (
+            stored is not None
+            and type(values_type) is str
+            and type(values_blob) is bytes
+            and (parent_id is None or type(parent_id) is str)
+            and values_type.isascii()
+            and stored
+            == checkpoint_checksum_of_bytes(envelope, values_type.encode(), values_blob, metadata)
+        ):
+            env = loads_canonical(envelope)
+            if (
+                type(env) is dict
+                and env.pop("format", None) == ENVELOPE_FORMAT
+                and env.get("id") == cid
+            ):
+                try:
+                    values = loads((values_type, values_blob))
+                except _DECODE_ERRORS:
+                    values = None
+                md = loads_canonical(metadata) if type(values) is dict else None
+                if type(md) is dict:
+                    env["channel_values"] = values
+                    pending: list[tuple[str, str, Any]] = []
+                    for w in found:
+                        task_id, channel, type_, blob, _, _, sealed = w
+                        if (
+                            type(task_id) is str
+                            and type(channel) is str
+                            and type(type_) is str
+                            and type(blob) is bytes
+                            and sealed is not None
+                            and sealed == write_checksum(channel, type_, blob)
+                        ):
+                            try:
+                                value = loads((type_, blob))
+                            except _DECODE_ERRORS:
+                                value = decode_write(serde, thread_id, cid, w)
+                        else:
+                            value = decode_write(serde, thread_id, cid, w)
+                        pending.append((task_id, channel, value))
+                    add(_checkpoint_tuple(thread_id, ns, cid, parent_id, env, md, pending))
+                    continue
+        # Refused above, or not what this library writes: `decode_read`'s
+        # checks decide, on the cells as the sqlite3 module reads TEXT
+        # (`lenient_text` of the same bytes).
+        cells = (envelope.decode(*_LENIENT), values_type, values_blob, metadata.decode(*_LENIENT))
+        check_cells(thread_id, cid, parent_id, cells, stored, None)
+        add(decode_checked(serde, thread_id, ns, cid, parent_id, cells, found))
+    return page
+
+
+# What `connection.lenient_text` decodes TEXT cells with.
+_LENIENT = ("utf-8", "surrogateescape")
 
 
 # A retention skeleton row: ns, id, parent, position, source, run_id,

@@ -19,7 +19,13 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["checkpoint_checksum", "checksum", "event_checksum", "write_checksum"]
+__all__ = [
+    "checkpoint_checksum",
+    "checkpoint_checksum_of_bytes",
+    "checksum",
+    "event_checksum",
+    "write_checksum",
+]
 
 _NULL = b"\xff\xff\xff\xff"
 # Prefixes a number. A damaged cell may hold one where text or a blob belongs;
@@ -117,22 +123,33 @@ def checkpoint_checksum(envelope: Any, values_type: Any, values_blob: Any, metad
             env, kind, meta = envelope.encode(), values_type.encode(), metadata.encode()
         except UnicodeEncodeError:
             return checksum(envelope, values_type, values_blob, metadata)
-        n_env, n_kind, n_blob, n_meta = len(env), len(kind), len(values_blob), len(meta)
-        return _crc32(
-            b"".join(
-                (
-                    _PREFIXES[n_env] if n_env < _SHORT else _LENGTH(n_env),
-                    env,
-                    _PREFIXES[n_kind] if n_kind < _SHORT else _LENGTH(n_kind),
-                    kind,
-                    _PREFIXES[n_blob] if n_blob < _SHORT else _LENGTH(n_blob),
-                    values_blob,
-                    _PREFIXES[n_meta] if n_meta < _SHORT else _LENGTH(n_meta),
-                    meta,
-                )
+        return checkpoint_checksum_of_bytes(env, kind, values_blob, meta)
+    return checksum(envelope, values_type, values_blob, metadata)
+
+
+def checkpoint_checksum_of_bytes(
+    envelope: bytes, values_type: bytes, values_blob: bytes, metadata: bytes
+) -> int:
+    """Return `checkpoint_checksum` of a row whose text cells are given as their UTF-8 bytes.
+
+    For a reader that holds those bytes already (`list` reads them so), all
+    four cells exactly `bytes`.
+    """
+    n_env, n_kind, n_blob, n_meta = len(envelope), len(values_type), len(values_blob), len(metadata)
+    return _crc32(
+        b"".join(
+            (
+                _PREFIXES[n_env] if n_env < _SHORT else _LENGTH(n_env),
+                envelope,
+                _PREFIXES[n_kind] if n_kind < _SHORT else _LENGTH(n_kind),
+                values_type,
+                _PREFIXES[n_blob] if n_blob < _SHORT else _LENGTH(n_blob),
+                values_blob,
+                _PREFIXES[n_meta] if n_meta < _SHORT else _LENGTH(n_meta),
+                metadata,
             )
         )
-    return checksum(envelope, values_type, values_blob, metadata)
+    )
 
 
 def write_checksum(channel: Any, type_: Any, blob: Any) -> int:

@@ -239,23 +239,20 @@ class FencedSqliteSaver(  # type: ignore[misc]
         self, query: dict[str, Any], after_key: tuple[str, str, str] | None, size: int
     ) -> _list[CheckpointTuple]:
         sql, params = schema.read_page(**query, after_key=after_key, limit=size)
-        thread_id, ns = query["thread_id"], query["checkpoint_ns"]
         # Rows carry their thread and namespace unless the query named both (`read_page`).
-        at = 0 if thread_id is not None and ns is not None else 2
-        rows, writes = cps.split_read_page(self._engine.query("list", sql, params), at)
-        serde = self.serde
-        page = []
-        for r, found in zip(rows, writes, strict=True):
-            if at:
-                thread_id, ns = r[0], r[1]
-            if r[at + 7] != 0:
-                again = super()._read_tuple(thread_id, ns, r[at])
-                if again is None:
-                    raise UndecodableRow(thread_id, r[at], "the row changed while it was read")
-                page.append(again)
-            else:
-                page.append(cps.decode_read(serde, thread_id, ns, r, found, at))
-        return page
+        at = 0 if query["thread_id"] is not None and query["checkpoint_ns"] is not None else 2
+        rows = self._engine.query("list", sql, params)
+        return cps.decode_page(
+            self.serde, query["thread_id"], query["checkpoint_ns"], rows, at, self._reread
+        )
+
+    def _reread(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointTuple:
+        # A page's row whose cells hold the wrong SQL types, read in full so
+        # that `decode_tuple` names the cell.
+        again = super()._read_tuple(thread_id, ns, checkpoint_id)
+        if again is None:
+            raise UndecodableRow(thread_id, checkpoint_id, "the row changed while it was read")
+        return again
 
     def _put(self, enc: cps.EncodedCheckpoint, token: int | None) -> None:
         now = read_now(self.clock)
