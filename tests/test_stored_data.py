@@ -377,6 +377,60 @@ def test_list_refuses_text_that_is_not_utf8_by_its_checksum(open_store: Any, db_
         assert list(store.list(plain_config("t")))
 
 
+def _user_values() -> dict[str, Any]:
+    from _user_types import Color, Order, Point
+
+    return {"color": Color.BLUE, "where": Point(0, 1), "last": Order("B-2", 1)}
+
+
+def test_list_rebuilds_user_types_as_get_tuple_does_and_names_refused_ones(
+    open_store: Any, db_path: str
+) -> None:
+    """`list` reads the default serializer's msgpack through its own hook, with no
+    method call per value: user types in values and writes come back as get_tuple
+    gives them (also to a display reader, `unknown="tag"`), and a reader that does
+    not allow them gets get_tuple's error, every time, then reads other threads."""
+    from _user_types import Color, Order, Point
+
+    from langgraph_fenced_sqlite.serde import DataOnlySerializer, TaggedValue
+
+    allowed = [Color, Order, Point]
+    writer = open_store(allowed_types=allowed)
+    config = writer.put(plain_config("t"), values_checkpoint(_user_values()), {"step": 0}, {})
+    writer.put_writes(config, [("a", Point(2, 3)), ("b", "plain")], "task")
+    writer.put(plain_config("u"), values_checkpoint({"a": 1}), {"step": 0}, {})
+    (listed,) = list(writer.list(plain_config("t")))
+    assert listed == writer.get_tuple(config)
+    assert listed.checkpoint["channel_values"] == _user_values()
+    assert [w[2] for w in listed.pending_writes] == [Point(2, 3), "plain"]
+    display = open_store(serde=DataOnlySerializer(unknown="tag"))
+    (shown,) = list(display.list(plain_config("t")))
+    assert shown == display.get_tuple(config)
+    assert isinstance(shown.checkpoint["channel_values"]["where"], TaggedValue)
+    strict = open_store()
+    for _ in range(2):
+        with pytest.raises(UndecodableRow, match="not allowed") as by_id:
+            strict.get_tuple(config)
+        with pytest.raises(UndecodableRow) as by_list:
+            list(strict.list(plain_config("t")))
+        assert by_list.value.reason == by_id.value.reason
+        assert [t.checkpoint["channel_values"] for t in strict.list(plain_config("u"))] == [
+            {"a": 1}
+        ]
+
+
+def test_list_reads_through_a_users_serializer_as_get_tuple_does(open_store: Any) -> None:
+    """A serializer of the user's is called as it is, for values and writes alike."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    store = open_store(serde=JsonPlusSerializer(pickle_fallback=False))
+    config = store.put(plain_config("t"), values_checkpoint({"a": [1, 2]}), {"step": 0}, {})
+    store.put_writes(config, [("a", {"x": 1}), ("b", None), ("c", b"\x00")], "task")
+    (listed,) = list(store.list(plain_config("t")))
+    assert listed == store.get_tuple(config)
+    assert [w[2] for w in listed.pending_writes] == [{"x": 1}, None, b"\x00"]
+
+
 @pytest.mark.parametrize(
     ("sql", "named"),
     [
@@ -386,6 +440,9 @@ def test_list_refuses_text_that_is_not_utf8_by_its_checksum(open_store: Any, db_
         ("UPDATE writes SET blob = 'text' WHERE channel = 'a'", "blob holds str"),
         ("UPDATE checkpoints SET metadata = '[]'", "not an object"),
         ("UPDATE checkpoints SET envelope = '{}'", "format"),
+        ("UPDATE checkpoints SET values_blob = x'c1'", "msgpack"),
+        ("UPDATE checkpoints SET values_blob = x'07'", "not a dict"),
+        ("UPDATE writes SET blob = x'c7016300' WHERE channel = 'a'", "write 'task-1'"),
     ],
 )
 def test_list_names_a_forged_row_as_get_tuple_does(
