@@ -23,7 +23,7 @@ from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from . import checkpoints as cps
-from . import schema
+from . import narrow_reads, schema
 from .api_claims import ClaimsAPI
 from .api_events import EventsAPI
 from .api_inspect import InspectionAPI
@@ -227,13 +227,13 @@ class FencedSqliteSaver(  # type: ignore[misc]
         self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
     ) -> CheckpointTuple | None:
         sql, params = schema.read_tuple(thread_id, checkpoint_ns, checkpoint_id)
-        found = cps.split_read(self._engine.query("get_tuple", sql, params))
+        found = narrow_reads.split_read(self._engine.query("get_tuple", sql, params))
         if found is None:
             return None
         row, writes = found
         if row[7] != 0:
             return super()._read_tuple(thread_id, checkpoint_ns, row[0])
-        return cps.decode_read(self.serde, thread_id, checkpoint_ns, row, writes)
+        return narrow_reads.decode_read(self.serde, thread_id, checkpoint_ns, row, writes)
 
     def _read_page(
         self, query: dict[str, Any], after_key: tuple[str, str, str] | None, size: int
@@ -242,7 +242,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
         # Rows carry their thread and namespace unless the query named both (`read_page`).
         at = 0 if query["thread_id"] is not None and query["checkpoint_ns"] is not None else 2
         rows = self._engine.query("list", sql, params)
-        return cps.decode_page(
+        return narrow_reads.decode_page(
             self.serde, query["thread_id"], query["checkpoint_ns"], rows, at, self._reread
         )
 

@@ -331,7 +331,7 @@ def test_a_cell_get_tuple_and_list_check_but_do_not_read_is_still_named(
         list(store.list(plain_config("t"), limit=1))
 
 
-# --- reads in one statement (checkpoints.split_tuple, decode_page) -------------------
+# --- reads in one statement (checkpoints.split_tuple, narrow_reads.decode_page) ------
 
 
 def test_list_reads_rows_json_wrote_as_get_tuple_does(open_store: Any) -> None:
