@@ -42,6 +42,7 @@ from .validation import (
     check_limit,
     check_name,
     check_writes,
+    conf_target,
     config_target,
 )
 
@@ -406,7 +407,7 @@ def list_query(
     if config is not None:
         conf = check_config(config)
         if conf.get("thread_id") is not None:
-            thread_id, _, cid = config_target(config)
+            thread_id, _, cid = conf_target(conf)
         if conf.get("checkpoint_ns") is not None:
             ns = check_name(
                 conf["checkpoint_ns"],

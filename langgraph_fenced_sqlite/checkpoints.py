@@ -32,7 +32,15 @@ from . import claims, events, schema
 from .checksums import checkpoint_checksum, write_checksum
 from .errors import CheckpointConflict, FencedSqliteError, SerializationError, UndecodableRow
 from .serde import write_context
-from .stored_json import MAX_INT, MIN_INT, NOT_FINE, PLAIN, dumps_json, json_kind, loads_json
+from .stored_json import (
+    MAX_INT,
+    MIN_INT,
+    NOT_FINE,
+    PLAIN,
+    dumps_json,
+    json_kind,
+    loads_json,
+)
 
 ENVELOPE_FORMAT = 1
 _ABSENT = object()
@@ -671,6 +679,19 @@ def decode_checked(
     if writes:
         pending = [(w[0], w[1], decode_write(serde, thread_id, cid, w)) for w in writes]
     md = _metadata(thread_id, cid, metadata)
+    return checkpoint_tuple(thread_id, ns, cid, parent_id, env, md, pending)
+
+
+def checkpoint_tuple(
+    thread_id: str,
+    ns: str,
+    cid: str,
+    parent_id: str | None,
+    checkpoint: Any,
+    metadata: Any,
+    pending: list[tuple[str, str, Any]],
+) -> CheckpointTuple:
+    """Return the `CheckpointTuple` of decoded parts, with its config and its parent's."""
     config: RunnableConfig = {
         "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}
     }
@@ -684,101 +705,10 @@ def decode_checked(
             }
         }
     # `tuple.__new__` is what the named tuple's own (Python) `__new__` calls.
-    result: CheckpointTuple = _new_tuple(CheckpointTuple, (config, env, md, parent, pending))
+    result: CheckpointTuple = _new_tuple(
+        CheckpointTuple, (config, checkpoint, metadata, parent, pending)
+    )
     return result
-
-
-# --- the narrow reads of `get_tuple` and `list` (schema.read_tuple, schema.read_page) -----
-
-
-def split_read(rows: Sequence[Row]) -> tuple[Row, list[WriteRow]] | None:
-    """Split `schema.read_tuple`'s rows into the checkpoint row and its writes.
-
-    Returns:
-        None if no checkpoint was found, else the checkpoint row
-        (`schema._READ_COLUMNS`, then its types flag) and its write rows in
-        `writes_sort_key` order.
-    """
-    if not rows:
-        return None
-    row = rows[0]
-    if row[7] == 1:
-        # A write row first: SQLite runs a UNION ALL's arms in order, so this
-        # is a result with no checkpoint (writes of one not stored); the
-        # search only makes that order no assumption.
-        found = next((r for r in rows if r[7] != 1), None)
-        if found is None:
-            return None
-        row = found
-    if len(rows) == 1:
-        return row, []
-    writes = [r[:7] for r in rows if r is not row]
-    if len(writes) > 1:
-        sort_writes(writes)
-    return row, writes
-
-
-def decode_read(
-    serde: SerializerProtocol,
-    thread_id: str,
-    ns: str,
-    row: Row,
-    writes: Sequence[WriteRow],
-    at: int = 0,
-) -> CheckpointTuple:
-    """Rebuild a `CheckpointTuple` from a narrow read's row, checked as `check_row` checks.
-
-    The row holds `schema._READ_COLUMNS` from index `at`: 0 for
-    `split_read`'s row and for `split_read_page`'s of a query that named the
-    thread and namespace, 2 for its others (after their thread and
-    namespace). Its types flag must be 0 (the caller reads a flagged
-    row again in full, through `decode_tuple`, which names the cell).
-
-    Raises:
-        UndecodableRow: as `decode_tuple`.
-    """
-    cid, parent_id = row[at], row[at + 1]
-    cells = row[at + 2 : at + 6]
-    check_cells(thread_id, cid, parent_id, cells, row[at + 6], None)
-    return decode_checked(serde, thread_id, ns, cid, parent_id, cells, writes)
-
-
-def split_read_page(rows: Sequence[Row], at: int) -> tuple[list[Row], list[list[WriteRow]]]:
-    """Split `schema.read_page`'s rows into the page's checkpoint rows and their writes.
-
-    `at` is 2 when rows start with their thread and namespace, 0 when the
-    query named both (rows start with the checkpoint id).
-
-    Returns:
-        The checkpoint rows in order, and the write rows of each (a list per
-        checkpoint row, in the same order) in `writes_sort_key` order.
-    """
-    flag = at + 8
-    checkpoints = [r for r in rows if r[flag] == 0]
-    if len(checkpoints) == len(rows):
-        return checkpoints, [[] for _ in checkpoints]
-    # A checkpoint's key: its id alone when the query named the thread and
-    # namespace (one str to hash, not a tuple of three).
-    index: dict[Any, list[WriteRow]]
-    if at:
-        index = {(r[0], r[1], r[2]): [] for r in checkpoints}
-        for r in rows:
-            if r[flag] != 0:
-                found = index.get((r[0], r[1], r[2]))
-                if found is not None:
-                    found.append(r[3:10])
-    else:
-        index = {r[0]: [] for r in checkpoints}
-        for r in rows:
-            if r[8] != 0:
-                found = index.get(r[0])
-                if found is not None:
-                    found.append(r[1:8])
-    writes = list(index.values())
-    for mine in writes:
-        if len(mine) > 1:
-            sort_writes(mine)
-    return checkpoints, writes
 
 
 # A retention skeleton row: ns, id, parent, position, source, run_id,

@@ -23,7 +23,7 @@ from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from . import checkpoints as cps
-from . import schema
+from . import narrow_reads, schema
 from .api_claims import ClaimsAPI
 from .api_events import EventsAPI
 from .api_inspect import InspectionAPI
@@ -227,35 +227,32 @@ class FencedSqliteSaver(  # type: ignore[misc]
         self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
     ) -> CheckpointTuple | None:
         sql, params = schema.read_tuple(thread_id, checkpoint_ns, checkpoint_id)
-        found = cps.split_read(self._engine.query("get_tuple", sql, params))
+        found = narrow_reads.split_read(self._engine.query("get_tuple", sql, params))
         if found is None:
             return None
         row, writes = found
         if row[7] != 0:
             return super()._read_tuple(thread_id, checkpoint_ns, row[0])
-        return cps.decode_read(self.serde, thread_id, checkpoint_ns, row, writes)
+        return narrow_reads.decode_read(self.serde, thread_id, checkpoint_ns, row, writes)
 
     def _read_page(
         self, query: dict[str, Any], after_key: tuple[str, str, str] | None, size: int
     ) -> _list[CheckpointTuple]:
         sql, params = schema.read_page(**query, after_key=after_key, limit=size)
-        thread_id, ns = query["thread_id"], query["checkpoint_ns"]
         # Rows carry their thread and namespace unless the query named both (`read_page`).
-        at = 0 if thread_id is not None and ns is not None else 2
-        rows, writes = cps.split_read_page(self._engine.query("list", sql, params), at)
-        serde = self.serde
-        page = []
-        for r, found in zip(rows, writes, strict=True):
-            if at:
-                thread_id, ns = r[0], r[1]
-            if r[at + 7] != 0:
-                again = super()._read_tuple(thread_id, ns, r[at])
-                if again is None:
-                    raise UndecodableRow(thread_id, r[at], "the row changed while it was read")
-                page.append(again)
-            else:
-                page.append(cps.decode_read(serde, thread_id, ns, r, found, at))
-        return page
+        at = 0 if query["thread_id"] is not None and query["checkpoint_ns"] is not None else 2
+        rows = self._engine.query("list", sql, params)
+        return narrow_reads.decode_page(
+            self.serde, query["thread_id"], query["checkpoint_ns"], rows, at, self._reread
+        )
+
+    def _reread(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointTuple:
+        # A page's row whose cells hold the wrong SQL types, read in full so
+        # that `decode_tuple` names the cell.
+        again = super()._read_tuple(thread_id, ns, checkpoint_id)
+        if again is None:
+            raise UndecodableRow(thread_id, checkpoint_id, "the row changed while it was read")
+        return again
 
     def _put(self, enc: cps.EncodedCheckpoint, token: int | None) -> None:
         engine = self._engine

@@ -703,6 +703,13 @@ _LIST_ORDER = "ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC L
 
 
 _KEYS = ("thread_id, checkpoint_ns, ", "w.thread_id, w.checkpoint_ns, ")
+# `_TYPES_OK`, and the envelope and the metadata are TEXT (`read_page` reads
+# their bytes, whose SQL type is then no longer seen): 0, else 2.
+_PAGE_TYPES_OK = (
+    "CASE WHEN typeof(position) = 'integer' AND (token IS NULL OR typeof(token) = 'integer') "
+    "AND typeof(created_at) IN ('integer', 'real') AND typeof(envelope) = 'text' "
+    "AND typeof(metadata) = 'text' THEN 0 ELSE 2 END"
+)
 
 
 def read_page(
@@ -731,13 +738,17 @@ def read_page(
     not whole rows. Checkpoint rows carry only the cells `list` returns or
     checks (see `_READ_COLUMNS`); when the query names the thread and the
     namespace (as LangGraph's history does), rows do not carry them (the
-    reader knows them: two cells fewer a row).
+    reader knows them: two cells fewer a row). The envelope and the
+    metadata come as their UTF-8 bytes (`CAST ... AS BLOB`, no copy in
+    SQLite): those are what the checksum hashes and what orjson reads, so
+    they are not decoded to str and encoded back (`_PAGE_TYPES_OK` checks
+    that they are TEXT). A row's last cell tells the two kinds apart.
 
     Returns:
         `(sql, params)`; rows are the page's checkpoints in order
         (`thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id,
-        envelope, values_type, values_blob, metadata, checksum`, then
-        `_TYPES_OK`, then 0), then their writes in no particular order:
+        envelope, values_type, values_blob, metadata, checksum, NULL`, then
+        `_PAGE_TYPES_OK`: 0 or 2), then their writes in no particular order:
         `(thread_id, checkpoint_ns, checkpoint_id, task_id, channel, type,
         blob, task_path, idx, checksum, 1)`; without their first two cells
         when the query names the thread and the namespace.
@@ -748,8 +759,9 @@ def read_page(
     known = thread_id is not None and checkpoint_ns is not None
     keys, w_keys = ("", "") if known else _KEYS
     sql = (
-        f"SELECT {keys}checkpoint_id, parent_checkpoint_id, envelope, values_type, "
-        f"values_blob, metadata, checksum, {_TYPES_OK}, 0 FROM (SELECT rowid AS r "
+        f"SELECT {keys}checkpoint_id, parent_checkpoint_id, CAST(envelope AS BLOB), "
+        "values_type, values_blob, CAST(metadata AS BLOB), checksum, NULL, "
+        f"{_PAGE_TYPES_OK} FROM (SELECT rowid AS r "
         f"FROM checkpoints {clause}{_LIST_ORDER}) AS p CROSS JOIN checkpoints AS c "
         f"ON c.rowid = p.r UNION ALL SELECT {w_keys}w.checkpoint_id, w.task_id, w.channel, "
         "w.type, w.blob, w.task_path, w.idx, w.checksum, 1 FROM (SELECT thread_id, "

@@ -53,10 +53,12 @@ from .user_types import (
 )
 
 __all__ = [
+    "READ_OPTION",
     "DataOnlySerializer",
     "TaggedValue",
     "TypeKey",
     "TypeRegistry",
+    "forget_read_errors",
     "schema_classes",
     "schema_types",
     "write_context",
@@ -65,6 +67,8 @@ __all__ = [
 TypeKey = tuple[str, ...]
 
 _OPTION = ormsgpack.OPT_NON_STR_KEYS
+# The option `DataOnlySerializer.plain_msgpack_hook`'s callers read with.
+READ_OPTION = _OPTION
 _unpackb = ormsgpack.unpackb
 
 # The tags we write and read; everything else (pickle, json, ...) is refused.
@@ -379,6 +383,31 @@ class DataOnlySerializer(JsonPlusSerializer):
             str(tag), message=f"serializer tag {tag!r} is refused (only {sorted(_TAGS)})"
         )
 
+    def plain_msgpack_hook(self) -> Callable[[int, bytes], Any]:
+        """Return the ext hook `loads_typed` reads plain msgpack with.
+
+        For a reader that decodes a page of values (`list`) with no method
+        frame per value (a third of a small value's cost): where
+        `ormsgpack.unpackb(payload, ext_hook=hook, option=READ_OPTION)`
+        returns, its value is `loads_typed(("msgpack", payload))`'s; where
+        it raises, call `forget_read_errors()`, then `loads_typed`, whose
+        error it is to raise.
+        """
+        return self._plain_hook(self._unknown == "tag")
+
+    def _plain_hook(self, tag: bool) -> Callable[[int, bytes], Any]:
+        # One hook made once per serializer and mode (`_unpack`).
+        cached = self._plain_hooks.get(tag)
+        # Checked by owner: a shallow copy of this serializer shares the
+        # dict, and must not read through a hook bound to this one.
+        if cached is None or cached[0] is not self:
+            cached = (
+                self,
+                self._make_hook(build=True, tag=tag, errors=None, seen=None, overlay={}),
+            )
+            self._plain_hooks[tag] = cached
+        return cached[1]
+
     def _unpack(
         self,
         payload: bytes,
@@ -397,16 +426,7 @@ class DataOnlySerializer(JsonPlusSerializer):
             # instead of three closures made per value.
             errors = _hook_errors()
             errors.clear()
-            cached = self._plain_hooks.get(tag)
-            # Checked by owner: a shallow copy of this serializer shares the
-            # dict, and must not read through a hook bound to this one.
-            if cached is None or cached[0] is not self:
-                cached = (
-                    self,
-                    self._make_hook(build=True, tag=tag, errors=None, seen=None, overlay={}),
-                )
-                self._plain_hooks[tag] = cached
-            hook = cached[1]
+            hook = self._plain_hook(tag)
         else:
             errors = []
             hook = self._make_hook(
@@ -497,6 +517,11 @@ class DataOnlySerializer(JsonPlusSerializer):
 
 # The errors a shared read hook met, per thread (ormsgpack drops them: see `_unpack`).
 _HOOK_ERRORS = threading.local()
+
+
+def forget_read_errors() -> None:
+    """Empty this thread's record of a plain read's hook errors (see `plain_msgpack_hook`)."""
+    _hook_errors().clear()
 
 
 def _hook_errors() -> list[SerializationError]:

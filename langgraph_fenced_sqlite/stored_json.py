@@ -32,10 +32,12 @@ __all__ = [
     "MAX_INT",
     "MAX_JSON_DEPTH",
     "MIN_INT",
+    "NOT_CANONICAL",
     "NOT_FINE",
     "PLAIN",
     "dumps_json",
     "json_kind",
+    "loads_canonical",
     "loads_json",
 ]
 
@@ -218,25 +220,12 @@ def loads_json(text: Any, what: str = "JSON") -> Any:
             `MAX_JSON_DEPTH`. Nothing else is ever raised.
     """
     if type(text) is str:
-        # orjson first (half the scanner's cost): its value is taken only when
-        # orjson writes that value back as exactly this text. Then it is the
-        # value `json` reads too: the text is canonical (sorted, compact, no
-        # duplicate key, no escaped lone surrogate), and what orjson reads
-        # differently from `json` (an integer beyond 64 bits becomes a float,
-        # `-0` becomes 0) is written back differently. Any other text goes on.
         try:
-            value = _orjson_loads(text)
-            same = _orjson_dumps(value, option=_SORT_KEYS) == text.encode()
-        except (ValueError, TypeError):  # JSONDecodeError/JSONEncodeError are ValueErrors
-            same = False
-        if same:
-            # `_may_be_deep`, inlined (every read decodes two texts here).
-            if (
-                len(text) > 2 * MAX_JSON_DEPTH
-                and text.count("[") + text.count("{") > MAX_JSON_DEPTH
-                and _depth(value) > MAX_JSON_DEPTH
-            ):
-                raise _too_deep(what)
+            data = text.encode()
+        except UnicodeEncodeError:  # a lone surrogate: never canonical
+            return _loads_scanned(text, what)
+        value = loads_canonical(data)
+        if value is not NOT_CANONICAL:
             return value
         return _loads_scanned(text, what)
     if not isinstance(text, str):
@@ -244,6 +233,46 @@ def loads_json(text: Any, what: str = "JSON") -> Any:
             what, message=f"{what}: expected JSON text, got {type(text).__name__}"
         )
     return _loads_scanned(text, what)
+
+
+# What `loads_canonical` returns for bytes it does not decode itself.
+NOT_CANONICAL: Any = object()
+
+
+def loads_canonical(data: bytes) -> Any:
+    """Return the value of UTF-8 JSON `data` if orjson writes it back as exactly `data`.
+
+    `loads_json`'s fast path, for a caller that holds the text's bytes
+    (`list` reads them as such, and hashes them for the checksum): the value
+    is then the one `loads_json`, and `json`, read from that text.
+
+    Returns:
+        The value, or `NOT_CANONICAL` for any other bytes (not JSON, not
+        UTF-8, not written by `dumps_json`'s orjson path, or nested deeper
+        than `MAX_JSON_DEPTH`): decode those with `loads_json`, which
+        returns their value or raises. Nothing is ever raised here.
+    """
+    # orjson first (half the scanner's cost): its value is taken only when
+    # orjson writes that value back as exactly this text. Then it is the
+    # value `json` reads too: the text is canonical (sorted, compact, no
+    # duplicate key, no escaped lone surrogate), and what orjson reads
+    # differently from `json` (an integer beyond 64 bits becomes a float,
+    # `-0` becomes 0) is written back differently.
+    try:
+        value = _orjson_loads(data)
+        if _orjson_dumps(value, option=_SORT_KEYS) != data:
+            return NOT_CANONICAL
+    except (ValueError, TypeError):  # JSONDecodeError/JSONEncodeError are ValueErrors
+        return NOT_CANONICAL
+    # `_may_be_deep`, inlined (every read decodes two texts here); a text
+    # nested too deep is `loads_json`'s to refuse.
+    if (
+        len(data) > 2 * MAX_JSON_DEPTH
+        and data.count(b"[") + data.count(b"{") > MAX_JSON_DEPTH
+        and _depth(value) > MAX_JSON_DEPTH
+    ):
+        return NOT_CANONICAL
+    return value
 
 
 def _loads_scanned(text: str, what: str) -> Any:

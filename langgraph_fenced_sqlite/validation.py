@@ -221,7 +221,18 @@ def config_target(
         InvalidArgument: the config is malformed, names no thread, or (with
             `need_id`) no checkpoint.
     """
-    conf = check_config(config)
+    return conf_target(check_config(config), need_id=need_id)
+
+
+def conf_target(conf: Mapping[str, Any], *, need_id: bool = False) -> tuple[str, str, str | None]:
+    """`config_target` of a config whose `configurable` dict `check_config` returned.
+
+    For a caller that checked the config already (`list`), so that it is
+    not walked twice.
+
+    Raises:
+        InvalidArgument: as `config_target`, but for the config's shape.
+    """
     thread_id = conf.get("thread_id")
     ns = conf.get("checkpoint_ns") or ""
     cid = conf.get("checkpoint_id") or None

@@ -212,6 +212,51 @@ def test_loads_json_raises_only_serialization_errors(text: Any) -> None:
         loads_json(text)
 
 
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"{}",
+        b'{"a":1}',
+        b'{"b":1,"a":2}',
+        b'{"a": 1}',
+        b'{"a":1,"a":2}',
+        b"1e400",
+        b"-0",
+        b"123456789012345678901234567890",
+        b'"\\ud800"',
+        b"\xff",
+        b"NaN",
+        b"[1.0]",
+        b"",
+        b"[" * 300 + b"]" * 300,
+    ],
+)
+def test_loads_canonical_takes_only_what_loads_json_reads_the_same(data: bytes) -> None:
+    """`list`'s JSON fast path: a value, only for text orjson writes back exactly
+    (then the value `loads_json` reads), else NOT_CANONICAL; it never raises."""
+    value = stored_json.loads_canonical(data)
+    if value is stored_json.NOT_CANONICAL:
+        return
+    assert data == stored_json._orjson_dumps(value, option=stored_json._SORT_KEYS)
+    assert value == loads_json(data.decode()) and type(value) is type(loads_json(data.decode()))
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+        lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(), kids, max_size=3),
+        max_leaves=12,
+    )
+)
+def test_loads_canonical_agrees_with_loads_json_on_what_we_store(value: Any) -> None:
+    try:
+        text = dumps_json(value, "x")
+    except SerializationError:
+        return
+    found = stored_json.loads_canonical(text.encode())
+    assert found is stored_json.NOT_CANONICAL or found == loads_json(text)
+
+
 def test_json_nesting_is_bounded_on_read_and_on_write() -> None:
     assert getattr(stored_json, "MAX_JSON_DEPTH", None) == MAX_JSON_DEPTH
     ok: Any = []
@@ -286,7 +331,134 @@ def test_a_cell_get_tuple_and_list_check_but_do_not_read_is_still_named(
         list(store.list(plain_config("t"), limit=1))
 
 
-# --- reads in one statement (checkpoints.split_tuple, decode_page) -------------------
+# --- reads in one statement (checkpoints.split_tuple, narrow_reads.decode_page) ------
+
+
+def test_list_reads_rows_json_wrote_as_get_tuple_does(open_store: Any) -> None:
+    """`list` takes its one path only for orjson's canonical text; a row whose
+    envelope or metadata `json` wrote (a float, non-ASCII, a big number in a
+    value) reads through `decode_read`'s checks: the same tuples as get_tuple's,
+    in a page that mixes both kinds, for a query naming the thread and not."""
+    store = open_store()
+    config = store.put(
+        plain_config("t"), values_checkpoint({"a": 1}), {"source": "input", "step": -1}, {}
+    )
+    metadata: list[dict[str, Any]] = [
+        {"source": "loop", "step": 0, "score": 1e-05},
+        {"source": "loop", "step": 1, "note": "é ü ✓"},
+        {"source": "loop", "step": 2},
+        {"source": "loop", "step": 3, "big": 2**62, "neg": -0.0},
+    ]
+    for md in metadata:
+        config = store.put(config, values_checkpoint({"a": 0.5, "b": "ß"}), md, {})
+        store.put_writes(config, [("a", 1.5), ("b", "ü"), ("c", None)], "task")
+    listed = list(store.list(plain_config("t")))
+    assert len(listed) == 5
+    for got in listed:
+        assert got == store.get_tuple(got.config)
+    assert list(store.list(None)) == listed
+    assert [t.metadata.get("score") for t in listed][-2] == 1e-05
+
+
+def test_list_refuses_text_that_is_not_utf8_by_its_checksum(open_store: Any, db_path: str) -> None:
+    """`list` hashes the envelope's and metadata's stored bytes: bytes that are not
+    UTF-8 fail the checksum, as the str get_tuple reads (leniently) does."""
+    store = open_store()
+    configs = _fill(store)
+    for cell in ("envelope", "metadata"):
+        _plant(db_path, f"UPDATE checkpoints SET {cell} = CAST({cell} || x'ff' AS TEXT)")
+        with pytest.raises(UndecodableRow, match="checksum"):
+            store.get_tuple(configs["second"])
+        with pytest.raises(UndecodableRow, match="checksum"):
+            list(store.list(plain_config("t")))
+        with pytest.raises(UndecodableRow, match="checksum"):
+            list(store.list(None))
+        _plant(db_path, f"UPDATE checkpoints SET {cell} = substr({cell}, 1, length({cell}) - 1)")
+        assert list(store.list(plain_config("t")))
+
+
+def _user_values() -> dict[str, Any]:
+    from _user_types import Color, Order, Point
+
+    return {"color": Color.BLUE, "where": Point(0, 1), "last": Order("B-2", 1)}
+
+
+def test_list_rebuilds_user_types_as_get_tuple_does_and_names_refused_ones(
+    open_store: Any, db_path: str
+) -> None:
+    """`list` reads the default serializer's msgpack through its own hook, with no
+    method call per value: user types in values and writes come back as get_tuple
+    gives them (also to a display reader, `unknown="tag"`), and a reader that does
+    not allow them gets get_tuple's error, every time, then reads other threads."""
+    from _user_types import Color, Order, Point
+
+    from langgraph_fenced_sqlite.serde import DataOnlySerializer, TaggedValue
+
+    allowed = [Color, Order, Point]
+    writer = open_store(allowed_types=allowed)
+    config = writer.put(plain_config("t"), values_checkpoint(_user_values()), {"step": 0}, {})
+    writer.put_writes(config, [("a", Point(2, 3)), ("b", "plain")], "task")
+    writer.put(plain_config("u"), values_checkpoint({"a": 1}), {"step": 0}, {})
+    (listed,) = list(writer.list(plain_config("t")))
+    assert listed == writer.get_tuple(config)
+    assert listed.checkpoint["channel_values"] == _user_values()
+    assert [w[2] for w in listed.pending_writes] == [Point(2, 3), "plain"]
+    display = open_store(serde=DataOnlySerializer(unknown="tag"))
+    (shown,) = list(display.list(plain_config("t")))
+    assert shown == display.get_tuple(config)
+    assert isinstance(shown.checkpoint["channel_values"]["where"], TaggedValue)
+    strict = open_store()
+    for _ in range(2):
+        with pytest.raises(UndecodableRow, match="not allowed") as by_id:
+            strict.get_tuple(config)
+        with pytest.raises(UndecodableRow) as by_list:
+            list(strict.list(plain_config("t")))
+        assert by_list.value.reason == by_id.value.reason
+        assert [t.checkpoint["channel_values"] for t in strict.list(plain_config("u"))] == [
+            {"a": 1}
+        ]
+
+
+def test_list_reads_through_a_users_serializer_as_get_tuple_does(open_store: Any) -> None:
+    """A serializer of the user's is called as it is, for values and writes alike."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    store = open_store(serde=JsonPlusSerializer(pickle_fallback=False))
+    config = store.put(plain_config("t"), values_checkpoint({"a": [1, 2]}), {"step": 0}, {})
+    store.put_writes(config, [("a", {"x": 1}), ("b", None), ("c", b"\x00")], "task")
+    (listed,) = list(store.list(plain_config("t")))
+    assert listed == store.get_tuple(config)
+    assert [w[2] for w in listed.pending_writes] == [{"x": 1}, None, b"\x00"]
+
+
+@pytest.mark.parametrize(
+    ("sql", "named"),
+    [
+        ("UPDATE writes SET blob = x'c1' WHERE channel = 'a'", "write 'task-1'"),
+        ("UPDATE writes SET type = 'pickle' WHERE channel = 'a'", "pickle"),
+        ("UPDATE writes SET channel = x'61' WHERE channel = 'a'", "wrong type"),
+        ("UPDATE writes SET blob = 'text' WHERE channel = 'a'", "blob holds str"),
+        ("UPDATE checkpoints SET metadata = '[]'", "not an object"),
+        ("UPDATE checkpoints SET envelope = '{}'", "format"),
+        ("UPDATE checkpoints SET values_blob = x'c1'", "msgpack"),
+        ("UPDATE checkpoints SET values_blob = x'07'", "not a dict"),
+        ("UPDATE writes SET blob = x'c7016300' WHERE channel = 'a'", "write 'task-1'"),
+    ],
+)
+def test_list_names_a_forged_row_as_get_tuple_does(
+    open_store: Any, db_path: str, sql: str, named: str
+) -> None:
+    """Behind a valid checksum, each write's and the checkpoint's cells are checked
+    by `decode_read`'s and `decode_write`'s own code: the same error on both reads."""
+    store = open_store()
+    configs = _fill(store)
+    _plant(db_path, sql, sealed=True)
+    with pytest.raises(UndecodableRow, match=named) as by_id:
+        store.get_tuple(configs["second"])
+    with pytest.raises(UndecodableRow) as listed:
+        list(store.list(plain_config("t")))
+    assert listed.value.reason == by_id.value.reason
+    assert listed.value.checkpoint_id == configs["second"]["configurable"]["checkpoint_id"]
 
 
 def test_writes_of_a_checkpoint_not_stored_read_as_no_checkpoint(open_store: Any) -> None:
