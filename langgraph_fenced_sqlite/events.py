@@ -206,18 +206,28 @@ def append_text(
     )
 
 
-def checkpoint_event_text(
+def checkpoint_event_data(
     step: int | None, source: str | None, parent_id: str | None, run_id: str | None
-) -> str:
-    """Return the data of a put's event, as `dumps_json` writes it.
+) -> dict[str, Any]:
+    """Return the data of a put's `checkpoint` event, as both stores log it.
 
-    `{"step", "source", "parent_checkpoint_id"}`, and `"run_id"` unless it
-    is None. Judged `PLAIN` field by field (what `json_kind` would walk), so
-    that the common event is encoded by orjson with no walk.
+    `{"step", "source", "parent_checkpoint_id"}`, and `"run_id"` unless it is None.
     """
     data: dict[str, Any] = {"step": step, "source": source, "parent_checkpoint_id": parent_id}
     if run_id is not None:
         data["run_id"] = run_id
+    return data
+
+
+def checkpoint_event_text(
+    step: int | None, source: str | None, parent_id: str | None, run_id: str | None
+) -> str:
+    """Return `checkpoint_event_data` as `dumps_json` writes it.
+
+    Judged `PLAIN` field by field (what `json_kind` would walk), so that the
+    common event is encoded by orjson with no walk.
+    """
+    data = checkpoint_event_data(step, source, parent_id, run_id)
     plain = (
         (step is None or (type(step) is int and MIN_INT <= step <= MAX_INT))
         and (source is None or (type(source) is str and source.isascii()))
@@ -227,10 +237,15 @@ def checkpoint_event_text(
     return dumps_json(data, "event data", kind=PLAIN if plain else None)
 
 
-def writes_event_text(task_id: str, task_path: str, channels: list[str]) -> str:
-    """Return the data of a put_writes' event, as `dumps_json` writes it.
+def writes_event_data(task_id: str, task_path: str, channels: list[str]) -> dict[str, Any]:
+    """Return the data of a put_writes' `writes` event, as both stores log it."""
+    return {"task_id": task_id, "task_path": task_path, "channels": channels}
 
-    `{"task_id", "task_path", "channels"}`, judged `PLAIN` as
+
+def writes_event_text(task_id: str, task_path: str, channels: list[str]) -> str:
+    """Return `writes_event_data` as `dumps_json` writes it.
+
+    Judged `PLAIN` as
     `checkpoint_event_text` judges a put's (a loop, not `all()` over a
     generator: a put_writes has one or two channels, and the generator
     cost more than the rest of the test).
@@ -246,7 +261,7 @@ def writes_event_text(task_id: str, task_path: str, channels: list[str]) -> str:
             if type(channel) is not str or not channel.isascii():
                 plain = False
                 break
-    data = {"task_id": task_id, "task_path": task_path, "channels": channels}
+    data = writes_event_data(task_id, task_path, channels)
     return dumps_json(data, "event data", kind=PLAIN if plain else None)
 
 

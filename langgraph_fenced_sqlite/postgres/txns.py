@@ -35,8 +35,13 @@ from ..checkpoints import (
 from ..checksums import checksum
 from ..claims import Claim, check_unfenced, claim_live
 from ..errors import StaleClaim, ThreadBusy
-from ..events import NewEvent
-from ..stored_json import dumps_json
+from ..events import (
+    NewEvent,
+    checkpoint_event_data,
+    checkpoint_event_text,
+    writes_event_data,
+    writes_event_text,
+)
 from . import sql
 from .connection import Execute, Send
 from .events import append
@@ -300,12 +305,11 @@ def put_batch(
     """
     if token is None:
         return None
-    event = _checkpoint_event(enc)
     params = _checkpoint_params(enc, token, now, None)
-    data = dumps_json(dict(event.data), "event data")
+    data = checkpoint_event_text(enc.step, enc.source, enc.parent_id, enc.run_id)
     params.update(
         event_data=data,
-        event_checksum=Int8(checksum(event.kind, data)),
+        event_checksum=Int8(checksum("checkpoint", data)),
         check_version=needs_version_check(enc.source, token),
         notify=notify,
     )
@@ -322,13 +326,7 @@ def _stored() -> bool:
 
 
 def _checkpoint_event(enc: EncodedCheckpoint) -> NewEvent:
-    data: dict[str, Any] = {
-        "step": enc.step,
-        "source": enc.source,
-        "parent_checkpoint_id": enc.parent_id,
-    }
-    if enc.run_id is not None:
-        data["run_id"] = enc.run_id
+    data = checkpoint_event_data(enc.step, enc.source, enc.parent_id, enc.run_id)
     return NewEvent("checkpoint", data, enc.checkpoint_ns, enc.checkpoint_id)
 
 
@@ -382,7 +380,8 @@ def put_writes(
     call that changes nothing appends no event and spends no seq. A fenced
     call first tries `put_writes_batch`, and comes here only when it refused.
     """
-    data, base = _write_params(thread_id, checkpoint_ns, checkpoint_id, writes, token, run_id)
+    base = _write_params(thread_id, checkpoint_ns, checkpoint_id, token, run_id)
+    data = writes_event_data(writes[0].task_id, writes[0].task_path, [w.channel for w in writes])
     position = fence(cur, thread_id, token, now=now, require_claim=require_claim)
     changed = 0
     for w in writes:
@@ -429,8 +428,8 @@ def put_writes_batch(
     specials = [(w.task_id, w.idx) for w in writes if w.special]
     if token is None or len(set(specials)) < len(specials) or len(writes) > _MAX_BATCH_WRITES:
         return None
-    data, base = _write_params(thread_id, checkpoint_ns, checkpoint_id, writes, token, run_id)
-    text = dumps_json(data, "event data")
+    base = _write_params(thread_id, checkpoint_ns, checkpoint_id, token, run_id)
+    text = writes_event_text(writes[0].task_id, writes[0].task_path, [w.channel for w in writes])
     params = {**base, "event_data": text, "event_checksum": Int8(checksum("writes", text))}
     params.update(now=now, notify=notify)
     for w, names in zip(writes, sql.put_writes_param_names(len(writes)), strict=True):
@@ -455,15 +454,9 @@ def _write_params(
     thread_id: str,
     checkpoint_ns: str,
     checkpoint_id: str,
-    writes: Sequence[EncodedWrite],
     token: int | None,
     run_id: str | None,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    data = {
-        "task_id": writes[0].task_id,
-        "task_path": writes[0].task_path,
-        "channels": [w.channel for w in writes],
-    }
+) -> dict[str, Any]:
     base: dict[str, Any] = {
         "thread_id": thread_id,
         "checkpoint_ns": checkpoint_ns,
@@ -472,7 +465,7 @@ def _write_params(
         "token": token,
         "unfenced": token is None,
     }
-    return data, base
+    return base
 
 
 def fetch_tuple(
