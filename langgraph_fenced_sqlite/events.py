@@ -134,12 +134,13 @@ def append(
     """
     seqs: list[int] = []
     for seq, event in enumerate(events, start=row.next_seq):
-        append_one(
+        text = dumps_json(dict(event.data), "event data")
+        append_text(
             conn,
             thread_id,
             seq,
             event.kind,
-            dict(event.data),
+            text,
             event.checkpoint_ns,
             event.checkpoint_id,
             token=token,
@@ -147,30 +148,6 @@ def append(
         )
         seqs.append(seq)
     return seqs
-
-
-def append_one(
-    conn: sqlite3.Connection,
-    thread_id: str,
-    seq: int,
-    kind: str,
-    data: dict[str, Any],
-    checkpoint_ns: str | None,
-    checkpoint_id: str | None,
-    *,
-    token: int | None,
-    now: float,
-    plain: bool = False,
-) -> None:
-    """Append one event at `seq` (`append` for one event, with no `NewEvent` built).
-
-    `plain`: the caller knows `data` is `PLAIN` JSON (`stored_json.json_kind`),
-    so it is encoded with no walk.
-    """
-    text = dumps_json(data, "event data", kind=PLAIN if plain else None)
-    append_text(
-        conn, thread_id, seq, kind, text, checkpoint_ns, checkpoint_id, token=token, now=now
-    )
 
 
 def append_text(
