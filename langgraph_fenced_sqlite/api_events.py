@@ -47,6 +47,10 @@ class EventsAPI(EventsBase):
     def _check_usable(self, op: str) -> None:
         self._engine.check(op)
 
+    def _event_tail(self, thread_id: str) -> tuple[int, int] | None:
+        row = self._engine.read("event_tail", claims.read_thread, thread_id)
+        return None if row is None else (row.next_seq - 1, row.incarnation)
+
     def _poller(self, *, keep: bool = True) -> EventPoller:
         # No connection yet: it is opened by the first poll (in a worker
         # thread for async waits) and closed when each wait returns (a

@@ -245,6 +245,14 @@ class EventsBase:
         """Fail now, taking no lock, if a call `op` could not run (closed, forked, re-entrant)."""
         raise NotImplementedError
 
+    def _event_tail(self, thread_id: str) -> tuple[int, int] | None:
+        """The thread's last event seq (0: none yet) and its incarnation; None if unknown.
+
+        A position to wait after for what commits next (the runner's
+        "enqueue" head waits there for the holder's run to end).
+        """
+        raise NotImplementedError
+
     def _wait_events(
         self, thread_id: str, seq: int, limit: int, timeout: float, incarnation: int | None
     ) -> list[Event]:

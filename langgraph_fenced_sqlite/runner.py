@@ -34,7 +34,7 @@ from langgraph.runtime import RunControl
 
 from .claims import Claim
 from .clock import to_seconds
-from .errors import StaleClaim, ThreadBusy, bad_argument
+from .errors import FencedSqliteError, StaleClaim, ThreadBusy, bad_argument
 from .lease import Outcome, RunLease, RunRenewer, judge_end, raise_for
 from .runqueue import Place, queued, wake_head
 from .runs import RUN_STRATEGIES
@@ -416,12 +416,17 @@ class FencedRunner:
         place = Place(call.key, call.wait, None)
         try:
             while True:
-                if place.my_turn():
-                    try:
-                        return self._start(call)
-                    except ThreadBusy as exc:
-                        place.busy = exc
-                place.event.wait(place.pause())
+                if not place.my_turn():
+                    place.event.wait(place.pause())
+                    continue
+                try:
+                    return self._start(call)
+                except ThreadBusy as exc:
+                    place.busy = exc
+                if not place.looked:  # then once more at once: a release just before is seen
+                    place.look(self._tail(call.thread_id))
+                    continue
+                place.wait_release(self.saver)
         finally:
             place.leave()
 
@@ -431,14 +436,27 @@ class FencedRunner:
         place = Place(call.key, call.wait, asyncio.get_running_loop())
         try:
             while True:
-                if place.my_turn():
-                    try:
-                        return await self._astart(call)
-                    except ThreadBusy as exc:
-                        place.busy = exc
-                await place.await_(place.pause())
+                if not place.my_turn():
+                    await place.await_(place.pause())
+                    continue
+                try:
+                    return await self._astart(call)
+                except ThreadBusy as exc:
+                    place.busy = exc
+                if not place.looked:
+                    place.look(await self._hop(self._tail, call.thread_id))
+                    continue
+                await place.await_release(self.saver)
         finally:
             place.leave()
+
+    def _tail(self, thread_id: str) -> tuple[int, int] | None:
+        # Where the thread's log ends, for a refused "enqueue" head to wait
+        # after; None (back to polling) if it cannot be read.
+        try:
+            return self.saver._event_tail(thread_id)
+        except FencedSqliteError:
+            return None
 
     async def _astart(self, call: _Call) -> RunLease:
         # The claim commits on a worker thread that cancellation cannot stop;

@@ -3,7 +3,14 @@
 Invariant: only the head of a queue tries to claim its thread; the others
 wait to be woken by the one before them leaving, so invocations of one
 process run in the order they arrived. Across processes nothing is ordered:
-the head polls the claim with jittered exponential backoff.
+a head refused by another process's run waits on the thread's event log (the
+store's own wake-up: SQLite's doorbell, PostgreSQL's NOTIFY) from where it
+stood when refused, and tries again as soon as a run's end lands there
+(`run_completed` and the other ends commit with their release). On a hot
+thread, whose steps keep committing within `_BUSY_GAP` of each other, it
+rests `_COOL` after each wake-up, so a waiter reads at most that often. A release that
+logs nothing (a plain `release`, an expiry, a listener that failed) is
+still found by the jittered exponential backoff that bounds each wait.
 """
 
 from __future__ import annotations
@@ -14,12 +21,26 @@ import random
 import threading
 import time
 from collections import deque
+from typing import TYPE_CHECKING, Any
 
-from .errors import ThreadBusy
+from .errors import FencedSqliteError, ThreadBusy
+from .status import RUN_EVENTS
+
+if TYPE_CHECKING:
+    from .watch import Poller
 
 __all__ = ["Place", "queued", "wake_head"]
 
 _BACKOFF_MIN, _BACKOFF_MAX = 0.01, 0.5  # enqueue polling, seconds
+# The events that end a run (its release commits with each): a refused
+# head tries again when one lands. Not `run_started` (another head won) nor
+# a step's `checkpoint` or `writes`, which say nothing about the claim.
+_ENDS = RUN_EVENTS - {"run_started", "claim_taken_over"}
+_PAGE = 100  # events read per wake-up while waiting for a release
+# A hot thread: `_HOT_WAKES` waits in a row ended by steps' events within
+# `_BUSY_GAP` s; there a head rests `_COOL` s after each wake (its hand-off
+# may be as late).
+_BUSY_GAP, _HOT_WAKES, _COOL = 0.05, 3, 0.02
 
 # --- in-process arrival order for "enqueue" -------------------------------------------------
 
@@ -46,11 +67,19 @@ class Place:
         self._deadline = time.monotonic() + wait
         self._delay = _BACKOFF_MIN
         self.busy: ThreadBusy | None = None
+        # Where the head waits in the thread's log ((seq, incarnation)), once
+        # read after a refusal (`looked`); the poller it waits with.
+        self.tail: tuple[int, int] | None = None
+        self.looked = False
+        self._poller: Poller | None = None
+        self._quick = 0  # waits in a row that steps' events ended within `_BUSY_GAP`
         with _queues_lock:
             _queues.setdefault(self._key, deque()).append(self)
 
     def leave(self) -> None:
-        """Leave the queue and wake whoever is now at its head."""
+        """Leave the queue (closing any poller) and wake whoever is now at its head."""
+        if self._poller is not None:
+            self._poller.close()
         with _queues_lock:
             queue = _queues[self._key]
             queue.remove(self)
@@ -91,6 +120,87 @@ class Place:
         pause = min(self._delay * random.uniform(0.5, 1.0), remaining)
         self._delay = min(self._delay * 2, _BACKOFF_MAX)
         return pause
+
+    def look(self, tail: tuple[int, int] | None) -> None:
+        """Record where the thread's log ended just after a refusal: the head waits after it."""
+        self.tail, self.looked = tail, True
+
+    def wait_release(self, saver: Any) -> None:
+        """As the head, refused: wait for the run to end (an event past the tail) or `pause()`.
+
+        Raises:
+            ThreadBusy: `wait_timeout` has passed.
+        """
+        deadline = time.monotonic() + self.pause()
+        if self.tail is not None:
+            if self._poller is None:
+                self._poller = saver._poller(keep=True)
+            while self.tail and (left := deadline - time.monotonic()) > 0:
+                seq, inc = self.tail
+                listening = time.monotonic()
+                try:
+                    got = self._poller.wait(
+                        self._key[1],
+                        seq,
+                        limit=_PAGE,
+                        timeout=left,
+                        stop=self.event,
+                        incarnation=inc,
+                    )
+                except FencedSqliteError:  # compacted past, re-created, a listener failed
+                    self.tail, self.looked = None, False  # read again after this pause
+                    break
+                rest = self._rest(got, listening)
+                if rest is None or (rest and self.event.wait(min(rest, left))):
+                    return
+        self.event.wait(max(0.0, deadline - time.monotonic()))
+
+    async def await_release(self, saver: Any) -> None:
+        """Async twin of `wait_release`."""
+        deadline = time.monotonic() + self.pause()
+        if self.tail is not None:
+            if self._poller is None:
+                self._poller = saver._poller(keep=True)
+            while self.tail and (left := deadline - time.monotonic()) > 0:
+                seq, inc = self.tail
+                listening = time.monotonic()
+                try:
+                    got = await self._poller.await_(
+                        self._key[1],
+                        seq,
+                        limit=_PAGE,
+                        timeout=left,
+                        stop=self.aevent,
+                        incarnation=inc,
+                    )
+                except FencedSqliteError:
+                    self.tail, self.looked = None, False
+                    break
+                rest = self._rest(got, listening)
+                if rest:
+                    await self.await_(min(rest, left))
+                if rest is None or self.aevent.is_set():  # type: ignore[union-attr]
+                    return
+        await self.await_(max(0.0, deadline - time.monotonic()))
+
+    def _rest(self, got: list[Any], listening: float) -> float | None:
+        # None if a wait (begun at `listening`) that returned `got` is over:
+        # nothing came (timed out, or woken in this process) or a run's end
+        # did. Else how long to rest before listening again: `_COOL` once
+        # `_HOT_WAKES` waits in a row had steps' events within `_BUSY_GAP`
+        # (a hot thread, whose every commit would wake and make read every
+        # waiter of every process: measured with 8 processes on one thread,
+        # 3x the CPU per run), else none: a run's last few steps come fast
+        # and its end right after them, which a rest would make late. A
+        # run's end that lands during a rest is read when it is over.
+        if not got:
+            return None
+        self.tail = (got[-1].seq, self.tail[1])  # type: ignore[index]
+        if any(e.kind in _ENDS for e in got):
+            return None
+        quick = time.monotonic() - listening < _BUSY_GAP
+        self._quick = self._quick + 1 if quick else 0
+        return _COOL if self._quick >= _HOT_WAKES else 0.0
 
     async def await_(self, timeout: float) -> None:
         """Wait (async) to be woken, or for `timeout` seconds."""

@@ -61,6 +61,14 @@ EXPECTED = {
         "INVOKE: a 5-node chain",
         "result",
     ],
+    "bench_handoff.py": [
+        "HAND-OFF: a run's end -> the other process's claim",
+        "SQLite",
+        "PostgreSQL",
+        "events",
+        "poll",
+        "result",
+    ],
     "bench_syncs.py": [
         "ours syncs",
         "stock syncs",

@@ -83,8 +83,24 @@ with open_store(db) as saver:
             open(os.path.join(gate_dir, turn + ".busy"), "w").close()
         else:
             raise SystemExit("the thread was not busy")
+    if os.environ.get("LGFS_TEST_BACKOFF"):  # an enqueue's poll, made as slow as asked
+        from langgraph_fenced_sqlite import runqueue
+        runqueue._BACKOFF_MIN = runqueue._BACKOFF_MAX = float(os.environ["LGFS_TEST_BACKOFF"])
+    refusals = []
+    begin_run = saver.begin_run
+
+    def counted(*args, **kwargs):  # gates/<turn>.refused<n> on the n-th refused begin_run
+        try:
+            return begin_run(*args, **kwargs)
+        except ThreadBusy:
+            refusals.append(1)
+            open(os.path.join(gate_dir, f"{turn}.refused{len(refusals)}"), "w").close()
+            raise
+
+    saver.begin_run = counted
     try:
-        kw = {"strategy": strategy, "durability": durability, "wait_timeout": 60}
+        wait = float(os.environ.get("LGFS_TEST_WAIT", "60"))
+        kw = {"strategy": strategy, "durability": durability, "wait_timeout": wait}
         if api == "async":
             out = asyncio.run(runner.ainvoke(inputs, config, **kw))
         else:
@@ -138,14 +154,20 @@ class Workers:
         ttl: float = 30.0,
         probe: bool = False,
         thread: str = "t",
+        env: dict[str, str] | None = None,
     ) -> subprocess.Popen[str]:
-        """Start a worker that runs `turn` (blocking in `slow` until its gate opens)."""
+        """Start a worker that runs `turn` (blocking in `slow` until its gate opens).
+
+        `env` adds to its environment: `LGFS_TEST_BACKOFF` (seconds: an
+        "enqueue" polls no faster), `LGFS_TEST_WAIT` (its `wait_timeout`).
+        """
         args = [self.db, str(self.gates), thread, turn, strategy, api, durability, str(ttl)]
         proc = subprocess.Popen(
             [sys.executable, str(self.script), *args, "probe" if probe else "-"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            env={**os.environ, **(env or {})},
         )
         self.procs.append(proc)
         return proc
@@ -282,6 +304,40 @@ def test_reject_then_enqueue_across_processes(
         ("run_completed", "p2"),
     ]
     assert local.saver.current_claim("t") is None
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_enqueue_is_woken_by_a_run_ending_in_another_process(
+    workers: Workers, local: FencedRunner, api: str
+) -> None:
+    """A refused "enqueue" waits on the thread's log: another process's run ending lets it in.
+
+    Its poll is made an hour apart here (and its wait_timeout too), so only
+    that wake-up can let it run before `result()` gives up after 120 s. The
+    steps of the run it waits for log events too; those must not make it
+    try (it would be refused again: the lifecycle shows no extra start).
+    """
+    p1 = workers.start("p1", api=api)
+    workers.wait_file("p1.entered", p1)
+    slow = {"LGFS_TEST_BACKOFF": "3600", "LGFS_TEST_WAIT": "7200"}
+    p2 = workers.start("p2", strategy="enqueue", api="async" if api == "sync" else "sync", env=slow)
+    workers.wait_file("p2.refused2", p2)  # refused, read the log's end, refused again: waiting
+    workers.open_gate("p2")
+    workers.open_gate("p1")
+    assert workers.result(p1)["log"] == ["p1:first", "p1:slow", "p1:last"]
+    assert workers.result(p2)["log"][-3:] == ["p2:first", "p2:slow", "p2:last"]
+    assert lifecycle(local.saver) == [
+        ("run_started", "p1"),
+        ("run_completed", "p1"),
+        ("run_started", "p2"),
+        ("run_completed", "p2"),
+    ]
+    # Refused when it came and once more after reading the log's end; p1's
+    # steps did not make it try again.
+    assert sorted(p.name for p in workers.gates.glob("p2.refused*")) == [
+        "p2.refused1",
+        "p2.refused2",
+    ]
 
 
 @pytest.mark.parametrize("api", ["sync", "async"])

@@ -44,6 +44,11 @@ class PgEventsAPI(EventsBase, PgHalf):
     def _check_usable(self, op: str) -> None:
         self._engine._check(op)
 
+    def _event_tail(self, thread_id: str) -> tuple[int, int] | None:
+        return self._engine.run(
+            "event_tail", lambda cur: events.read_tail(cur, thread_id), read_only=True
+        )
+
     def _poller(self, *, keep: bool = True) -> PgEventPoller:
         return PgEventPoller(self, keep=keep)
 

@@ -91,6 +91,13 @@ def read_after(
     return [decode_event(thread_id, tuple(r), current) for r in cur.fetchall()]
 
 
+def read_tail(cur: Cursor, thread_id: str) -> tuple[int, int] | None:
+    """Return the thread's last event seq (0: none yet) and incarnation; None if unknown."""
+    cur.execute(sql.GET_EVENT_TAIL, {"thread_id": thread_id})
+    row = cur.fetchone()
+    return None if row is None else (int(row[0]), int(row[1]))
+
+
 def read_after_batch(
     thread_id: str, after_seq: int, limit: int, incarnation: int | None
 ) -> Send[list[Event]]:

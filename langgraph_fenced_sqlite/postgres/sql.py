@@ -403,6 +403,10 @@ RAISE_FLOOR = (
     "AND (%(incarnation)s::bigint IS NULL OR incarnation = %(incarnation)s) RETURNING floor"
 )
 GET_FLOOR = "SELECT floor FROM lgfs_threads WHERE thread_id = %(thread_id)s"
+# `read_tail`: the last seq handed out and the incarnation.
+GET_EVENT_TAIL = (
+    "SELECT next_seq - 1, incarnation FROM lgfs_threads WHERE thread_id = %(thread_id)s"
+)
 DELETE_EVENTS_BELOW = "DELETE FROM lgfs_events WHERE thread_id = %(thread_id)s AND seq < %(floor)s"
 DELETE_THREAD_EVENTS = "DELETE FROM lgfs_events WHERE thread_id = %(thread_id)s"
 
