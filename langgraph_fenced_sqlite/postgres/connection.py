@@ -12,7 +12,8 @@ the same sync function through one thread hop (`arun`).
 One commit per graph step (`Steps`): a fenced `put_writes` that names the
 put expected to follow it (`awaits`) waits for it, bounded and adaptive by
 the SQLite store's rules (`groupcommit.FollowPolicy`), and the put's thread
-(`closes`) sends the writes' statements and its own in one pipeline, one
+(`closes`) sends the writes' calls and its own in one statement (or, for
+batches that cannot be joined so, their statements in one pipeline): one
 implicit transaction, one round trip. Refused (a statement calls
 `lgfs_refuse`), it is rolled back whole and each call runs alone as it
 would have, so each caller gets the error it would have got; every caller
@@ -400,8 +401,23 @@ class PgConnection:
         batch failed otherwise: rolled back, nothing of it committed.
         """
         steps = self.steps
+        join = getattr(batch, "join", None)
 
         def send(execute: Execute) -> Callable[[], T]:
+            # One statement when the put's batch can take the writes' into
+            # its own (`txns._PutBatch.join`): psycopg's cost is per
+            # statement, and a pipeline's entry and exit cost about two more.
+            joined = None if join is None else join([s.batch for s in taken])
+            if joined is not None:
+                read_all = joined(execute)
+
+                def finish_joined() -> T:
+                    own_result, results = read_all()
+                    for s, result in zip(taken, results, strict=True):
+                        s.result = result
+                    return own_result
+
+                return finish_joined
             readers = [s.batch(execute) for s in taken]
             own = batch(execute)
 

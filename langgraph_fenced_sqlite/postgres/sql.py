@@ -426,12 +426,13 @@ INSERT_CHECKPOINT = (
 # its event (and NOTIFY), or refuses (`lgfs_refuse`): the token is not the
 # claim's, the id is already stored, or (`check_version`) the parent is not
 # the latest. `txns.put` then decides in a transaction of its own.
-PUT_AT_FENCE = (
-    "SELECT lgfs_put(%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_id)s, "
+_PUT_CALL = (
+    "lgfs_put(%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_id)s, "
     "%(envelope)s, %(values_type)s, %(values_blob)s, %(metadata)s, %(source)s, "
     "%(step)s::bigint, %(run_id)s, %(token)s, %(now)s::float8, %(checksum)s, %(event_data)s, "
     "%(event_checksum)s, %(check_version)s, %(notify)s)"
 )
+PUT_AT_FENCE = f"SELECT {_PUT_CALL}"
 
 _KEY = "thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s"
 GET_CHECKPOINT_BY_ID = (
@@ -513,15 +514,44 @@ def put_writes_at_fence(n: int) -> str:
     write: psycopg dumps a list in Python (about 20 us for each of the eight
     arrays, half a put_writes' client CPU), a scalar in C.
     """
+    return f"SELECT {_put_writes_call(n, '')}"
+
+
+def _put_writes_call(n: int, prefix: str) -> str:
+    """The `lgfs_put_writes` call of `put_writes_at_fence(n)`, each parameter name prefixed."""
     arrays = ", ".join(
-        "ARRAY[" + ", ".join(f"%({name}{i})s::{cast}" for i in range(n)) + "]"
+        "ARRAY[" + ", ".join(f"%({prefix}{name}{i})s::{cast}" for i in range(n)) + "]"
         for name, cast in _PUT_WRITES_ARRAYS
     )
     return (
-        "SELECT lgfs_put_writes(%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, "
-        f"%(run_id)s, %(token)s, %(now)s::float8, %(event_data)s, %(event_checksum)s, {arrays}, "
-        "%(notify)s)"
+        f"lgfs_put_writes(%({prefix}thread_id)s, %({prefix}checkpoint_ns)s, "
+        f"%({prefix}checkpoint_id)s, %({prefix}run_id)s, %({prefix}token)s, "
+        f"%({prefix}now)s::float8, %({prefix}event_data)s, %({prefix}event_checksum)s, {arrays}, "
+        f"%({prefix}notify)s)"
     )
+
+
+@functools.lru_cache(maxsize=32)
+def put_after_writes(counts: tuple[int, ...]) -> str:
+    """Build a step's joint batch as one statement: its writes' calls in order, then its put.
+
+    `counts[i]` is how many writes the i-th `put_writes` call has; its
+    parameters are `put_writes_at_fence`'s prefixed `w{i}_`, the put's are
+    `PUT_AT_FENCE`'s. Each call is the select list of a subquery the next one
+    reads from (`OFFSET 0` keeps the planner from merging them), so each runs
+    only once the one before it returned: the order the calls came in, as a
+    pipeline of their statements would run them, in one statement's implicit
+    transaction. The row holds the put's (void) result, then each call's
+    changed rows. Each function takes its own snapshots after its fence's
+    lock (module `sql_functions`), so a later call sees what an earlier one
+    wrote.
+    """
+    source, columns = "", list[str]()
+    for i, n in enumerate(counts):
+        call = f"{_put_writes_call(n, f'w{i}_')} AS c{i}"
+        source = f" FROM (SELECT {', '.join([*columns, call])}{source} OFFSET 0) AS s{i}"
+        columns.append(f"c{i}")
+    return f"SELECT {_PUT_CALL}, {', '.join(columns)}{source}"
 
 
 # The writes of a page of checkpoints, in `writes_sort_key` order.
