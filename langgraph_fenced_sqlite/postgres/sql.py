@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..stored_json import dumps_json
-from .sql_functions import FENCED_WRITES
+from .sql_functions import FENCED_WRITES, ONE_WRITE
 
 # The SQLSTATE `lgfs_refuse` raises (migration 4): a batch that refused itself.
 REFUSED = "LGFS1"
@@ -129,6 +129,9 @@ MIGRATIONS: list[str] = [
     # 6: a fenced put and put_writes as one statement each: the functions
     # `lgfs_put` and `lgfs_put_writes` (`sql_functions.FENCED_WRITES`).
     FENCED_WRITES,
+    # 7: `lgfs_put_write`, `lgfs_put_writes` for a call of one write
+    # (`sql_functions.ONE_WRITE`).
+    ONE_WRITE,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -518,7 +521,18 @@ def put_writes_at_fence(n: int) -> str:
 
 
 def _put_writes_call(n: int, prefix: str) -> str:
-    """The `lgfs_put_writes` call of `put_writes_at_fence(n)`, each parameter name prefixed."""
+    """The `lgfs_put_writes` call of `put_writes_at_fence(n)`, each parameter name prefixed.
+
+    One write calls `lgfs_put_write` (migration 7), the same with scalars.
+    """
+    if n == 1:
+        return (
+            f"lgfs_put_write(%({prefix}thread_id)s, %({prefix}checkpoint_ns)s, "
+            f"%({prefix}checkpoint_id)s, %({prefix}run_id)s, %({prefix}token)s, "
+            f"%({prefix}now)s::float8, %({prefix}event_data)s, %({prefix}event_checksum)s, "
+            + ", ".join(f"%({prefix}{name}0)s::{cast}" for name, cast in _PUT_WRITES_ARRAYS)
+            + f", %({prefix}notify)s)"
+        )
     arrays = ", ".join(
         "ARRAY[" + ", ".join(f"%({prefix}{name}{i})s::{cast}" for i in range(n)) + "]"
         for name, cast in _PUT_WRITES_ARRAYS
