@@ -356,3 +356,26 @@ def test_a_call_of_one_write_keeps_each_channels_rule_in_its_one_statement(open_
             "bigint, float8, text, bigint, text, int, text, text, text, bytea, "
             "bigint, boolean, boolean)') IS NOT NULL"
         ).fetchone() == (True,)
+
+
+@pytest.mark.parametrize("between", [0, 15, 16, 40])
+def test_a_puts_version_check_finds_a_parent_committed_any_number_of_positions_back(
+    open_pg: Any, between: int
+) -> None:
+    """`lgfs_put` looks for the latest checkpoint among the 16 positions before its own
+    first, then further back: a parent that is the latest is accepted in one round trip
+    (no refusal, no statement-by-statement retry) wherever it is, and one that is not is
+    refused, however far back the latest is."""
+    saver = open_pg()
+    claim = saver.claim("t", "w", 60)
+    first = _put(saver, claim.token)
+    for i in range(between):  # each commit takes a position
+        saver.append_events("t", claim.token, [("note", {"i": i})])
+    second = create_checkpoint(first, None, 1)
+    trips = round_trips(saver._engine._conn, lambda: _put(saver, claim.token, first, second))
+    assert trips == 1
+    for i in range(between):
+        saver.append_events("t", claim.token, [("note", {"i": i})])
+    with pytest.raises(CheckpointConflict):
+        _put(saver, claim.token, first)  # the latest is `second`
+    assert saver.get_tuple(_config("t")).config["configurable"]["checkpoint_id"] == second["id"]
