@@ -313,3 +313,69 @@ def test_put_writes_naming_one_special_channel_twice_is_last_writer_wins(open_pg
         (2, "writes"),
         (3, "writes"),
     ]
+
+
+def test_a_call_of_one_write_keeps_each_channels_rule_in_its_one_statement(open_pg: Any) -> None:
+    """A call of one write is its own function (`lgfs_put_write`, scalars, no arrays) with
+    `lgfs_put_writes`' rules: a regular write is first-writer-wins and a special one
+    last-writer-wins but never over a greater token's; an identical retry changes
+    nothing and spends no seq; each is one round trip."""
+    saver = open_pg()
+    old = saver.claim("t", "w", 60)
+    cp = _put(saver, old.token)
+    for token, value in ((old.token, "a"), (old.token, "a")):
+        wconf = _config("t", token, checkpoint_id=cp["id"])
+        assert (
+            round_trips(
+                saver._engine._conn, lambda c=wconf, v=value: saver.put_writes(c, [("x", v)], "t1")
+            )
+            == 1
+        )
+    saver.put_writes(_config("t", old.token, checkpoint_id=cp["id"]), [("x", "b")], "t1")
+    saver.put_writes(_config("t", old.token, checkpoint_id=cp["id"]), [("__error__", "e1")], "t2")
+    new = saver.take_over("t", "w2", 60)
+    saver.put_writes(_config("t", new.token, checkpoint_id=cp["id"]), [("__error__", "e2")], "t2")
+    # The old claim's write is refused (stale), and would not displace e2 anyway.
+    with pytest.raises(StaleClaim):
+        saver.put_writes(
+            _config("t", old.token, checkpoint_id=cp["id"]), [("__error__", "e3")], "t2"
+        )
+    saver.put_writes(_config("t", new.token, checkpoint_id=cp["id"]), [("__error__", "e2")], "t2")
+    got = saver.get_tuple(_config("t", checkpoint_id=cp["id"]))
+    assert got.pending_writes == [("t1", "x", "a"), ("t2", "__error__", "e2")]
+    # put, the first x (the retry and "b" change nothing), e1, then e2 over it.
+    assert [(e.seq, e.kind) for e in saver.events_after("t")] == [
+        (1, "checkpoint"),
+        (2, "writes"),
+        (3, "writes"),
+        (4, "writes"),
+    ]
+    with psycopg.connect(saver._engine.listener_params()[0], autocommit=True) as conn:
+        assert conn.execute(
+            "SELECT to_regprocedure('lgfs_put_write(text, text, text, text, "
+            "bigint, float8, text, bigint, text, int, text, text, text, bytea, "
+            "bigint, boolean, boolean)') IS NOT NULL"
+        ).fetchone() == (True,)
+
+
+@pytest.mark.parametrize("between", [0, 15, 16, 40])
+def test_a_puts_version_check_finds_a_parent_committed_any_number_of_positions_back(
+    open_pg: Any, between: int
+) -> None:
+    """`lgfs_put` looks for the latest checkpoint among the 16 positions before its own
+    first, then further back: a parent that is the latest is accepted in one round trip
+    (no refusal, no statement-by-statement retry) wherever it is, and one that is not is
+    refused, however far back the latest is."""
+    saver = open_pg()
+    claim = saver.claim("t", "w", 60)
+    first = _put(saver, claim.token)
+    for i in range(between):  # each commit takes a position
+        saver.append_events("t", claim.token, [("note", {"i": i})])
+    second = create_checkpoint(first, None, 1)
+    trips = round_trips(saver._engine._conn, lambda: _put(saver, claim.token, first, second))
+    assert trips == 1
+    for i in range(between):
+        saver.append_events("t", claim.token, [("note", {"i": i})])
+    with pytest.raises(CheckpointConflict):
+        _put(saver, claim.token, first)  # the latest is `second`
+    assert saver.get_tuple(_config("t")).config["configurable"]["checkpoint_id"] == second["id"]

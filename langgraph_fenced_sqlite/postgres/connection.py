@@ -12,7 +12,8 @@ the same sync function through one thread hop (`arun`).
 One commit per graph step (`Steps`): a fenced `put_writes` that names the
 put expected to follow it (`awaits`) waits for it, bounded and adaptive by
 the SQLite store's rules (`groupcommit.FollowPolicy`), and the put's thread
-(`closes`) sends the writes' statements and its own in one pipeline, one
+(`closes`) sends the writes' calls and its own in one statement (or, for
+batches that cannot be joined so, their statements in one pipeline): one
 implicit transaction, one round trip. Refused (a statement calls
 `lgfs_refuse`), it is rolled back whole and each call runs alone as it
 would have, so each caller gets the error it would have got; every caller
@@ -31,8 +32,9 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import weakref
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 import psycopg
@@ -250,6 +252,7 @@ class PgConnection:
         # pool, as many at once as threads, each on a connection of its own.
         self._hop = Hop(ASYNC_WORKERS, "lgfs-pg")
         self.steps = Steps()
+        self._held = None if self._conn is None else _Held(self._lock, self._conn)
 
     @property
     def closed(self) -> bool:
@@ -269,15 +272,13 @@ class PgConnection:
         if getattr(self._inside, "active", False):
             raise WrongThread(op, self.where)
 
-    @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+    def _connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        # Every call takes one: plain objects, not generator-based context
+        # managers (which cost a few us each per call).
         if self._pool is not None:
-            with self._pool.connection() as conn:
-                yield conn
-            return
-        assert self._conn is not None
-        with self._lock:
-            yield self._conn
+            return self._pool.connection()
+        assert self._held is not None
+        return self._held
 
     def run(
         self,
@@ -400,8 +401,23 @@ class PgConnection:
         batch failed otherwise: rolled back, nothing of it committed.
         """
         steps = self.steps
+        join = getattr(batch, "join", None)
 
         def send(execute: Execute) -> Callable[[], T]:
+            # One statement when the put's batch can take the writes' into
+            # its own (`txns._PutBatch.join`): psycopg's cost is per
+            # statement, and a pipeline's entry and exit cost about two more.
+            joined = None if join is None else join([s.batch for s in taken])
+            if joined is not None:
+                read_all = joined(execute)
+
+                def finish_joined() -> T:
+                    own_result, results = read_all()
+                    for s, result in zip(taken, results, strict=True):
+                        s.result = result
+                    return own_result
+
+                return finish_joined
             readers = [s.batch(execute) for s in taken]
             own = batch(execute)
 
@@ -493,34 +509,29 @@ class PgConnection:
                     if toggled:
                         conn.autocommit = False
 
-    @contextmanager
-    def _guard(self, op: str, *, writes: bool) -> Iterator[None]:
+    def _guard(self, op: str, *, writes: bool) -> _Guard:
         """Check the store may be used (and may write, if `writes`); translate what it raises."""
         self._check(op)
         if writes and self.readonly:
             raise ReadOnlyStore(op, self.where)
-        started = time.monotonic()
-        self._inside.active = True
-        try:
-            yield
-        except FencedSqliteError:
-            raise
-        except _BUSY as exc:
-            raise StoreBusy(op, self.where, time.monotonic() - started) from exc
-        except pg_errors.ReadOnlySqlTransaction as exc:
+        return _Guard(self, op)
+
+    def _translate(self, op: str, exc: BaseException, started: float) -> BaseException | None:
+        """Return the store's error for `exc`, raised inside `_guard(op)` (None: raise `exc`)."""
+        if isinstance(exc, FencedSqliteError):
+            return None
+        if isinstance(exc, _BUSY):
+            return StoreBusy(op, self.where, time.monotonic() - started)
+        if isinstance(exc, pg_errors.ReadOnlySqlTransaction):
             message = f"{op} on {self.where}: the store is read-only ({exc}); nothing was changed"
-            raise ReadOnlyStore(op, self.where, message=message) from exc
-        except psycopg.Error as exc:
-            raise StoreError(
-                op, self.where, message=f"{op} failed on {self.where}: {exc}".rstrip()
-            ) from exc
-        except Exception as exc:
+            return ReadOnlyStore(op, self.where, message=message)
+        if isinstance(exc, psycopg.Error):
+            message = f"{op} failed on {self.where}: {exc}".rstrip()
+            return StoreError(op, self.where, message=message)
+        if isinstance(exc, Exception) and type(exc).__module__.startswith("psycopg_pool"):
             # A pool timeout, a closed pool: the store failed, not the caller.
-            if type(exc).__module__.startswith("psycopg_pool"):
-                raise StoreError(op, self.where, message=f"{op} on {self.where}: {exc}") from exc
-            raise
-        finally:
-            self._inside.active = False
+            return StoreError(op, self.where, message=f"{op} on {self.where}: {exc}")
+        return None
 
     async def arun(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a sync store method on a worker thread: the one hop async calls pay.
@@ -572,6 +583,42 @@ class PgConnection:
                 self._conn.close()
 
 
+class _Held:
+    """The one given connection, held under the store's lock (`PgConnection._connection`)."""
+
+    __slots__ = ("_conn", "_lock")
+
+    def __init__(self, lock: threading.Lock, conn: psycopg.Connection[Any]) -> None:
+        self._lock, self._conn = lock, conn
+
+    def __enter__(self) -> psycopg.Connection[Any]:
+        self._lock.acquire()
+        return self._conn
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+class _Guard:
+    """`PgConnection._guard`'s context: marks the thread inside, translates what escapes."""
+
+    __slots__ = ("_op", "_started", "_store")
+
+    def __init__(self, store: PgConnection, op: str) -> None:
+        self._store, self._op = store, op
+        self._started = time.monotonic()
+
+    def __enter__(self) -> None:
+        self._store._inside.active = True
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        self._store._inside.active = False
+        if exc is not None:
+            error = self._store._translate(self._op, exc, self._started)
+            if error is not None:
+                raise error from exc
+
+
 def _session_read_only(conn: psycopg.Connection[Any]) -> bool:
     """Whether every transaction of `conn`'s session is read-only already (no round trip).
 
@@ -582,6 +629,26 @@ def _session_read_only(conn: psycopg.Connection[Any]) -> bool:
         conn.info.parameter_status("default_transaction_read_only"),
         conn.info.parameter_status("in_hot_standby"),
     )
+
+
+# Each connection's cursor for a batch's first statement (`_cursor`).
+_CURSORS: weakref.WeakKeyDictionary[psycopg.Connection[Any], psycopg.Cursor[Any]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _cursor(conn: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
+    """Return `conn`'s cursor for a batch's first statement, made once, not per call.
+
+    Making a psycopg cursor costs about 5 us, paid by every call. One cursor
+    serves every batch on the connection: a batch's reader reads it before
+    the connection is let go (`PgConnection.run`), and a connection serves
+    one call at a time, so no two batches hold it at once.
+    """
+    cur = _CURSORS.get(conn)
+    if cur is None or cur.closed:
+        cur = _CURSORS[conn] = conn.cursor(row_factory=tuple_row)
+    return cur
 
 
 def _send(
@@ -618,7 +685,7 @@ def _send(
     queued: list[tuple[psycopg.Cursor[Any], str, dict[str, Any]]] = []
 
     def execute(query: str, params: dict[str, Any]) -> psycopg.Cursor[Any]:
-        cur = conn.cursor(row_factory=tuple_row)
+        cur = _cursor(conn) if not queued else conn.cursor(row_factory=tuple_row)
         queued.append((cur, query, params))
         return cur
 

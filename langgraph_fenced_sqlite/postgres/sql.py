@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..stored_json import dumps_json
-from .sql_functions import FENCED_WRITES
+from .sql_functions import FENCED_WRITES, ONE_WRITE
 
 # The SQLSTATE `lgfs_refuse` raises (migration 4): a batch that refused itself.
 REFUSED = "LGFS1"
@@ -129,6 +129,9 @@ MIGRATIONS: list[str] = [
     # 6: a fenced put and put_writes as one statement each: the functions
     # `lgfs_put` and `lgfs_put_writes` (`sql_functions.FENCED_WRITES`).
     FENCED_WRITES,
+    # 7: `lgfs_put_write`, `lgfs_put_writes` for a call of one write
+    # (`sql_functions.ONE_WRITE`).
+    ONE_WRITE,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -430,12 +433,13 @@ INSERT_CHECKPOINT = (
 # its event (and NOTIFY), or refuses (`lgfs_refuse`): the token is not the
 # claim's, the id is already stored, or (`check_version`) the parent is not
 # the latest. `txns.put` then decides in a transaction of its own.
-PUT_AT_FENCE = (
-    "SELECT lgfs_put(%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_id)s, "
+_PUT_CALL = (
+    "lgfs_put(%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_id)s, "
     "%(envelope)s, %(values_type)s, %(values_blob)s, %(metadata)s, %(source)s, "
     "%(step)s::bigint, %(run_id)s, %(token)s, %(now)s::float8, %(checksum)s, %(event_data)s, "
     "%(event_checksum)s, %(check_version)s, %(notify)s)"
 )
+PUT_AT_FENCE = f"SELECT {_PUT_CALL}"
 
 _KEY = "thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s"
 GET_CHECKPOINT_BY_ID = (
@@ -517,15 +521,55 @@ def put_writes_at_fence(n: int) -> str:
     write: psycopg dumps a list in Python (about 20 us for each of the eight
     arrays, half a put_writes' client CPU), a scalar in C.
     """
+    return f"SELECT {_put_writes_call(n, '')}"
+
+
+def _put_writes_call(n: int, prefix: str) -> str:
+    """The `lgfs_put_writes` call of `put_writes_at_fence(n)`, each parameter name prefixed.
+
+    One write calls `lgfs_put_write` (migration 7), the same with scalars.
+    """
+    if n == 1:
+        return (
+            f"lgfs_put_write(%({prefix}thread_id)s, %({prefix}checkpoint_ns)s, "
+            f"%({prefix}checkpoint_id)s, %({prefix}run_id)s, %({prefix}token)s, "
+            f"%({prefix}now)s::float8, %({prefix}event_data)s, %({prefix}event_checksum)s, "
+            + ", ".join(f"%({prefix}{name}0)s::{cast}" for name, cast in _PUT_WRITES_ARRAYS)
+            + f", %({prefix}notify)s)"
+        )
     arrays = ", ".join(
-        "ARRAY[" + ", ".join(f"%({name}{i})s::{cast}" for i in range(n)) + "]"
+        "ARRAY[" + ", ".join(f"%({prefix}{name}{i})s::{cast}" for i in range(n)) + "]"
         for name, cast in _PUT_WRITES_ARRAYS
     )
     return (
-        "SELECT lgfs_put_writes(%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, "
-        f"%(run_id)s, %(token)s, %(now)s::float8, %(event_data)s, %(event_checksum)s, {arrays}, "
-        "%(notify)s)"
+        f"lgfs_put_writes(%({prefix}thread_id)s, %({prefix}checkpoint_ns)s, "
+        f"%({prefix}checkpoint_id)s, %({prefix}run_id)s, %({prefix}token)s, "
+        f"%({prefix}now)s::float8, %({prefix}event_data)s, %({prefix}event_checksum)s, {arrays}, "
+        f"%({prefix}notify)s)"
     )
+
+
+@functools.lru_cache(maxsize=32)
+def put_after_writes(counts: tuple[int, ...]) -> str:
+    """Build a step's joint batch as one statement: its writes' calls in order, then its put.
+
+    `counts[i]` is how many writes the i-th `put_writes` call has; its
+    parameters are `put_writes_at_fence`'s prefixed `w{i}_`, the put's are
+    `PUT_AT_FENCE`'s. Each call is the select list of a subquery the next one
+    reads from (`OFFSET 0` keeps the planner from merging them), so each runs
+    only once the one before it returned: the order the calls came in, as a
+    pipeline of their statements would run them, in one statement's implicit
+    transaction. The row holds the put's (void) result, then each call's
+    changed rows. Each function takes its own snapshots after its fence's
+    lock (module `sql_functions`), so a later call sees what an earlier one
+    wrote.
+    """
+    source, columns = "", list[str]()
+    for i, n in enumerate(counts):
+        call = f"{_put_writes_call(n, f'w{i}_')} AS c{i}"
+        source = f" FROM (SELECT {', '.join([*columns, call])}{source} OFFSET 0) AS s{i}"
+        columns.append(f"c{i}")
+    return f"SELECT {_PUT_CALL}, {', '.join(columns)}{source}"
 
 
 # The writes of a page of checkpoints, in `writes_sort_key` order.

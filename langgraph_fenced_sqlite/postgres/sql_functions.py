@@ -116,3 +116,107 @@ FENCED_WRITES = """
         RETURN v_first + v_last;
     END $$;
 """
+
+# Migration 7 (`sql.MIGRATIONS`), first: `lgfs_put_writes` for a call of one
+# write, its cells as scalars (`sql.put_writes_at_fence(1)`): the same
+# statements and rules as `lgfs_put_writes`' (the special channel's
+# last-writer-wins written out again), without building and unnesting eight
+# one-element arrays, which cost about 15 us of server CPU a call. Then
+# `lgfs_put` again, its version check looking first among the 16 positions
+# before its own: a backward index scan reads every entry of the leaf page
+# below where it starts (all of the thread's older checkpoints there), and
+# the bound stops it within them. The latest checkpoint below the position
+# is in that window whenever any is, so the answer is the unbounded
+# query's, which runs (`coalesce`) only when the window holds none.
+ONE_WRITE = """
+    CREATE OR REPLACE FUNCTION lgfs_put_write(
+        p_thread_id text, p_checkpoint_ns text, p_checkpoint_id text, p_run_id text,
+        p_token bigint, p_now float8, p_event_data text, p_event_checksum bigint,
+        p_task_id text, p_idx int, p_task_path text, p_channel text,
+        p_type text, p_blob bytea, p_sum bigint, p_special boolean,
+        p_notify boolean
+    ) RETURNS bigint LANGUAGE plpgsql AS $$
+    DECLARE
+        v_position bigint;
+        v_changed bigint := 0;
+    BEGIN
+        UPDATE lgfs_threads SET next_seq = next_seq + 1
+            WHERE thread_id = p_thread_id AND token = p_token
+            RETURNING next_seq - 1 INTO v_position;
+        IF NOT FOUND THEN PERFORM lgfs_refuse('put_writes: stale token'); END IF;
+        IF p_special THEN
+            INSERT INTO lgfs_writes AS w (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,
+                task_path, channel, type, blob, position, run_id, token, checksum)
+                VALUES (p_thread_id, p_checkpoint_ns, p_checkpoint_id, p_task_id, p_idx,
+                p_task_path, p_channel, p_type, p_blob, v_position, p_run_id, p_token, p_sum)
+                ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+                DO UPDATE SET task_path = excluded.task_path, channel = excluded.channel,
+                type = excluded.type, blob = excluded.blob, position = excluded.position,
+                run_id = excluded.run_id, token = excluded.token, checksum = excluded.checksum
+                WHERE coalesce(excluded.token, 0) >= coalesce(w.token, 0)
+                AND (w.channel IS DISTINCT FROM excluded.channel
+                OR w.type IS DISTINCT FROM excluded.type OR w.blob IS DISTINCT FROM excluded.blob
+                OR w.task_path IS DISTINCT FROM excluded.task_path);
+        ELSE
+            INSERT INTO lgfs_writes AS w (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,
+                task_path, channel, type, blob, position, run_id, token, checksum)
+                VALUES (p_thread_id, p_checkpoint_ns, p_checkpoint_id, p_task_id, p_idx,
+                p_task_path, p_channel, p_type, p_blob, v_position, p_run_id, p_token, p_sum)
+                ON CONFLICT DO NOTHING;
+        END IF;
+        GET DIAGNOSTICS v_changed = ROW_COUNT;
+        IF v_changed = 0 THEN
+            -- A retry that changed nothing: the position is given back.
+            UPDATE lgfs_threads SET next_seq = next_seq - 1 WHERE thread_id = p_thread_id;
+            RETURN 0;
+        END IF;
+        INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data,
+            token, ts, checksum) VALUES (p_thread_id, v_position, 'writes', p_checkpoint_ns,
+            p_checkpoint_id, p_event_data, p_token,
+            coalesce(p_now, extract(epoch FROM clock_timestamp())::float8), p_event_checksum);
+        IF p_notify THEN PERFORM pg_notify('lgfs_events', p_thread_id); END IF;
+        RETURN v_changed;
+    END $$;
+
+    CREATE OR REPLACE FUNCTION lgfs_put(
+        p_thread_id text, p_checkpoint_ns text, p_checkpoint_id text, p_parent_id text,
+        p_envelope text, p_values_type text, p_values_blob bytea, p_metadata text,
+        p_source text, p_step bigint, p_run_id text, p_token bigint, p_now float8,
+        p_checksum bigint, p_event_data text, p_event_checksum bigint,
+        p_check_version boolean, p_notify boolean
+    ) RETURNS void LANGUAGE plpgsql AS $$
+    DECLARE
+        v_position bigint;
+        v_now float8 := coalesce(p_now, extract(epoch FROM clock_timestamp())::float8);
+    BEGIN
+        UPDATE lgfs_threads SET next_seq = next_seq + 1
+            WHERE thread_id = p_thread_id AND token = p_token
+            RETURNING next_seq - 1 INTO v_position;
+        IF NOT FOUND THEN PERFORM lgfs_refuse('put: stale token'); END IF;
+        -- The checkpoint (if its id is new and, with p_check_version, its
+        -- parent is the latest before its position) and its event: one
+        -- statement, whose snapshot is taken after the lock was had.
+        WITH ins AS (
+            INSERT INTO lgfs_checkpoints (thread_id, checkpoint_ns, checkpoint_id, position,
+                parent_checkpoint_id, envelope, values_type, values_blob, metadata, source,
+                step, run_id, token, created_at, checksum)
+            SELECT p_thread_id, p_checkpoint_ns, p_checkpoint_id, v_position, p_parent_id,
+                p_envelope, p_values_type, p_values_blob, p_metadata, p_source, p_step,
+                p_run_id, p_token, v_now, p_checksum
+            WHERE NOT p_check_version OR coalesce((SELECT c.checkpoint_id
+                FROM lgfs_checkpoints c WHERE c.thread_id = p_thread_id
+                AND c.checkpoint_ns = p_checkpoint_ns AND c.position < v_position
+                AND c.position >= v_position - 16 ORDER BY c.position DESC LIMIT 1),
+                (SELECT c.checkpoint_id FROM lgfs_checkpoints c
+                WHERE c.thread_id = p_thread_id AND c.checkpoint_ns = p_checkpoint_ns
+                AND c.position < v_position ORDER BY c.position DESC LIMIT 1))
+                IS NOT DISTINCT FROM p_parent_id
+            ON CONFLICT DO NOTHING RETURNING position
+        )
+        INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data,
+            token, ts, checksum) SELECT p_thread_id, ins.position, 'checkpoint', p_checkpoint_ns,
+            p_checkpoint_id, p_event_data, p_token, v_now, p_event_checksum FROM ins;
+        IF NOT FOUND THEN PERFORM lgfs_refuse('put: id stored, or parent not latest'); END IF;
+        IF p_notify THEN PERFORM pg_notify('lgfs_events', p_thread_id); END IF;
+    END $$;
+"""

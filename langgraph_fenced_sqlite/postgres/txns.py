@@ -49,6 +49,7 @@ from .events import append
 Cursor = Any  # a psycopg cursor returning tuples
 # Eight parameters a write (`sql.put_writes_at_fence`), 65535 a statement.
 _MAX_BATCH_WRITES = 4096
+_MAX_PARAMS = 65535
 # Checksums are sent as int8 whatever their size: psycopg picks int2/4/8 by
 # value and keys its prepared statements by the types it sent, so a checksum
 # that fit int4 one time and not the next kept a statement from ever being
@@ -313,12 +314,56 @@ def put_batch(
         check_version=needs_version_check(enc.source, token),
         notify=notify,
     )
+    return _PutBatch(params)
 
-    def send(execute: Execute) -> Callable[[], bool]:
-        execute(sql.PUT_AT_FENCE, params)
+
+class _PutBatch:
+    """A fenced put's batch (`put_batch`); `join` takes its step's writes into its statement."""
+
+    __slots__ = ("params",)
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        self.params = params
+
+    def __call__(self, execute: Execute) -> Callable[[], bool]:
+        execute(sql.PUT_AT_FENCE, self.params)
         return _stored
 
-    return send
+    def join(self, writes: Sequence[Any]) -> Send[tuple[bool, list[int]]] | None:
+        """Return `writes` (`put_writes_batch`es, in order) and this put as one statement.
+
+        `sql.put_after_writes`: the calls run in that order in one implicit
+        transaction, each as its own statement would have, and any refusal
+        rolls all of it back, as a pipeline of their statements would; but
+        it costs psycopg one statement, not one each and a pipeline's.
+        Returns None (send them as they are) for anything else, or more
+        parameters than one statement takes. The reader returns the put's
+        result and each call's changed rows.
+        """
+        if not writes or any(type(w) is not _PutWritesBatch for w in writes):
+            return None
+        counts = tuple(w.count for w in writes)
+        if 8 * sum(counts) + 9 * len(counts) + 18 > _MAX_PARAMS:
+            return None
+        statement = sql.put_after_writes(counts)
+        params = dict(self.params)
+        for i, w in enumerate(writes):
+            prefix = f"w{i}_"
+            params.update({prefix + k: v for k, v in w.params.items()})
+            # NOTIFY once per transaction: the put's (as ever, at its commit).
+            params[prefix + "notify"] = False
+
+        def send(execute: Execute) -> Callable[[], tuple[bool, list[int]]]:
+            done = execute(statement, params)
+
+            def finish() -> tuple[bool, list[int]]:
+                row = done.fetchone()
+                assert row is not None  # the statement returns one row
+                return True, [int(c) for c in row[1:]]
+
+            return finish
+
+        return send
 
 
 def _stored() -> bool:
@@ -435,10 +480,19 @@ def put_writes_batch(
     for w, names in zip(writes, sql.put_writes_param_names(len(writes)), strict=True):
         values = (w.task_id, Int8(w.idx), w.task_path, w.channel, w.type, w.blob)
         params.update(zip(names, (*values, Int8(w.checksum), w.special), strict=True))
-    statement = sql.put_writes_at_fence(len(writes))
+    return _PutWritesBatch(params, len(writes))
 
-    def send(execute: Execute) -> Callable[[], int]:
-        done = execute(statement, params)
+
+class _PutWritesBatch:
+    """A fenced put_writes' batch (`put_writes_batch`), which a put may join (`_PutBatch.join`)."""
+
+    __slots__ = ("count", "params")
+
+    def __init__(self, params: dict[str, Any], count: int) -> None:
+        self.params, self.count = params, count
+
+    def __call__(self, execute: Execute) -> Callable[[], int]:
+        done = execute(sql.put_writes_at_fence(self.count), self.params)
 
         def changed() -> int:
             row = done.fetchone()
@@ -446,8 +500,6 @@ def put_writes_batch(
             return int(row[0])
 
         return changed
-
-    return send
 
 
 def _write_params(
