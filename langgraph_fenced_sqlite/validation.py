@@ -15,6 +15,7 @@ import difflib
 import functools
 import inspect
 import math
+from collections import ChainMap
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ParamSpec, TypeVar
 
@@ -207,9 +208,37 @@ def check_config(config: Any, name: str = "config") -> Mapping[str, Any]:
         if not _json_fine(value, 0, False):
             check_json(value, f'{name}["configurable"][{key!r}]')
     metadata = config.get("metadata")
-    if metadata is not None:
+    if metadata is not None and not _metadata_fine(metadata):
         check_json(check_dict(metadata, f'{name}["metadata"]'), f'{name}["metadata"]')
     return conf
+
+
+def _metadata_fine(metadata: Any) -> bool:
+    """Whether `check_json(check_dict(metadata))` surely accepts a config's metadata.
+
+    Its quick walk, for an exact dict and for what LangGraph passes in a
+    graph (a `ChainMap` of dicts: `check_json` walks any other mapping in
+    full, building a path per key, 30k instructions on every call of a
+    graph's step). The ChainMap's dicts are merged as its lookups see them
+    (the first map holding a key wins), then walked. False: the full check
+    decides (and names what is wrong).
+    """
+    kind = type(metadata)
+    if kind is ChainMap:
+        maps = metadata.maps
+        for part in maps:
+            if type(part) is not dict:
+                return False
+        merged: dict[Any, Any] = {}
+        for part in reversed(maps):
+            merged.update(part)
+        metadata = merged
+    elif kind is not dict:
+        return False
+    try:
+        return json_kind(metadata) != NOT_FINE
+    except RecursionError:
+        return False  # far too deep for the quick walk: `check_json` names where
 
 
 def config_target(

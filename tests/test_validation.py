@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from collections import ChainMap
 from collections.abc import Callable
 from typing import Any
 
@@ -102,6 +103,29 @@ SHAPES: list[Row] = [
     (
         "config-metadata-int-key",
         lambda w: w.store.put({**w.cp, "metadata": {1: "x"}}, _cp(), MD, {}),
+        'config["metadata"]',
+    ),
+    # LangGraph's graphs pass a ChainMap; its quick walk must refuse what the full one does.
+    (
+        "config-metadata-chainmap-int-key",
+        lambda w: w.store.put({**w.cp, "metadata": ChainMap({"a": 1}, {1: "x"})}, _cp(), MD, {}),
+        'config["metadata"]',
+    ),
+    (
+        "config-metadata-chainmap-surrogate",
+        lambda w: w.store.put({**w.cp, "metadata": ChainMap({"a": S})}, _cp(), MD, {}),
+        'config["metadata"]',
+    ),
+    (
+        "config-metadata-chainmap-big-int",
+        lambda w: w.store.put_writes({**w.cp, "metadata": ChainMap({}, {"n": BIG})}, [], "t"),
+        'config["metadata"]',
+    ),
+    (
+        "config-metadata-chainmap-deep",
+        lambda w: w.store.get_tuple(
+            {**w.cp, "metadata": ChainMap({"d": _deep(MAX_JSON_DEPTH + 50)})}
+        ),
         'config["metadata"]',
     ),
     ("list-configurable-str", lambda w: list(w.store.list({"configurable": ""})), "config"),
@@ -312,3 +336,26 @@ def test_good_shapes_next_to_the_bad_ones_still_work(open_store: Any) -> None:
     assert [t.config for t in store.list({"configurable": {}}, limit=1)] == [got.config]
     seqs = store.append_events("t", world.claim.token, [("k", {"v": 2**63 - 1, "s": "ü"})])
     assert store.events_after("t", seqs[0] - 1)[0].data == {"v": 2**63 - 1, "s": "ü"}
+
+
+def test_chainmap_config_metadata_is_checked_as_its_lookups_see_it(open_store: Any) -> None:
+    """A ChainMap of dicts (LangGraph's config metadata) passes when every visible entry is fine.
+
+    The first map holding a key wins, as in a lookup; the merged entries end
+    up in the checkpoint's metadata as LangGraph's own savers store them.
+    """
+    world = World(open_store())
+    store = world.store
+    meta = ChainMap({"user": "ann", "n": 2}, {"user": "bob", "tag": "x", "k": 2**63 - 1})
+    config = store.put({**world.cp, "metadata": meta}, _cp({"n": 9}), MD, {})
+    got = store.get_tuple(config)
+    assert got is not None
+    assert {k: got.metadata.get(k) for k in ("user", "n", "tag", "k")} == {
+        "user": "ann",
+        "n": 2,
+        "tag": "x",
+        "k": 2**63 - 1,
+    }
+    # A ChainMap over a non-dict mapping is judged by the full walk, with the same answer.
+    odd = ChainMap(ChainMap({"a": 1}))
+    store.put_writes({**world.claim.config(config), "metadata": odd}, [("c", 1)], "task")
