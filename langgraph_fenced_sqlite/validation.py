@@ -213,30 +213,43 @@ def check_config(config: Any, name: str = "config") -> Mapping[str, Any]:
     return conf
 
 
+def flat_metadata(metadata: Any) -> dict[Any, Any] | None:
+    """Return a config's metadata as one exact dict, or None when it is neither kind below.
+
+    An exact dict is returned as it is; what LangGraph passes in a graph (a
+    `ChainMap` of dicts) as its dicts merged the way its lookups see them
+    (the first map holding a key wins), in its iteration order: the same
+    items, read in C instead of through `ChainMap`'s Python methods (every
+    call of a graph's step reads its config's metadata).
+    """
+    kind = type(metadata)
+    if kind is dict:
+        return metadata  # type: ignore[no-any-return]
+    if kind is not ChainMap:
+        return None
+    maps = metadata.maps
+    for part in maps:
+        if type(part) is not dict:
+            return None
+    merged: dict[Any, Any] = {}
+    for part in reversed(maps):
+        merged.update(part)
+    return merged
+
+
 def _metadata_fine(metadata: Any) -> bool:
     """Whether `check_json(check_dict(metadata))` surely accepts a config's metadata.
 
-    Its quick walk, for an exact dict and for what LangGraph passes in a
-    graph (a `ChainMap` of dicts: `check_json` walks any other mapping in
-    full, building a path per key, 30k instructions on every call of a
-    graph's step). The ChainMap's dicts are merged as its lookups see them
-    (the first map holding a key wins), then walked. False: the full check
-    decides (and names what is wrong).
+    Its quick walk, for an exact dict and for a `ChainMap` of dicts
+    (`flat_metadata`): `check_json` walks any other mapping in full,
+    building a path per key, 30k instructions on every call of a graph's
+    step. False: the full check decides (and names what is wrong).
     """
-    kind = type(metadata)
-    if kind is ChainMap:
-        maps = metadata.maps
-        for part in maps:
-            if type(part) is not dict:
-                return False
-        merged: dict[Any, Any] = {}
-        for part in reversed(maps):
-            merged.update(part)
-        metadata = merged
-    elif kind is not dict:
+    flat = flat_metadata(metadata)
+    if flat is None:
         return False
     try:
-        return json_kind(metadata) != NOT_FINE
+        return json_kind(flat) != NOT_FINE
     except RecursionError:
         return False  # far too deep for the quick walk: `check_json` names where
 

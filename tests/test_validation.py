@@ -359,3 +359,37 @@ def test_chainmap_config_metadata_is_checked_as_its_lookups_see_it(open_store: A
     # A ChainMap over a non-dict mapping is judged by the full walk, with the same answer.
     odd = ChainMap(ChainMap({"a": 1}))
     store.put_writes({**world.claim.config(config), "metadata": odd}, [("c", 1)], "task")
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        ChainMap({"run_id": "r1", "a": 1}, {"run_id": "r0", "b": "x\x00y"}),
+        ChainMap({}, {"run_id": "r2"}),
+        ChainMap(),
+        ChainMap(ChainMap({"run_id": "r3"})),
+        {"run_id": "r4", "c": 1.5},
+        None,
+    ],
+    ids=["overlapping", "second-map", "empty", "nested", "dict", "none"],
+)
+def test_graph_config_metadata_reads_as_langgraph_reads_it(meta: Any) -> None:
+    """A config's metadata, read in C where it can be, gives LangGraph's run id and metadata."""
+    from langgraph.checkpoint.base import get_serializable_checkpoint_metadata
+
+    from langgraph_fenced_sqlite import checkpoints as cps
+    from langgraph_fenced_sqlite.serde import DataOnlySerializer
+    from langgraph_fenced_sqlite.stored_json import dumps_json
+
+    config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "user": "u"}}
+    if meta is not None:
+        config["metadata"] = meta
+    run_id = (config.get("metadata") or {}).get("run_id")
+    assert cps.run_id_of(config) == (None if run_id is None else str(run_id))
+    md = {"source": "loop", "step": 1, "parents": {}}
+    enc = cps.encode_checkpoint(DataOnlySerializer(), config, _cp(), md, "t", "")
+    expected = get_serializable_checkpoint_metadata(config, md)
+    assert enc.metadata == dumps_json(expected, "metadata")
+    assert list(expected) == list(
+        get_serializable_checkpoint_metadata({**config, "metadata": dict(meta or {})}, md)
+    )
