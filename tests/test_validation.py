@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections import ChainMap
+from collections import ChainMap, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -89,6 +89,11 @@ SHAPES: list[Row] = [
     ("writes-not-a-list", lambda w: w.store.put_writes(w.cp, 5, "task"), "writes"),
     ("writes-str", lambda w: w.store.put_writes(w.cp, "ab", "task"), "writes"),
     ("writes-item-not-pair", lambda w: w.store.put_writes(w.cp, [1, 2], "task"), "writes[0]"),
+    (
+        "writes-deque-channel-int",
+        lambda w: w.store.put_writes(w.cp, deque([("c", 1), (1, 2)]), "task"),
+        "writes[1][0]",
+    ),
     ("writes-item-triple", lambda w: w.store.put_writes(w.cp, [("c", 1, 2)], "task"), "writes[0]"),
     ("writes-channel-int", lambda w: w.store.put_writes(w.cp, [(1, 2)], "task"), "writes[0][0]"),
     # 4-5: metadata None / not a dict
