@@ -114,7 +114,7 @@ def encode_checkpoint(
         if flat is not None:
             # A graph's ChainMap, as one dict of the same items in the same
             # order: LangGraph reads it through ChainMap's Python methods.
-            config = {**config, "metadata": flat}  # type: ignore[typeddict-item]
+            config = {**config, "metadata": flat}
     md = get_serializable_checkpoint_metadata(config, metadata)
     run_id = md.get("run_id")
     step = md.get("step")

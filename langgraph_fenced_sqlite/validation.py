@@ -224,7 +224,7 @@ def flat_metadata(metadata: Any) -> dict[Any, Any] | None:
     """
     kind = type(metadata)
     if kind is dict:
-        return metadata  # type: ignore[no-any-return]
+        return metadata
     if kind is not ChainMap:
         return None
     maps = metadata.maps
