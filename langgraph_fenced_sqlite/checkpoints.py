@@ -41,6 +41,7 @@ from .stored_json import (
     json_kind,
     loads_json,
 )
+from .validation import flat_metadata
 
 ENVELOPE_FORMAT = 1
 _ABSENT = object()
@@ -107,6 +108,13 @@ def encode_checkpoint(
         envelope = {k: v for k, v in checkpoint.items() if k != "channel_values"}
     envelope["format"] = ENVELOPE_FORMAT
     values_type, values_blob = serde.dumps_typed(checkpoint.get("channel_values", {}))
+    config_md = config.get("metadata")
+    if config_md is not None and type(config_md) is not dict:
+        flat = flat_metadata(config_md)
+        if flat is not None:
+            # A graph's ChainMap, as one dict of the same items in the same
+            # order: LangGraph reads it through ChainMap's Python methods.
+            config = {**config, "metadata": flat}
     md = get_serializable_checkpoint_metadata(config, metadata)
     run_id = md.get("run_id")
     step = md.get("step")
@@ -198,7 +206,9 @@ def encode_writes(
 
 def run_id_of(config: RunnableConfig) -> str | None:
     """Return the run id a config carries in its metadata, if any."""
-    run_id = (config.get("metadata") or {}).get("run_id")
+    metadata = config.get("metadata")
+    flat = flat_metadata(metadata)  # a graph's ChainMap, read in C
+    run_id = (metadata or {}).get("run_id") if flat is None else flat.get("run_id")
     return None if run_id is None else str(run_id)
 
 

@@ -15,6 +15,7 @@ import difflib
 import functools
 import inspect
 import math
+from collections import ChainMap, deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ParamSpec, TypeVar
 
@@ -207,9 +208,50 @@ def check_config(config: Any, name: str = "config") -> Mapping[str, Any]:
         if not _json_fine(value, 0, False):
             check_json(value, f'{name}["configurable"][{key!r}]')
     metadata = config.get("metadata")
-    if metadata is not None:
+    if metadata is not None and not _metadata_fine(metadata):
         check_json(check_dict(metadata, f'{name}["metadata"]'), f'{name}["metadata"]')
     return conf
+
+
+def flat_metadata(metadata: Any) -> dict[Any, Any] | None:
+    """Return a config's metadata as one exact dict, or None when it is neither kind below.
+
+    An exact dict is returned as it is; what LangGraph passes in a graph (a
+    `ChainMap` of dicts) as its dicts merged the way its lookups see them
+    (the first map holding a key wins), in its iteration order: the same
+    items, read in C instead of through `ChainMap`'s Python methods (every
+    call of a graph's step reads its config's metadata).
+    """
+    kind = type(metadata)
+    if kind is dict:
+        return metadata
+    if kind is not ChainMap:
+        return None
+    maps = metadata.maps
+    for part in maps:
+        if type(part) is not dict:
+            return None
+    merged: dict[Any, Any] = {}
+    for part in reversed(maps):
+        merged.update(part)
+    return merged
+
+
+def _metadata_fine(metadata: Any) -> bool:
+    """Whether `check_json(check_dict(metadata))` surely accepts a config's metadata.
+
+    Its quick walk, for an exact dict and for a `ChainMap` of dicts
+    (`flat_metadata`): `check_json` walks any other mapping in full,
+    building a path per key, 30k instructions on every call of a graph's
+    step. False: the full check decides (and names what is wrong).
+    """
+    flat = flat_metadata(metadata)
+    if flat is None:
+        return False
+    try:
+        return json_kind(flat) != NOT_FINE
+    except RecursionError:
+        return False  # far too deep for the quick walk: `check_json` names where
 
 
 def config_target(
@@ -315,10 +357,13 @@ def check_writes(writes: Any) -> list[tuple[str, Any]]:
     Raises:
         InvalidArgument: not a sequence of 2-tuples whose channel is a name.
     """
-    # A list or tuple (what LangGraph passes) is taken as it is, without
-    # `check_iterable`'s two ABC checks.
+    # A list, tuple or deque (LangGraph's loop passes a deque) is taken as it
+    # is, without `check_iterable`'s two ABC checks (6k instructions a write).
     kind = type(writes)
-    items = list(writes) if kind is list or kind is tuple else check_iterable(writes, "writes")
+    if kind is list or kind is tuple or kind is deque:
+        items = list(writes)
+    else:
+        items = check_iterable(writes, "writes")
     for i, item in enumerate(items):
         if not isinstance(item, (tuple, list)) or len(item) != 2:
             raise bad_argument(f"writes[{i}]", f"expected a (channel, value) pair, got {item!r}")

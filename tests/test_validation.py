@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from collections import ChainMap, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -88,6 +89,11 @@ SHAPES: list[Row] = [
     ("writes-not-a-list", lambda w: w.store.put_writes(w.cp, 5, "task"), "writes"),
     ("writes-str", lambda w: w.store.put_writes(w.cp, "ab", "task"), "writes"),
     ("writes-item-not-pair", lambda w: w.store.put_writes(w.cp, [1, 2], "task"), "writes[0]"),
+    (
+        "writes-deque-channel-int",
+        lambda w: w.store.put_writes(w.cp, deque([("c", 1), (1, 2)]), "task"),
+        "writes[1][0]",
+    ),
     ("writes-item-triple", lambda w: w.store.put_writes(w.cp, [("c", 1, 2)], "task"), "writes[0]"),
     ("writes-channel-int", lambda w: w.store.put_writes(w.cp, [(1, 2)], "task"), "writes[0][0]"),
     # 4-5: metadata None / not a dict
@@ -102,6 +108,29 @@ SHAPES: list[Row] = [
     (
         "config-metadata-int-key",
         lambda w: w.store.put({**w.cp, "metadata": {1: "x"}}, _cp(), MD, {}),
+        'config["metadata"]',
+    ),
+    # LangGraph's graphs pass a ChainMap; its quick walk must refuse what the full one does.
+    (
+        "config-metadata-chainmap-int-key",
+        lambda w: w.store.put({**w.cp, "metadata": ChainMap({"a": 1}, {1: "x"})}, _cp(), MD, {}),
+        'config["metadata"]',
+    ),
+    (
+        "config-metadata-chainmap-surrogate",
+        lambda w: w.store.put({**w.cp, "metadata": ChainMap({"a": S})}, _cp(), MD, {}),
+        'config["metadata"]',
+    ),
+    (
+        "config-metadata-chainmap-big-int",
+        lambda w: w.store.put_writes({**w.cp, "metadata": ChainMap({}, {"n": BIG})}, [], "t"),
+        'config["metadata"]',
+    ),
+    (
+        "config-metadata-chainmap-deep",
+        lambda w: w.store.get_tuple(
+            {**w.cp, "metadata": ChainMap({"d": _deep(MAX_JSON_DEPTH + 50)})}
+        ),
         'config["metadata"]',
     ),
     ("list-configurable-str", lambda w: list(w.store.list({"configurable": ""})), "config"),
@@ -312,3 +341,60 @@ def test_good_shapes_next_to_the_bad_ones_still_work(open_store: Any) -> None:
     assert [t.config for t in store.list({"configurable": {}}, limit=1)] == [got.config]
     seqs = store.append_events("t", world.claim.token, [("k", {"v": 2**63 - 1, "s": "ü"})])
     assert store.events_after("t", seqs[0] - 1)[0].data == {"v": 2**63 - 1, "s": "ü"}
+
+
+def test_chainmap_config_metadata_is_checked_as_its_lookups_see_it(open_store: Any) -> None:
+    """A ChainMap of dicts (LangGraph's config metadata) passes when every visible entry is fine.
+
+    The first map holding a key wins, as in a lookup; the merged entries end
+    up in the checkpoint's metadata as LangGraph's own savers store them.
+    """
+    world = World(open_store())
+    store = world.store
+    meta = ChainMap({"user": "ann", "n": 2}, {"user": "bob", "tag": "x", "k": 2**63 - 1})
+    config = store.put({**world.cp, "metadata": meta}, _cp({"n": 9}), MD, {})
+    got = store.get_tuple(config)
+    assert got is not None
+    assert {k: got.metadata.get(k) for k in ("user", "n", "tag", "k")} == {
+        "user": "ann",
+        "n": 2,
+        "tag": "x",
+        "k": 2**63 - 1,
+    }
+    # A ChainMap over a non-dict mapping is judged by the full walk, with the same answer.
+    odd = ChainMap(ChainMap({"a": 1}))
+    store.put_writes({**world.claim.config(config), "metadata": odd}, [("c", 1)], "task")
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        ChainMap({"run_id": "r1", "a": 1}, {"run_id": "r0", "b": "x\x00y"}),
+        ChainMap({}, {"run_id": "r2"}),
+        ChainMap(),
+        ChainMap(ChainMap({"run_id": "r3"})),
+        {"run_id": "r4", "c": 1.5},
+        None,
+    ],
+    ids=["overlapping", "second-map", "empty", "nested", "dict", "none"],
+)
+def test_graph_config_metadata_reads_as_langgraph_reads_it(meta: Any) -> None:
+    """A config's metadata, read in C where it can be, gives LangGraph's run id and metadata."""
+    from langgraph.checkpoint.base import get_serializable_checkpoint_metadata
+
+    from langgraph_fenced_sqlite import checkpoints as cps
+    from langgraph_fenced_sqlite.serde import DataOnlySerializer
+    from langgraph_fenced_sqlite.stored_json import dumps_json
+
+    config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "user": "u"}}
+    if meta is not None:
+        config["metadata"] = meta
+    run_id = (config.get("metadata") or {}).get("run_id")
+    assert cps.run_id_of(config) == (None if run_id is None else str(run_id))
+    md = {"source": "loop", "step": 1, "parents": {}}
+    enc = cps.encode_checkpoint(DataOnlySerializer(), config, _cp(), md, "t", "")
+    expected = get_serializable_checkpoint_metadata(config, md)
+    assert enc.metadata == dumps_json(expected, "metadata")
+    assert list(expected) == list(
+        get_serializable_checkpoint_metadata({**config, "metadata": dict(meta or {})}, md)
+    )
