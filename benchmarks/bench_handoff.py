@@ -71,10 +71,10 @@ def _graph(saver: Any) -> Any:
 
 
 def _open(db: str) -> Any:
-    if db.startswith("postgresql://"):
+    if db.startswith("pg:"):  # a DSN (fresh_dsn's are key=value, not URLs)
         from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
 
-        return FencedPostgresSaver.from_conn_string(db)
+        return FencedPostgresSaver.from_conn_string(db[3:])
     from langgraph_fenced_sqlite import FencedSqliteSaver
 
     return FencedSqliteSaver(db)
@@ -160,7 +160,16 @@ def main(argv: list[str] | None = None) -> int:
 
         server = start_server()
         dsns: dict[str, str] = {}
-        stores.append(("PostgreSQL", lambda mode: dsns.setdefault(mode, server.fresh_dsn())))
+
+        def pg_db(mode: str) -> str:
+            # One fresh schema per mode, set up here (not by two workers at once).
+            if mode not in dsns:
+                dsns[mode] = "pg:" + server.fresh_dsn()
+                with _open(dsns[mode]) as saver:
+                    saver.setup()
+            return dsns[mode]
+
+        stores.append(("PostgreSQL", pg_db))
     print(f"load average {os.getloadavg()[0]:.2f}, cpus {os.cpu_count()}, hold {HOLD}s")
     try:
         table = Table(

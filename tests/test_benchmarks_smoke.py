@@ -129,3 +129,7 @@ def test_quick_run_prints_its_tables(
     missing = [text for text in EXPECTED[script] if text not in out]
     assert not missing, f"{script} did not print {missing}:\n{out}"
     assert "PASS" in out or "MISS" in out
+    # A PostgreSQL DSN handed to the SQLite store by mistake becomes a file
+    # named after it in the script's directory (bench_handoff once measured
+    # SQLite in its PostgreSQL row so).
+    assert not [name for name in os.listdir(BENCH) if "dbname=" in name]
