@@ -59,17 +59,24 @@ class _Counting:
     statement (with the outer statement's text): not a call from Python.
     """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: Any, twin: _Counting | None = None) -> None:
         self._conn = conn
+        self._twin = twin
         self.count = 0
 
+    def _add(self, n: int) -> None:
+        if self._twin is not None:
+            self._twin._add(n)
+        else:
+            self.count += n
+
     def execute(self, sql: str, *args: Any) -> Any:
-        self.count += 1
+        self._add(1)
         return self._conn.execute(sql, *args)
 
     def executemany(self, sql: str, rows: Any) -> Any:
         rows = list(rows)
-        self.count += len(rows)
+        self._add(len(rows))
         return self._conn.executemany(sql, rows)
 
     def __getattr__(self, name: str) -> Any:
@@ -82,8 +89,9 @@ def measure(
     """Return `(WAL frames, statements)` per `op()`, the mean over `n` calls after a warm-up.
 
     Args:
-        owner: For our saver, its engine: statements are counted as its
-            connection's `execute` calls. Otherwise the trace callback counts.
+        owner: For our saver, its engine: statements are counted as the
+            `execute` calls on its connection and on the cursor it keeps for
+            writes (`_cursor`). Otherwise the trace callback counts.
     """
     conn.execute("PRAGMA wal_autocheckpoint = 0")
     for _ in range(20):
@@ -92,7 +100,9 @@ def measure(
     seen: list[str] = []
     counting = _Counting(conn)
     if owner is not None:
+        kept = owner._cursor
         owner._conn = counting  # private, on purpose: diagnostic only
+        owner._cursor = _Counting(kept, twin=counting)
     else:
         conn.set_trace_callback(seen.append)
     try:
@@ -100,7 +110,7 @@ def measure(
             op()
     finally:
         if owner is not None:
-            owner._conn = conn
+            owner._conn, owner._cursor = conn, kept
         else:
             conn.set_trace_callback(None)
     page = conn.execute("PRAGMA page_size").fetchone()[0]

@@ -30,8 +30,8 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -710,12 +710,17 @@ def summarize_statements(statements: list[str]) -> str:
 
 
 class _TimedConn:
-    """A connection proxy that adds up the time spent in each kind of statement."""
+    """A connection (or cursor) proxy that adds up the time spent in each kind of statement.
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    `twin` shares its totals: the engine runs its writes on a kept cursor
+    (`engine._cursor`) and its other statements on the connection, so both
+    are swapped for proxies adding into one table (`_timed`).
+    """
+
+    def __init__(self, conn: Any, twin: _TimedConn | None = None) -> None:
         self._conn = conn
-        self.time: dict[str, float] = defaultdict(float)
-        self.count: dict[str, int] = defaultdict(int)
+        self.time: dict[str, float] = twin.time if twin else defaultdict(float)
+        self.count: dict[str, int] = twin.count if twin else defaultdict(int)
 
     def execute(self, sql: str, *args: Any) -> Any:
         t0 = perf()
@@ -728,6 +733,18 @@ class _TimedConn:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
+
+
+@contextmanager
+def _timed(engine: Any) -> Iterator[_TimedConn]:
+    """Time every statement `engine` runs inside the block: its connection and kept cursor."""
+    conn, cursor = engine._conn, engine._cursor
+    timed = _TimedConn(conn)
+    engine._conn, engine._cursor = timed, _TimedConn(cursor, twin=timed)  # diagnostic only
+    try:
+        yield timed
+    finally:
+        engine._conn, engine._cursor = conn, cursor
 
 
 def wal_frames_per_commit(
@@ -836,11 +853,8 @@ def profile(d: str, s: Settings, value: str, payload: bytes, aio: AsyncRunner) -
     chain = Chain({"thread_id": "stmt", "checkpoint_ns": ""}, value)
     put = put_writer(fenced_off, chain)
     put(5)
-    real = fenced_off._engine._conn
-    timed = _TimedConn(real)
-    fenced_off._engine._conn = timed  # type: ignore[assignment]  # diagnostic only
-    total = put(s.profile_ops)
-    fenced_off._engine._conn = real
+    with _timed(fenced_off._engine) as timed:
+        total = put(s.profile_ops)
     table = Table(
         "PROFILE: one FencedSqliteSaver.put, statement by statement (synchronous=OFF)",
         ["part", "per put", "calls/put"],
@@ -881,13 +895,10 @@ def profile_list(d: str, s: Settings) -> None:
     path = os.path.join(d, f"fenced-r{s.history}.db")
     fenced = FencedSqliteSaver(path)
     config = {"configurable": {"thread_id": "hist", "checkpoint_ns": ""}}
-    real = fenced._engine._conn
-    timed = _TimedConn(real)
-    fenced._engine._conn = timed  # type: ignore[assignment]  # diagnostic only
     n = 20
-    for _ in range(n):
-        page = list(fenced.list(config, limit=10))
-    fenced._engine._conn = real
+    with _timed(fenced._engine) as timed:
+        for _ in range(n):
+            page = list(fenced.list(config, limit=10))
     table = Table(
         f"PROFILE: time per statement inside one FencedSqliteSaver.list(limit=10) "
         f"at {s.history} checkpoints",
