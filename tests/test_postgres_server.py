@@ -20,7 +20,7 @@ import pytest
 
 from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
 from langgraph_fenced_sqlite.testing._helpers import plain_config, values_checkpoint
-from langgraph_fenced_sqlite.testing.postgres_server import start_server
+from langgraph_fenced_sqlite.testing.postgres_server import PostgresServer, start_server
 
 pytestmark = pytest.mark.subprocess
 
@@ -61,3 +61,24 @@ def test_a_server_from_the_wheels_binaries_stores_and_reads_back(tmp_path: Path)
     finally:
         server.stop()
     assert not os.path.exists(server.datadir)
+
+
+def test_a_server_runs_with_the_settings_it_was_started_with_and_keeps_them_on_restart() -> None:
+    # The tests' servers skip fsync; `bench_postgres.py --durable` asks for a
+    # server that syncs as a deployed one does, and must get one.
+    def shown(server: PostgresServer, name: str) -> str:
+        with psycopg.connect(server.dsn, autocommit=True) as conn:
+            row = conn.execute(f"SHOW {name}").fetchone()
+        assert row is not None
+        return str(row[0])
+
+    plain = start_server()
+    durable = start_server(settings={"fsync": "on", "full_page_writes": "on"})
+    try:
+        assert (shown(plain, "fsync"), shown(plain, "full_page_writes")) == ("off", "off")
+        assert (shown(durable, "fsync"), shown(durable, "full_page_writes")) == ("on", "on")
+        durable.restart()
+        assert shown(durable, "fsync") == "on"
+    finally:
+        plain.stop()
+        durable.stop()

@@ -162,6 +162,8 @@ class PostgresServer:
     port: int
     run_as: tuple[int, int] | None
     _stopped: bool = field(default=False, repr=False)
+    # The settings it runs with: `_SETTINGS` and `start_server(settings=...)`.
+    settings: dict[str, str] = field(default_factory=lambda: dict(_SETTINGS), repr=False)
 
     @property
     def dsn(self) -> str:
@@ -202,7 +204,7 @@ class PostgresServer:
         return os.path.join(self.datadir, "data")
 
     def _start(self) -> None:
-        options = " ".join(f"-c {k}={v!s}" if v else f"-c {k}=''" for k, v in _SETTINGS.items())
+        options = " ".join(f"-c {k}={v!s}" if v else f"-c {k}=''" for k, v in self.settings.items())
         self._cmd(
             self._pg_ctl,
             "start",
@@ -255,7 +257,9 @@ class PostgresServer:
             return ""
 
 
-def start_server(bindir: str | None = None, *, attempts: int = 3) -> PostgresServer:
+def start_server(
+    bindir: str | None = None, *, attempts: int = 3, settings: dict[str, str] | None = None
+) -> PostgresServer:
     """Create a cluster in a new temp dir and start it on a free loopback port.
 
     Takes about a second. The superuser is `lgfs`, trusted on 127.0.0.1 only.
@@ -264,6 +268,9 @@ def start_server(bindir: str | None = None, *, attempts: int = 3) -> PostgresSer
         bindir: Where the binaries are (default: `find_pg_bin()`).
         attempts: How many free ports to try (another process may take the
             one picked between the pick and the server's bind).
+        settings: Server settings over the test defaults (which run with
+            `fsync=off`): e.g. `{"fsync": "on", "full_page_writes": "on"}`
+            for a server as durable as a deployed one.
 
     Raises:
         FileNotFoundError: no binaries.
@@ -279,6 +286,7 @@ def start_server(bindir: str | None = None, *, attempts: int = 3) -> PostgresSer
         if not _reachable_by_all(bindir):
             bindir = _copy_install(bindir, os.path.join(datadir, "install"))
     server = PostgresServer(bindir, datadir, 0, run_as)
+    server.settings.update(settings or {})
     try:
         server._cmd(
             os.path.join(bindir, "initdb"),
@@ -327,6 +335,7 @@ def start_replica(primary: PostgresServer, *, attempts: int = 3) -> PostgresServ
     if primary.run_as is not None:
         os.chown(datadir, *primary.run_as)
     replica = PostgresServer(primary.bindir, datadir, 0, primary.run_as)
+    replica.settings = dict(primary.settings)  # as durable as its primary
     try:
         replica._cmd(
             os.path.join(primary.bindir, "pg_basebackup"),
