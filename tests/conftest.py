@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,10 +13,21 @@ from langgraph_fenced_sqlite import FencedSqliteSaver, ManualClock, groupcommit
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register tests/crash_dumps.py: a crashed worker's traceback in the summary."""
+    """Register tests/crash_dumps.py: a crashed worker's traceback in the summary.
+
+    And hear Ctrl-C: a suite started in the background by a shell without job
+    control (`pytest &` in a script, as CI wrappers do) inherits SIGINT
+    ignored, and so would every process it starts, where Python then raises
+    no KeyboardInterrupt: the tests that interrupt a wait with a real SIGINT,
+    and those that end `lgfs events --follow` with one, would fail. A handler
+    (not an ignore) becomes the default again in a child at exec, so the
+    children get Python's KeyboardInterrupt too. Runs in each xdist worker.
+    """
     import crash_dumps
 
     config.pluginmanager.register(crash_dumps, "lgfs-crash-dumps")
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
