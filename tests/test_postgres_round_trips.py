@@ -20,7 +20,7 @@ from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
-from langgraph_fenced_sqlite import CheckpointConflict, StaleClaim, StoreBusy
+from langgraph_fenced_sqlite import CheckpointConflict, StaleClaim, StoreBusy, ThreadBusy
 from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
 from langgraph_fenced_sqlite.testing.postgres_server import round_trips
 
@@ -77,15 +77,16 @@ def test_events_after_is_one_round_trip_and_a_waiter_reads_in_one(open_pg: Any) 
     assert got[-1] == []
 
 
-def test_a_run_begins_in_3_round_trips_and_ends_in_1(open_pg: Any) -> None:
-    """`begin_run` runs in a pipeline: its statements travel together up to each result it
-    reads (6 round trips before). On a loaded host each round trip is a wait for the
-    scheduler, and 8 workers taking turns on one thread wait on each other's. begin_run's
-    grant and fence are one statement (4 before): the lock, the grant with its position,
-    the events with the commit. `end_run` is one statement (6 round trips, then 2 in a
-    pipeline): the fence and the release in one UPDATE, then the end event, made before
-    it was sent from the latest root checkpoint this saver put (a hint the statement checks
-    under the lock), so a FencedRunner invoke costs 4 round trips more than the plain one."""
+def test_a_run_begins_in_1_round_trip_and_ends_in_1(open_pg: Any) -> None:
+    """A worker's turn (a run that does not take over, on a thread with no claim) begins
+    in one statement (`lgfs_begin_run`: 6 round trips, then 3 in a pipeline): the grant
+    under its new token and its `run_started` event, or ThreadBusy from a read that took
+    no lock. `end_run` is one statement (6 round trips, then 2 in a pipeline): the fence
+    and the release in one UPDATE, then the end event, made before it was sent from the
+    latest root checkpoint this saver put (a hint the statement checks under the lock),
+    so a FencedRunner invoke costs 2 round trips more than the plain one. On a loaded
+    host each round trip is a wait for the scheduler, and workers taking turns on one
+    thread wait on each other's: a run's begin is the hand-off's last leg."""
     saver = open_pg()
     conn = saver._engine._conn
     box: dict[str, Any] = {}
@@ -93,7 +94,17 @@ def test_a_run_begins_in_3_round_trips_and_ends_in_1(open_pg: Any) -> None:
     def begin() -> None:
         box["run"] = saver.begin_run("t", "w", 60, run_id="r1", strategy="enqueue")
 
-    assert round_trips(conn, begin) == 3
+    assert round_trips(conn, begin) == 1
+    assert saver.current_claim("t") == box["run"]
+    (started,) = saver.events_after("t")
+    assert (started.kind, started.token) == ("run_started", box["run"].token)
+    assert started.data == {
+        "run_id": "r1",
+        "holder": "w",
+        "strategy": "enqueue",
+        "tenant": None,
+        "principal": None,
+    }
     token = box["run"].token
     cp = _put(saver, token)
     done = "run_completed"
@@ -106,6 +117,50 @@ def test_a_run_begins_in_3_round_trips_and_ends_in_1(open_pg: Any) -> None:
     with pytest.raises(StaleClaim):  # the run no longer holds the thread
         saver.end_run("t", token, done, {"run_id": "r1"}, raise_stale=True)
     assert [e.kind for e in saver.events_after("t")][-1] == "run_completed"  # logged once
+
+
+def test_a_busy_thread_refuses_a_run_in_1_round_trip_and_the_rest_decide_statement_by_statement(
+    open_pg: Any, pg_dsn: str
+) -> None:
+    """ThreadBusy comes from the one statement's read (no lock taken, nothing written); an
+    expired claim (a crashed holder's), a take-over and a tenant's run go statement by
+    statement, which log `run_superseded` and judge the tenant as they always did."""
+    saver = open_pg()
+    conn = saver._engine._conn
+    alice = saver.begin_run("t", "alice", 60, run_id="r1")
+    cp = _put(saver, alice.token)
+    refused: list[ThreadBusy] = []
+
+    def busy() -> None:
+        with pytest.raises(ThreadBusy) as info:
+            saver.begin_run("t", "bob", 60, run_id="r2", strategy="enqueue")
+        refused.append(info.value)
+
+    assert round_trips(conn, busy) == 1
+    assert (refused[0].holder, refused[0].latest_checkpoint_id) == ("alice", cp["id"])
+    assert saver.current_claim("t") == alice
+    assert [e.kind for e in saver.events_after("t")] == ["run_started", "checkpoint"]
+    with psycopg.connect(pg_dsn, autocommit=True) as other:  # alice's host died
+        other.execute("UPDATE lgfs_threads SET expires_at = 0 WHERE thread_id = 't'")
+    box: list[Any] = []
+    begun = round_trips(conn, lambda: box.append(saver.begin_run("t", "bob", 60, run_id="r2")))
+    assert begun == 4  # refused, then the 3 of the statements
+    superseded, started = saver.events_after("t")[-2:]
+    assert (superseded.kind, started.kind) == ("run_superseded", "run_started")
+    assert superseded.data["run_id"] == "r1" and superseded.data["was_live"] is False
+    assert started.token == box[0].token == saver.current_claim("t").token  # type: ignore[union-attr]
+
+    def take_over() -> None:
+        box.append(saver.begin_run("t", "carol", 60, run_id="r3", strategy="interrupt"))
+
+    assert round_trips(conn, take_over) == 3  # a take-over: no batch
+    assert saver.current_claim("t").holder == "carol"  # type: ignore[union-attr]
+
+    def tenants() -> None:
+        box.append(saver.begin_run("u", "dan", 60, run_id="r4", tenant="acme"))
+
+    assert round_trips(conn, tenants) == 3  # a tenant's run: no batch
+    assert saver.events_after("u")[-1].data["tenant"] == "acme"
 
 
 def test_every_end_of_a_run_is_one_round_trip_and_logs_what_the_statements_did(

@@ -59,11 +59,15 @@ class PgClaimsAPI(ClaimsBase, PgHalf):
         )
 
     def _begin_run(self, thread_id: str, holder: str, ttl: float, **run: Any) -> Claim:
+        now = self._now()
         return self._engine.run(
             f"begin_run({run['strategy']})",
             lambda cur: runs.begin_run(
-                cur, thread_id, holder, ttl, now=self._now(), notify=self._notify, **run
+                cur, thread_id, holder, ttl, now=now, notify=self._notify, **run
             ),
+            # One round trip for a run that does not take over and names no
+            # tenant; refused (or none): the job decides, in 3 more.
+            batch=runs.begin_run_batch(thread_id, holder, ttl, now=now, notify=self._notify, **run),
             # 3 round trips, not 6; a "rollback" retracts, reading rowcounts.
             pipelined=run["strategy"] != "rollback",
         )

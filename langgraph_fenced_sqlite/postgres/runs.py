@@ -52,6 +52,7 @@ from .events import append
 __all__ = [
     "LatestRoots",
     "begin_run",
+    "begin_run_batch",
     "cancel_run",
     "delete_unclaimed",
     "end_run",
@@ -152,6 +153,59 @@ def begin_run(
     new.append(started_event(run_id, holder, strategy, tenant, principal))
     append(cur, thread_id, position, new, token=claim.token, now=now, notify=notify)
     return claim
+
+
+def begin_run_batch(
+    thread_id: str,
+    holder: str,
+    ttl: float,
+    *,
+    run_id: str,
+    strategy: str,
+    now: float | None,
+    notify: bool,
+    tenant: str | None = None,
+    principal: str | None = None,
+) -> Send[Claim] | None:
+    """Return `begin_run` as one statement in one round trip (a `batch`), or None.
+
+    For a run that does not take over and names no tenant: a live claim
+    raises ThreadBusy from what the statement read, a thread with no claim
+    is granted with its `run_started` event (made here), and anything else
+    (an expired claim to supersede, a grant that won the race) refuses the
+    batch, and `begin_run` decides statement by statement. None (statement
+    by statement) for the others.
+    """
+    if strategy in _TAKE_OVER or tenant is not None:
+        return None
+    text = dumps_json(
+        dict(started_event(run_id, holder, strategy, None, principal).data), "event data"
+    )
+    params = {
+        "thread_id": thread_id,
+        "holder": holder,
+        "ttl": ttl,
+        "run_id": run_id,
+        "now": now,
+        "data": text,
+        "checksum": Int8(checksum("run_started", text)),
+        "notify": notify,
+    }
+
+    def send(execute: Execute) -> Callable[[], Claim]:
+        done = execute(sql.BEGIN_RUN_AT_LOCK, params)
+
+        def granted() -> Claim:
+            row = done.fetchone()
+            assert row is not None  # the function returns one row or refuses
+            ok, who, token, expires_at, latest = row
+            if not ok:
+                raise ThreadBusy(thread_id, who, latest)
+            return Claim(thread_id, holder, int(token), float(expires_at))
+
+        return granted
+
+    return send
 
 
 def _retract(cur: Cursor, thread_id: str, run_id: str) -> tuple[list[NewEvent], int, int]:

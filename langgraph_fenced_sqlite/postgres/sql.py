@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..stored_json import dumps_json
-from .sql_functions import FENCED_WRITES, ONE_WRITE
+from .sql_functions import BEGIN_RUN, FENCED_WRITES, ONE_WRITE
 
 # The SQLSTATE `lgfs_refuse` raises (migration 4): a batch that refused itself.
 REFUSED = "LGFS1"
@@ -132,6 +132,9 @@ MIGRATIONS: list[str] = [
     # 7: `lgfs_put_write`, `lgfs_put_writes` for a call of one write
     # (`sql_functions.ONE_WRITE`).
     ONE_WRITE,
+    # 8: `lgfs_begin_run`, a run's common grant in one statement
+    # (`sql_functions.BEGIN_RUN`).
+    BEGIN_RUN,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -278,6 +281,13 @@ LOCK_RUN_THREAD_UNLESS_LIVE = (
     "t.xmax::text = '0') "
     "SELECT true, locked.*, NULL FROM locked "
     "UNION ALL SELECT false, peek.* FROM peek WHERE NOT EXISTS (SELECT 1 FROM locked)"
+)
+# `begin_run` in one statement (`runs.begin_run_batch`, migration 8): a live
+# claim's holder, token, expiry and the latest root checkpoint (not granted),
+# or the grant (granted), or a refusal (`lgfs_refuse`) for `runs.begin_run`.
+BEGIN_RUN_AT_LOCK = (
+    "SELECT * FROM lgfs_begin_run(%(thread_id)s, %(holder)s, %(ttl)s::float8, %(run_id)s, "
+    "%(now)s::float8, %(data)s, %(checksum)s, %(notify)s)"
 )
 # A thread's tenant and whether it holds anything (no row: a new thread).
 GET_TENANT = f"SELECT t.tenant, {_HOLDS_DATA} FROM lgfs_threads t WHERE t.thread_id = %(thread_id)s"

@@ -220,3 +220,59 @@ ONE_WRITE = """
         IF p_notify THEN PERFORM pg_notify('lgfs_events', p_thread_id); END IF;
     END $$;
 """
+
+# Migration 8 (`sql.MIGRATIONS`): `begin_run` in one statement for a run
+# that does not take over and names no tenant (`runs.begin_run_batch`), the
+# common turn of a worker: `runs.begin_run`'s statements in their order. A
+# read that takes no lock answers a live claim (with the latest root
+# checkpoint, for ThreadBusy) without waiting for the holder's row lock, as
+# `sql.LOCK_RUN_THREAD_UNLESS_LIVE` does; otherwise the row is locked
+# (created), and a thread with no claim is granted under the new token, at
+# the position its grant took, with its `run_started` event (made by the
+# client) and NOTIFY. A claim found under the lock (live: a grant won the
+# race; expired: a crashed holder's, which `run_superseded` must name)
+# refuses (`lgfs_refuse`), and `runs.begin_run` decides statement by
+# statement. Its output columns are prefixed: PL/pgSQL would read an output
+# column named like a table's (`token`) in place of that column.
+BEGIN_RUN = """
+    CREATE OR REPLACE FUNCTION lgfs_begin_run(
+        p_thread_id text, p_holder text, p_ttl float8, p_run_id text, p_now float8,
+        p_event_data text, p_event_checksum bigint, p_notify boolean
+    ) RETURNS TABLE (o_granted boolean, o_holder text, o_token bigint, o_expires float8,
+        o_latest text) LANGUAGE plpgsql AS $$
+    DECLARE
+        v_holder text;
+        v_token bigint;
+        v_expires float8;
+        v_at float8;
+        v_seq bigint;
+    BEGIN
+        SELECT t.holder, t.token, t.expires_at INTO v_holder, v_token, v_expires
+            FROM lgfs_threads t WHERE t.thread_id = p_thread_id;
+        v_at := coalesce(p_now, extract(epoch FROM clock_timestamp())::float8);
+        -- NaN (a damaged cell) sorts above every number here, but is not
+        -- live by `claims.claim_live`: the lock decides it, as it always did.
+        IF v_token IS NOT NULL AND v_at < v_expires AND v_expires <> 'NaN'::float8 THEN
+            RETURN QUERY SELECT false, v_holder, v_token, v_expires, (SELECT c.checkpoint_id
+                FROM lgfs_checkpoints c WHERE c.thread_id = p_thread_id
+                AND c.checkpoint_ns = '' ORDER BY c.position DESC LIMIT 1);
+            RETURN;
+        END IF;
+        INSERT INTO lgfs_threads AS t (thread_id) VALUES (p_thread_id)
+            ON CONFLICT (thread_id) DO UPDATE SET thread_id = t.thread_id
+            RETURNING t.token INTO v_token;
+        IF v_token IS NOT NULL THEN PERFORM lgfs_refuse('begin_run: a claim is there'); END IF;
+        v_at := coalesce(p_now, extract(epoch FROM clock_timestamp())::float8);
+        UPDATE lgfs_threads t SET token = nextval('lgfs_tokens'), holder = p_holder,
+            expires_at = v_at + p_ttl, claimed_at = v_at, last_holder = p_holder,
+            last_token = currval('lgfs_tokens'), run_id = p_run_id, cancel_by = NULL,
+            next_seq = t.next_seq + 1 WHERE t.thread_id = p_thread_id
+            RETURNING t.token, t.expires_at, t.next_seq - 1 INTO v_token, v_expires, v_seq;
+        INSERT INTO lgfs_events (thread_id, seq, kind, checkpoint_ns, checkpoint_id, data,
+            token, ts, checksum) VALUES (p_thread_id, v_seq, 'run_started', NULL, NULL,
+            p_event_data, v_token, coalesce(p_now, extract(epoch FROM clock_timestamp())::float8),
+            p_event_checksum);
+        IF p_notify THEN PERFORM pg_notify('lgfs_events', p_thread_id); END IF;
+        RETURN QUERY SELECT true, p_holder, v_token, v_expires, NULL::text;
+    END $$;
+"""
