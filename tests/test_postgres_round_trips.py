@@ -12,6 +12,8 @@ events, COMMIT) until it became one statement.
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import psycopg
@@ -161,6 +163,56 @@ def test_a_busy_thread_refuses_a_run_in_1_round_trip_and_the_rest_decide_stateme
 
     assert round_trips(conn, tenants) == 3  # a tenant's run: no batch
     assert saver.events_after("u")[-1].data["tenant"] == "acme"
+
+
+def test_a_run_that_loses_the_race_for_the_lock_is_told_busy_in_the_same_round_trip(
+    open_pg: Any, pg_dsn: str
+) -> None:
+    """Workers woken by one run's end all read the thread free, then queue for its lock:
+    those that lose to the first grant are told ThreadBusy by the statement that waited
+    (one round trip, nothing written), not refused to the statements (a second round
+    trip, and an ERROR in the server's log each)."""
+    saver = open_pg()
+    conn = saver._engine._conn
+    first = saver.begin_run("t", "w", 60, run_id="r0")
+    saver.end_run("t", first.token, "run_failed", {})
+    seqs = [e.seq for e in saver.events_after("t")]
+    outcome: list[Any] = []
+    with psycopg.connect(pg_dsn) as winner:  # a grant in flight: the row locked, uncommitted
+        winner.execute(
+            "UPDATE lgfs_threads SET holder = 'zed', token = nextval('lgfs_tokens'), "
+            "expires_at = extract(epoch FROM clock_timestamp()) + 60 WHERE thread_id = 't'"
+        )
+        pid = conn.info.backend_pid
+
+        def loser() -> None:
+            def begin() -> None:
+                try:
+                    saver.begin_run("t", "w", 60, run_id="r1", strategy="enqueue")
+                except ThreadBusy as exc:
+                    outcome.append(exc)
+
+            outcome.append(round_trips(conn, begin))
+
+        thread = threading.Thread(target=loser)
+        thread.start()
+        with psycopg.connect(pg_dsn, autocommit=True) as look:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:  # until it waits for the row lock
+                row = look.execute(
+                    "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
+                ).fetchone()
+                if row is not None and row[0] == "Lock":
+                    break
+                time.sleep(0.005)
+            else:
+                raise AssertionError("begin_run never waited for the row lock")
+        winner.commit()
+        thread.join(30)
+    busy, trips = outcome
+    assert isinstance(busy, ThreadBusy) and busy.holder == "zed"
+    assert trips == 1
+    assert [e.seq for e in saver.events_after("t")] == seqs  # nothing written
 
 
 def test_every_end_of_a_run_is_one_round_trip_and_logs_what_the_statements_did(

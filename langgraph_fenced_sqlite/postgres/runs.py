@@ -170,11 +170,11 @@ def begin_run_batch(
     """Return `begin_run` as one statement in one round trip (a `batch`), or None.
 
     For a run that does not take over and names no tenant: a live claim
-    raises ThreadBusy from what the statement read, a thread with no claim
-    is granted with its `run_started` event (made here), and anything else
-    (an expired claim to supersede, a grant that won the race) refuses the
-    batch, and `begin_run` decides statement by statement. None (statement
-    by statement) for the others.
+    (read without the lock, or under it: a grant that won the race) raises
+    ThreadBusy from what the statement read, a thread with no claim is
+    granted with its `run_started` event (made here), and an expired claim
+    to supersede refuses the batch: `begin_run` decides statement by
+    statement. None (statement by statement) for the others.
     """
     if strategy in _TAKE_OVER or tenant is not None:
         return None

@@ -229,9 +229,10 @@ ONE_WRITE = """
 # `sql.LOCK_RUN_THREAD_UNLESS_LIVE` does; otherwise the row is locked
 # (created), and a thread with no claim is granted under the new token, at
 # the position its grant took, with its `run_started` event (made by the
-# client) and NOTIFY. A claim found under the lock (live: a grant won the
-# race; expired: a crashed holder's, which `run_superseded` must name)
-# refuses (`lgfs_refuse`), and `runs.begin_run` decides statement by
+# client) and NOTIFY. A live claim found under the lock (a grant that won
+# the race, as workers woken by one run's end race) is answered as busy
+# too; an expired one (a crashed holder's, which `run_superseded` must
+# name) refuses (`lgfs_refuse`), and `runs.begin_run` decides statement by
 # statement. Its output columns are prefixed: PL/pgSQL would read an output
 # column named like a table's (`token`) in place of that column.
 BEGIN_RUN = """
@@ -260,9 +261,19 @@ BEGIN_RUN = """
         END IF;
         INSERT INTO lgfs_threads AS t (thread_id) VALUES (p_thread_id)
             ON CONFLICT (thread_id) DO UPDATE SET thread_id = t.thread_id
-            RETURNING t.token INTO v_token;
-        IF v_token IS NOT NULL THEN PERFORM lgfs_refuse('begin_run: a claim is there'); END IF;
+            RETURNING t.holder, t.token, t.expires_at INTO v_holder, v_token, v_expires;
         v_at := coalesce(p_now, extract(epoch FROM clock_timestamp())::float8);
+        IF v_token IS NOT NULL THEN
+            IF v_at < v_expires AND v_expires <> 'NaN'::float8 THEN
+                -- Another grant won the race for the lock: busy, as the
+                -- statements would say, with nothing written.
+                RETURN QUERY SELECT false, v_holder, v_token, v_expires, (SELECT c.checkpoint_id
+                    FROM lgfs_checkpoints c WHERE c.thread_id = p_thread_id
+                    AND c.checkpoint_ns = '' ORDER BY c.position DESC LIMIT 1);
+                RETURN;
+            END IF;
+            PERFORM lgfs_refuse('begin_run: an expired claim to supersede');
+        END IF;
         UPDATE lgfs_threads t SET token = nextval('lgfs_tokens'), holder = p_holder,
             expires_at = v_at + p_ttl, claimed_at = v_at, last_holder = p_holder,
             last_token = currval('lgfs_tokens'), run_id = p_run_id, cancel_by = NULL,
