@@ -51,10 +51,12 @@ class EventsAPI(EventsBase):
         row = self._engine.read("event_tail", claims.read_thread, thread_id)
         return None if row is None else (row.next_seq - 1, row.incarnation)
 
-    def _poller(self, *, keep: bool = True) -> EventPoller:
+    def _poller(self, *, keep: bool = True, runs_only: bool = False) -> EventPoller:
         # No connection yet: it is opened by the first poll (in a worker
         # thread for async waits) and closed when each wait returns (a
         # SQLite connection is cheap to open: `keep` changes nothing here).
+        # The doorbell rings for every commit of the file: `runs_only`
+        # changes nothing either (a waiter rests on a hot thread instead).
         poller = EventPoller(self._engine.path, self._engine.busy_timeout, self._poll_interval)
         self._engine.register(poller)
         return poller

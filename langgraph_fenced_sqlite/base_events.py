@@ -275,11 +275,15 @@ class EventsBase:
         finally:
             poller.close()
 
-    def _poller(self, *, keep: bool = True) -> Poller:
+    def _poller(self, *, keep: bool = True, runs_only: bool = False) -> Poller:
         """A new poller for one watch (or, `keep=False`, one wait): SQLite's, PostgreSQL's.
 
         `keep`: the poller serves several waits (a watch), so a store whose
         listener is costly to open (PostgreSQL) keeps it between them.
+        `runs_only`: its waits need to wake only when a run ends
+        (`status.RUN_ENDS`); a store that can tell those commits apart
+        (PostgreSQL's `lgfs_runs` channel) sleeps through the others. A
+        wait still returns every event after its position.
         """
         raise NotImplementedError
 

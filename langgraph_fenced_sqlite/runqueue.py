@@ -6,9 +6,14 @@ process run in the order they arrived. Across processes nothing is ordered:
 a head refused by another process's run waits on the thread's event log (the
 store's own wake-up: SQLite's doorbell, PostgreSQL's NOTIFY) from where it
 stood when refused, and tries again as soon as a run's end lands there
-(`run_completed` and the other ends commit with their release). On a hot
-thread, whose steps keep committing within `_BUSY_GAP` of each other, it
-rests `_COOL` after each wake-up, so a waiter reads at most that often. A release that
+(`status.RUN_ENDS`: `run_completed` and the other ends commit with their
+release). On PostgreSQL it listens only to the commits that end a run (a
+runs-only poller: channel `lgfs_runs`), asleep through the run's steps;
+SQLite's doorbell rings for every commit of the file. A wait that returns
+steps' events at once (woken by them, or finding them as it began) counts
+as quick: after `_HOT_WAKES` quick ones in a row (a hot thread, whose steps
+keep committing within `_BUSY_GAP` of each other) a head rests `_COOL` after
+each, so a waiter reads at most that often. A release that
 logs nothing (a plain `release`, an expiry, a listener that failed) is
 still found by the jittered exponential backoff that bounds each wait.
 """
@@ -24,7 +29,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from .errors import FencedSqliteError, ThreadBusy
-from .status import RUN_EVENTS
+from .status import RUN_ENDS
 
 if TYPE_CHECKING:
     from .watch import Poller
@@ -35,7 +40,7 @@ _BACKOFF_MIN, _BACKOFF_MAX = 0.01, 0.5  # enqueue polling, seconds
 # The events that end a run (its release commits with each): a refused
 # head tries again when one lands. Not `run_started` (another head won) nor
 # a step's `checkpoint` or `writes`, which say nothing about the claim.
-_ENDS = RUN_EVENTS - {"run_started", "claim_taken_over"}
+_ENDS = RUN_ENDS
 _PAGE = 100  # events read per wake-up while waiting for a release
 # A hot thread: `_HOT_WAKES` waits in a row ended by steps' events within
 # `_BUSY_GAP` s; there a head rests `_COOL` s after each wake (its hand-off
@@ -134,7 +139,7 @@ class Place:
         deadline = time.monotonic() + self.pause()
         if self.tail is not None:
             if self._poller is None:
-                self._poller = saver._poller(keep=True)
+                self._poller = saver._poller(keep=True, runs_only=True)
             while self.tail and (left := deadline - time.monotonic()) > 0:
                 seq, inc = self.tail
                 listening = time.monotonic()
@@ -160,7 +165,7 @@ class Place:
         deadline = time.monotonic() + self.pause()
         if self.tail is not None:
             if self._poller is None:
-                self._poller = saver._poller(keep=True)
+                self._poller = saver._poller(keep=True, runs_only=True)
             while self.tail and (left := deadline - time.monotonic()) > 0:
                 seq, inc = self.tail
                 listening = time.monotonic()

@@ -55,6 +55,10 @@ RUN_EVENTS = frozenset(
         "claim_taken_over",
     }
 )
+# The events that end a run (its release commits with each): what a worker
+# waiting for the thread ("enqueue") waits for. Not `run_started` (a run
+# began) nor `claim_taken_over` (an operator holds the thread now).
+RUN_ENDS = RUN_EVENTS - {"run_started", "claim_taken_over"}
 _FAILED = frozenset({"run_failed", "run_timed_out"})
 _REPR = re.compile(r"^([A-Za-z_][\w.]*)\((.*)\)$", re.S)
 

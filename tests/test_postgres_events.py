@@ -183,6 +183,77 @@ def test_one_notification_per_commit_naming_the_thread_and_none_with_notify_off(
     assert got == ["t", "t", "t", "v"]
 
 
+def test_only_the_commits_that_end_a_run_notify_the_runs_channel(open_pg: Any, pg_dsn: str) -> None:
+    """`lgfs_runs` (what a worker waiting for a thread listens to) hears each run's end,
+    by the one-statement end and the statements alike, and an operator's release; not a
+    run's begin, its steps, a plain claim or a take-over (the thread is held again)."""
+    saver = open_pg()
+    with psycopg.connect(pg_dsn, autocommit=True) as listener:
+        listener.execute("LISTEN lgfs_runs")
+        run = saver.begin_run("t", "w", 60, run_id="r1")
+        cp = _put(saver, "t", run.token)
+        saver.put_writes(_config("t", run.token, checkpoint_id=cp["id"]), [("a", 1)], "x")
+        saver.append_events("t", run.token, [("note", {})])
+        assert saver.end_run("t", run.token, "run_completed", {})  # one statement: its hint
+        run = saver.begin_run("u", "w", 60, run_id="r2")
+        assert saver.end_run("u", run.token, "run_failed", {"error": "boom"})
+        run = saver.begin_run("v", "w", 60, run_id="r3")
+        with psycopg.connect(pg_dsn, autocommit=True) as other:  # someone else's checkpoint:
+            other.execute(  # the end's hint is wrong, and the statements end the run
+                "UPDATE lgfs_threads SET next_seq = next_seq + 1 WHERE thread_id = 'v'"
+            )
+        assert saver.end_run("v", run.token, "run_completed", {})
+        saver.claim("w", "alice", 60)
+        saver.take_over("w", "bob", 60)
+        saver.force_release("w", operator="ops")
+        got = [n.payload for n in listener.notifies(timeout=1)]
+    assert got == ["t", "u", "v", "w"]
+    assert [e.kind for e in saver.events_after("v")][-1] == "run_completed"
+
+
+def test_a_runs_only_wait_sleeps_through_a_runs_steps_and_wakes_at_its_end(
+    open_pg: Any, pg_dsn: str
+) -> None:
+    """A worker waiting for a thread ("enqueue") waits with a runs-only poller: the run's
+    steps do not wake it (each wakes every listener of `lgfs_events`: a watch's wait
+    returns at the first), its end does, and the wait returns every event after its
+    position. The safety poll (`poll_interval`) is far off."""
+    saver = open_pg(poll_interval=30)
+    run = saver.begin_run("t", "w", 60, run_id="r1")
+    seq, incarnation = saver._event_tail("t")
+    returned: dict[str, list[str]] = {}
+    pollers = {"runs": saver._poller(keep=True, runs_only=True), "all": saver._poller(keep=True)}
+
+    def wait(name: str) -> None:
+        got = pollers[name].wait("t", seq, limit=100, timeout=20, incarnation=incarnation)
+        returned[name] = [e.kind for e in got]
+
+    threads = [threading.Thread(target=wait, args=(name,)) for name in pollers]
+    for thread in threads:
+        thread.start()
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:  # both listen, idle
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            listening = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle' "
+                "AND query IN ('LISTEN lgfs_runs', 'LISTEN lgfs_events')"
+            ).fetchone()
+            if listening is not None and listening[0] == 2:
+                break
+            time.sleep(0.01)
+    time.sleep(0.2)  # each read the log after it listened
+    _put(saver, "t", run.token)
+    threads[1].join(10)
+    assert returned == {"all": ["checkpoint"]}  # woken by the step; the runs-only wait sleeps
+    time.sleep(0.3)
+    assert "runs" not in returned
+    assert saver.end_run("t", run.token, "run_completed", {})
+    threads[0].join(10)
+    assert returned["runs"] == ["checkpoint", "run_completed"]
+    for poller in pollers.values():
+        poller.close()
+
+
 async def test_await_events_wakes_on_notify_and_cancels_at_once(open_pg: Any) -> None:
     """The async wait wakes for a commit made meanwhile; cancelling it ends it promptly."""
     saver = open_pg(clock=None, poll_interval=10)

@@ -49,8 +49,8 @@ class PgEventsAPI(EventsBase, PgHalf):
             "event_tail", lambda cur: events.read_tail(cur, thread_id), read_only=True
         )
 
-    def _poller(self, *, keep: bool = True) -> PgEventPoller:
-        return PgEventPoller(self, keep=keep)
+    def _poller(self, *, keep: bool = True, runs_only: bool = False) -> PgEventPoller:
+        return PgEventPoller(self, keep=keep, runs_only=runs_only)
 
     def _compact_events(self, thread_id: str, before_seq: int, incarnation: int | None) -> int:
         return self._engine.run(

@@ -20,6 +20,7 @@ from typing import Any
 from ..checksums import checksum
 from ..errors import ReplayUnavailable
 from ..events import Event, NewEvent, decode_event
+from ..status import RUN_ENDS
 from ..stored_json import dumps_json
 from . import sql
 from .connection import Execute, Send
@@ -54,8 +55,14 @@ def append(
         return []
     seqs = list(range(first_seq, first_seq + len(events)))
     datas = [dumps_json(dict(e.data), "event data") for e in events]
+    if not notify:
+        statement = sql.INSERT_EVENTS
+    elif any(e.kind in RUN_ENDS for e in events):
+        statement = sql.INSERT_EVENTS_NOTIFY_END
+    else:
+        statement = sql.INSERT_EVENTS_NOTIFY
     cur.execute(
-        sql.INSERT_EVENTS_NOTIFY if notify else sql.INSERT_EVENTS,
+        statement,
         {
             "thread_id": thread_id,
             "token": token,

@@ -350,6 +350,13 @@ _INSERT_EVENTS = (
 )
 INSERT_EVENTS = _INSERT_EVENTS
 INSERT_EVENTS_NOTIFY = _INSERT_EVENTS + ", pg_notify('lgfs_events', %(thread_id)s) AS n"
+# A transaction that ends a run (`status.RUN_ENDS`) notifies `lgfs_runs`
+# too: a worker waiting for the thread ("enqueue", `runqueue.Place`) listens
+# to that channel alone, so a run's steps (each commit notifies
+# `lgfs_events`, and wakes every listener of it) do not wake it. The
+# transaction already notifies: a second channel adds no serialisation
+# (PostgreSQL queues a transaction's notifications at its commit, at once).
+INSERT_EVENTS_NOTIFY_END = INSERT_EVENTS_NOTIFY + ", pg_notify('lgfs_runs', %(thread_id)s) AS r"
 # `end_run` in one statement (`runs.end_run_batch`): the fence and the
 # release in one UPDATE (`FENCE` and `RELEASE_CLAIM`'s assignments: it takes
 # the row lock and the position), then the end event at that position. A
@@ -386,11 +393,16 @@ _END_RUN_AT_FENCE = (
 _END_RUN_FROM = " FROM (SELECT 1) AS one LEFT JOIN e ON true"
 END_RUN_AT_FENCE = _END_RUN_AT_FENCE + _END_RUN_FROM
 END_RUN_AT_FENCE_NOTIFY = (
-    _END_RUN_AT_FENCE + ", pg_notify('lgfs_events', %(thread_id)s)" + _END_RUN_FROM
+    _END_RUN_AT_FENCE
+    + ", pg_notify('lgfs_events', %(thread_id)s), pg_notify('lgfs_runs', %(thread_id)s)"
+    + _END_RUN_FROM
 )
 NOTIFY_CHANNEL = "lgfs_events"
 LISTEN = "LISTEN lgfs_events"
 UNLISTEN = "UNLISTEN lgfs_events"
+RUNS_CHANNEL = "lgfs_runs"
+LISTEN_RUNS = "LISTEN lgfs_runs"
+UNLISTEN_RUNS = "UNLISTEN lgfs_runs"
 # In `events.decode_event`'s order.
 EVENTS_AFTER = (
     "SELECT seq, kind, checkpoint_ns, checkpoint_id, data, token, ts, checksum FROM lgfs_events "

@@ -53,16 +53,24 @@ class _Stopped(Exception):
 class PgEventPoller:
     """`watch.Poller` for `FencedPostgresSaver`: LISTEN/NOTIFY, ended by `close()`."""
 
-    def __init__(self, saver: Any, *, keep: bool = True) -> None:
+    def __init__(self, saver: Any, *, keep: bool = True, runs_only: bool = False) -> None:
         """Wait on `saver` (a `FencedPostgresSaver`); nothing is opened yet.
 
         Args:
             keep: Keep the listener between waits (a watch). False (one
                 wait): no UNLISTEN at its end, the round trip the caller
                 would wait for; it is closed with the poller, right after.
+            runs_only: Wake only for the commits that end a run (channel
+                `lgfs_runs`), and for the safety poll: what a worker waiting
+                for a thread needs, asleep through the run's steps. A wait
+                still returns every event after its position when it reads.
         """
         self._saver = saver
         self._keep = keep
+        self._runs_only = runs_only
+        self._listen, self._unlisten_sql = (
+            (sql.LISTEN_RUNS, sql.UNLISTEN_RUNS) if runs_only else (sql.LISTEN, sql.UNLISTEN)
+        )
         self._closed = False
         # The listening connection, kept between waits (sync waits use one,
         # async ones the other, on the loop that opened it). `_lock` is held
@@ -145,7 +153,7 @@ class PgEventPoller:
                 conninfo, kwargs = self._saver._engine.listener_params()
                 conn = self._conn = psycopg.connect(conninfo, autocommit=True, **kwargs)
             try:
-                conn.execute(sql.LISTEN)
+                conn.execute(self._listen)
                 self._listens = True
                 return conn
             except pg_errors.ReadOnlySqlTransaction:
@@ -161,7 +169,7 @@ class PgEventPoller:
         if conn is None or conn.closed or not self._listens:
             return
         try:
-            conn.execute(sql.UNLISTEN)
+            conn.execute(self._unlisten_sql)
         except psycopg.Error:
             self._drop()
 
@@ -179,7 +187,7 @@ class PgEventPoller:
                 conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **kwargs)
                 self._aconn, self._aloop = conn, loop
             try:
-                await conn.execute(sql.LISTEN)
+                await conn.execute(self._listen)
                 self._alistens = True
                 return conn
             except pg_errors.ReadOnlySqlTransaction:
@@ -195,7 +203,7 @@ class PgEventPoller:
         if conn is None or conn.closed or not self._alistens:
             return
         try:
-            await conn.execute(sql.UNLISTEN)
+            await conn.execute(self._unlisten_sql)
         except psycopg.Error:
             self._drop()
 
@@ -268,7 +276,7 @@ class PgEventPoller:
         # concurrent wait on one poller (not something a watch does) gets a
         # connection of its own for its length.
         if not self._lock.acquire(blocking=False):
-            other = PgEventPoller(self._saver, keep=False)
+            other = PgEventPoller(self._saver, keep=False, runs_only=self._runs_only)
             try:
                 return await other.await_(
                     thread_id,
