@@ -400,7 +400,6 @@ END_RUN_AT_FENCE_NOTIFY = (
 NOTIFY_CHANNEL = "lgfs_events"
 LISTEN = "LISTEN lgfs_events"
 UNLISTEN = "UNLISTEN lgfs_events"
-RUNS_CHANNEL = "lgfs_runs"
 LISTEN_RUNS = "LISTEN lgfs_runs"
 UNLISTEN_RUNS = "UNLISTEN lgfs_runs"
 # In `events.decode_event`'s order.

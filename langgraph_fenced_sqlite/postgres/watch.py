@@ -68,7 +68,7 @@ class PgEventPoller:
         self._saver = saver
         self._keep = keep
         self._runs_only = runs_only
-        self._listen, self._unlisten_sql = (
+        self._listen_sql, self._unlisten_sql = (
             (sql.LISTEN_RUNS, sql.UNLISTEN_RUNS) if runs_only else (sql.LISTEN, sql.UNLISTEN)
         )
         self._closed = False
@@ -153,7 +153,7 @@ class PgEventPoller:
                 conninfo, kwargs = self._saver._engine.listener_params()
                 conn = self._conn = psycopg.connect(conninfo, autocommit=True, **kwargs)
             try:
-                conn.execute(self._listen)
+                conn.execute(self._listen_sql)
                 self._listens = True
                 return conn
             except pg_errors.ReadOnlySqlTransaction:
@@ -187,7 +187,7 @@ class PgEventPoller:
                 conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **kwargs)
                 self._aconn, self._aloop = conn, loop
             try:
-                await conn.execute(self._listen)
+                await conn.execute(self._listen_sql)
                 self._alistens = True
                 return conn
             except pg_errors.ReadOnlySqlTransaction:
