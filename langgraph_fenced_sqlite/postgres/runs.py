@@ -11,7 +11,10 @@ that read may only refuse, so a refused poll on a busy thread neither waits
 for the holder's row lock nor makes the holder's next write wait for its
 own, and whatever it reads as free is decided under the lock. `run_started` (with
 `run_superseded`, and for "rollback" the retraction and its `retracted`
-event) commits with the claim. `end_run` begins with `FENCE` on the run's
+event) commits with the claim. A worker's turn (no take-over, no tenant)
+runs these steps in one statement and round trip (`begin_run_batch`, the
+server function `lgfs_begin_run`), which leaves to them only an expired
+claim to supersede. `end_run` begins with `FENCE` on the run's
 token: a run that lost its claim records and releases nothing; its one
 round trip (`end_run_batch`) is the fence, the release and the event in one
 statement, which refuses itself rather than log an event made from a wrong
