@@ -438,6 +438,16 @@ class EventPoller:
         bell = self._bell
         return bell is not None and not bell.closed
 
+    def lead(self, thread_id: str, seconds: float, stop: threading.Event | None = None) -> bool:
+        """`watch.Poller.lead`: every waiting process tries (no election across processes)."""
+        return True
+
+    async def alead(
+        self, thread_id: str, seconds: float, stop: asyncio.Event | None = None
+    ) -> bool:
+        """Async twin of `lead`."""
+        return True
+
     def close(self) -> None:
         """End any wait in progress and close the connection; never blocks; twice is fine."""
         self._closed = True

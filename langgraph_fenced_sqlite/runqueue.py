@@ -9,7 +9,10 @@ stood when refused, and tries again as soon as a run's end lands there
 (`status.RUN_ENDS`: `run_completed` and the other ends commit with their
 release). On PostgreSQL it listens only to the commits that end a run (a
 runs-only poller: channel `lgfs_runs`), asleep through the run's steps;
-SQLite's doorbell rings for every commit of the file. A wait that returns
+SQLite's doorbell rings for every commit of the file. On PostgreSQL one
+waiting process at a time waits so (`Poller.lead`: a session advisory
+lock); the others wait for that lock, asleep in the server, up to each
+pause, and are not woken by the run's end to race for the claim. A wait that returns
 steps' events at once (woken by them, or finding them as it began) counts
 as quick: after `_HOT_WAKES` quick ones in a row (a hot thread, whose steps
 keep committing within `_BUSY_GAP` of each other) a head rests `_COOL` after
@@ -140,7 +143,9 @@ class Place:
         if self.tail is not None:
             if self._poller is None:
                 self._poller = saver._poller(keep=True, runs_only=True)
-            while self.tail and (left := deadline - time.monotonic()) > 0:
+            # Led by another process's waiter: asleep until it leaves or the pause ends.
+            led = self._poller.lead(self._key[1], deadline - time.monotonic(), stop=self.event)
+            while led and self.tail and (left := deadline - time.monotonic()) > 0:
                 seq, inc = self.tail
                 listening = time.monotonic()
                 try:
@@ -166,7 +171,10 @@ class Place:
         if self.tail is not None:
             if self._poller is None:
                 self._poller = saver._poller(keep=True, runs_only=True)
-            while self.tail and (left := deadline - time.monotonic()) > 0:
+            led = await self._poller.alead(
+                self._key[1], deadline - time.monotonic(), stop=self.aevent
+            )
+            while led and self.tail and (left := deadline - time.monotonic()) > 0:
                 seq, inc = self.tail
                 listening = time.monotonic()
                 try:

@@ -61,6 +61,20 @@ class Poller(Protocol):
         """Async twin of `wait`."""
         ...
 
+    def lead(self, thread_id: str, seconds: float, stop: threading.Event | None = None) -> bool:
+        """Become the one waiter of every process that tries `thread_id` when its run ends.
+
+        Waits up to `seconds`; False if another leads meanwhile. A store
+        that cannot elect one across processes answers True at once.
+        """
+        ...
+
+    async def alead(
+        self, thread_id: str, seconds: float, stop: asyncio.Event | None = None
+    ) -> bool:
+        """Async twin of `lead`."""
+        ...
+
 
 # Each wait is bounded so a watch notices `close()` even if nobody signals it
 # (close() does wake a waiting watch). Each new wait opens a connection, which

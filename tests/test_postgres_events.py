@@ -254,6 +254,56 @@ def test_a_runs_only_wait_sleeps_through_a_runs_steps_and_wakes_at_its_end(
         poller.close()
 
 
+def test_one_waiting_poller_leads_a_thread_and_the_next_once_it_closes(open_pg: Any) -> None:
+    """Of the workers waiting for one thread's run to end, one listens and tries (`lead`);
+    the others wait for it asleep, each up to its pause, and the next leads once it
+    closes (it got the thread, gave up, or died: the server frees its lock)."""
+    saver = open_pg()
+    first, second, third = (saver._poller(keep=True, runs_only=True) for _ in range(3))
+    try:
+        assert first.lead("t", 1.0)
+        assert first.lead("t", 0.0)  # held: no statement
+        began = time.monotonic()
+        assert not second.lead("t", 0.3)
+        assert 0.25 <= time.monotonic() - began < 5
+        assert second.lead("u", 0.3)  # another thread has a lead of its own
+        stop = threading.Event()
+        stop.set()
+        began = time.monotonic()
+        assert not third.lead("t", 10, stop=stop)  # stopped: at once
+        assert time.monotonic() - began < 1
+        closer = threading.Timer(0.2, first.close)
+        closer.start()
+        began = time.monotonic()
+        assert second.lead("t", 10)  # woken by the lock's release, not a poll
+        assert 0.15 <= time.monotonic() - began < 5
+        closer.join()
+    finally:
+        for poller in (first, second, third):
+            poller.close()
+
+
+async def test_an_async_waiter_leads_on_its_own_loops_connection(open_pg: Any) -> None:
+    """`alead` is `lead` for an async waiter, and cancelling it ends its wait at once."""
+    saver = open_pg()
+    first, second = (saver._poller(keep=True, runs_only=True) for _ in range(2))
+    try:
+        assert await first.alead("t", 1.0)
+        assert not await second.alead("t", 0.3)
+        waiting = asyncio.create_task(second.alead("t", 30))
+        await asyncio.sleep(0.2)
+        waiting.cancel()
+        began = time.monotonic()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert time.monotonic() - began < 1
+        first.close()
+        assert await second.alead("t", 10)
+    finally:
+        first.close()
+        second.close()
+
+
 async def test_await_events_wakes_on_notify_and_cancels_at_once(open_pg: Any) -> None:
     """The async wait wakes for a commit made meanwhile; cancelling it ends it promptly."""
     saver = open_pg(clock=None, poll_interval=10)

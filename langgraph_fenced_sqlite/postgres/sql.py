@@ -402,6 +402,16 @@ LISTEN = "LISTEN lgfs_events"
 UNLISTEN = "UNLISTEN lgfs_events"
 LISTEN_RUNS = "LISTEN lgfs_runs"
 UNLISTEN_RUNS = "UNLISTEN lgfs_runs"
+# One waiting process at a time listens for a thread's run to end and then
+# claims it (`PgEventPoller.lead`): the one holding this session advisory
+# lock, keyed by the schema and the thread; the others wait for the lock in
+# the server's queue, asleep, up to `lock_timeout` at a time. Only who tries
+# when: the claim decides who runs.
+LEAD_TIMEOUT = "SELECT set_config('lock_timeout', %(timeout)s, false)"
+LEAD = (
+    "SELECT pg_advisory_lock(hashtextextended('lgfs-enqueue:' || current_schema() || ':' "
+    "|| %(thread_id)s, 0))"
+)
 # In `events.decode_event`'s order.
 EVENTS_AFTER = (
     "SELECT seq, kind, checkpoint_ns, checkpoint_id, data, token, ts, checksum FROM lgfs_events "

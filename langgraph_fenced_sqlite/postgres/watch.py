@@ -80,6 +80,7 @@ class PgEventPoller:
         self._aconn: psycopg.AsyncConnection[Any] | None = None
         self._aloop: asyncio.AbstractEventLoop | None = None
         self._listens = self._alistens = False
+        self._led: set[str] = set()  # threads whose `sql.LEAD` lock it holds (`lead`)
         self._lock = threading.Lock()
 
     @property
@@ -106,6 +107,7 @@ class PgEventPoller:
         # (no wait uses it): its socket, at once.
         conn, self._conn = self._conn, None
         aconn, self._aconn, self._aloop = self._aconn, None, None
+        self._led.clear()  # its session's locks go with it
         if conn is not None:
             conn.close()
         if aconn is not None:
@@ -136,6 +138,97 @@ class PgEventPoller:
     def _plan(self, thread_id: str, timeout: float) -> Any:
         return events.wait_plan(thread_id, float(timeout), self._saver._poll_interval)
 
+    def lead(self, thread_id: str, seconds: float, stop: threading.Event | None = None) -> bool:
+        """Become the one waiter (of every process) that tries `thread_id` when its run ends.
+
+        Takes `sql.LEAD`'s session lock on the kept connection (not
+        listening between waits), waiting for it up to `seconds` in slices
+        of at most `SLICE`; holds it until the poller closes (the waiter got
+        the thread, gave up, or its process died: the server frees it). The
+        others wait for it asleep in the server, not woken by every run's
+        end to race for the claim. Anything unexpected (a broken connection,
+        a standby) answers True: the waiter tries as every waiter did.
+
+        Returns:
+            Whether this poller leads; False when `seconds` passed or it was
+            stopped first.
+        """
+        if thread_id in self._led:
+            return True
+        with self._lock:
+            try:
+                conn = self._connection()
+                for piece in self._slices(seconds, stop):
+                    timeout = {"timeout": f"{max(1, int(piece * 1000))}ms"}
+                    conn.execute(sql.LEAD_TIMEOUT, timeout)
+                    try:
+                        conn.execute(sql.LEAD, {"thread_id": thread_id})
+                    except pg_errors.LockNotAvailable:
+                        continue
+                    self._led.add(thread_id)
+                    return True
+                return False
+            except _Stopped:
+                return False
+            except psycopg.Error:
+                self._drop()
+                return True
+
+    async def alead(
+        self, thread_id: str, seconds: float, stop: asyncio.Event | None = None
+    ) -> bool:
+        """Async twin of `lead`, on the running loop's connection."""
+        if thread_id in self._led:
+            return True
+        if not self._lock.acquire(blocking=False):
+            return True  # another wait uses the poller: try as every waiter did
+        try:
+            conn = await self._aconnection()
+            for piece in self._slices(seconds, stop):
+                timeout = {"timeout": f"{max(1, int(piece * 1000))}ms"}
+                await conn.execute(sql.LEAD_TIMEOUT, timeout)
+                try:
+                    await conn.execute(sql.LEAD, {"thread_id": thread_id})
+                except pg_errors.LockNotAvailable:
+                    continue
+                self._led.add(thread_id)
+                return True
+            return False
+        except _Stopped:
+            return False
+        except psycopg.Error:
+            self._drop()
+            return True
+        except BaseException:
+            self._drop()  # cancelled mid-wait: the connection may be mid-operation
+            raise
+        finally:
+            self._lock.release()
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        """The kept connection, or a new one (with `_lock` held)."""
+        conn = self._conn
+        if conn is None or conn.closed:
+            self._led.clear()  # a lock held by a closed session is gone
+            conninfo, kwargs = self._saver._engine.listener_params()
+            conn = self._conn = psycopg.connect(conninfo, autocommit=True, **kwargs)
+        return conn
+
+    async def _aconnection(self) -> psycopg.AsyncConnection[Any]:
+        """`_connection` for async waits, on a connection of the running loop's."""
+        loop = asyncio.get_running_loop()
+        conn = self._aconn
+        if conn is not None and (conn.closed or self._aloop is not loop):
+            self._aconn = None  # broken, or another loop's: not usable here
+            conn.pgconn.finish()
+            conn = None
+        if conn is None:
+            self._led.clear()
+            conninfo, kwargs = self._saver._engine.listener_params()
+            conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **kwargs)
+            self._aconn, self._aloop = conn, loop
+        return conn
+
     def _listening(self) -> psycopg.Connection[Any]:
         """The kept connection (or a new one), listening (with `_lock` held).
 
@@ -148,10 +241,7 @@ class PgEventPoller:
             The connection; `_listens` says whether it listens (not on a standby).
         """
         for last in (False, True):
-            conn = self._conn
-            if conn is None or conn.closed:
-                conninfo, kwargs = self._saver._engine.listener_params()
-                conn = self._conn = psycopg.connect(conninfo, autocommit=True, **kwargs)
+            conn = self._connection()
             try:
                 conn.execute(self._listen_sql)
                 self._listens = True
@@ -175,17 +265,8 @@ class PgEventPoller:
 
     async def _alistening(self) -> psycopg.AsyncConnection[Any]:
         """`_listening` for async waits, on a connection of the running loop's."""
-        loop = asyncio.get_running_loop()
         for last in (False, True):
-            conn = self._aconn
-            if conn is not None and (conn.closed or self._aloop is not loop):
-                self._aconn = None  # broken, or another loop's: not usable here
-                conn.pgconn.finish()
-                conn = None
-            if conn is None:
-                conninfo, kwargs = self._saver._engine.listener_params()
-                conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **kwargs)
-                self._aconn, self._aloop = conn, loop
+            conn = await self._aconnection()
             try:
                 await conn.execute(self._listen_sql)
                 self._alistens = True
