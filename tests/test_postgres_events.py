@@ -278,6 +278,17 @@ def test_one_waiting_poller_leads_a_thread_and_the_next_once_it_closes(open_pg: 
         assert second.lead("t", 10)  # woken by the lock's release, not a poll
         assert 0.15 <= time.monotonic() - began < 5
         closer.join()
+        # Closed while it waits for the lock (from another thread): the wait ends
+        # within a slice, and its session, and any lock it got, go with it.
+        assert third.lead("v", 1.0)  # nobody holds "v"
+        closer = threading.Timer(0.2, third.close)
+        closer.start()
+        began = time.monotonic()
+        assert not third.lead("t", 10)  # second leads "t"; third is closed meanwhile
+        assert time.monotonic() - began < 5
+        closer.join()
+        assert third._conn is None  # dropped: no session holds "v" any more
+        assert second.lead("v", 1.0)
     finally:
         for poller in (first, second, third):
             poller.close()

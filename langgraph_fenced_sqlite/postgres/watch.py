@@ -80,7 +80,9 @@ class PgEventPoller:
         self._aconn: psycopg.AsyncConnection[Any] | None = None
         self._aloop: asyncio.AbstractEventLoop | None = None
         self._listens = self._alistens = False
-        self._led: set[str] = set()  # threads whose `sql.LEAD` lock it holds (`lead`)
+        # Threads whose `sql.LEAD` lock its connection holds (`lead`; a
+        # poller serves sync waits or async ones, as a runner's place does).
+        self._led: set[str] = set()
         self._lock = threading.Lock()
 
     @property
@@ -173,6 +175,9 @@ class PgEventPoller:
             except psycopg.Error:
                 self._drop()
                 return True
+            finally:
+                if self.closed:  # closed meanwhile (its close() could not drop it): the lock goes
+                    self._drop()
 
     async def alead(
         self, thread_id: str, seconds: float, stop: asyncio.Event | None = None
@@ -203,6 +208,8 @@ class PgEventPoller:
             self._drop()  # cancelled mid-wait: the connection may be mid-operation
             raise
         finally:
+            if self.closed:
+                self._drop()
             self._lock.release()
 
     def _connection(self) -> psycopg.Connection[Any]:
