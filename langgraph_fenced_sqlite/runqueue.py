@@ -40,10 +40,6 @@ if TYPE_CHECKING:
 __all__ = ["Place", "queued", "wake_head"]
 
 _BACKOFF_MIN, _BACKOFF_MAX = 0.01, 0.5  # enqueue polling, seconds
-# The events that end a run (its release commits with each): a refused
-# head tries again when one lands. Not `run_started` (another head won) nor
-# a step's `checkpoint` or `writes`, which say nothing about the claim.
-_ENDS = RUN_ENDS
 _PAGE = 100  # events read per wake-up while waiting for a release
 # A hot thread: `_HOT_WAKES` waits in a row ended by steps' events within
 # `_BUSY_GAP` s; there a head rests `_COOL` s after each wake (its hand-off
@@ -209,7 +205,7 @@ class Place:
         if not got:
             return None
         self.tail = (got[-1].seq, self.tail[1])  # type: ignore[index]
-        if any(e.kind in _ENDS for e in got):
+        if any(e.kind in RUN_ENDS for e in got):  # a refused head tries again
             return None
         quick = time.monotonic() - listening < _BUSY_GAP
         self._quick = self._quick + 1 if quick else 0

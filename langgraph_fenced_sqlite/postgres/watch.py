@@ -46,6 +46,11 @@ SLICE = 0.25
 """The longest a stopped wait goes on (seconds): a waiting watch wakes this often."""
 
 
+def _lock_timeout(seconds: float) -> dict[str, str]:
+    """`sql.LEAD_TIMEOUT`'s parameters: wait for the lock `seconds` (at least 1 ms)."""
+    return {"timeout": f"{max(1, int(seconds * 1000))}ms"}
+
+
 class _Stopped(Exception):
     """The wait was stopped (the watch or the store closed) while it waited."""
 
@@ -161,8 +166,7 @@ class PgEventPoller:
             try:
                 conn = self._connection()
                 for piece in self._slices(seconds, stop):
-                    timeout = {"timeout": f"{max(1, int(piece * 1000))}ms"}
-                    conn.execute(sql.LEAD_TIMEOUT, timeout)
+                    conn.execute(sql.LEAD_TIMEOUT, _lock_timeout(piece))
                     try:
                         conn.execute(sql.LEAD, {"thread_id": thread_id})
                     except pg_errors.LockNotAvailable:
@@ -190,8 +194,7 @@ class PgEventPoller:
         try:
             conn = await self._aconnection()
             for piece in self._slices(seconds, stop):
-                timeout = {"timeout": f"{max(1, int(piece * 1000))}ms"}
-                await conn.execute(sql.LEAD_TIMEOUT, timeout)
+                await conn.execute(sql.LEAD_TIMEOUT, _lock_timeout(piece))
                 try:
                     await conn.execute(sql.LEAD, {"thread_id": thread_id})
                 except pg_errors.LockNotAvailable:
