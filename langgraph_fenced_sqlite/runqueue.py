@@ -11,8 +11,10 @@ release). On PostgreSQL it listens only to the commits that end a run (a
 runs-only poller: channel `lgfs_runs`), asleep through the run's steps;
 SQLite's doorbell rings for every commit of the file. On PostgreSQL one
 waiting process at a time waits so (`Poller.lead`: a session advisory
-lock); the others wait for that lock, asleep in the server, up to each
-pause, and are not woken by the run's end to race for the claim. A wait that returns
+lock); the others wait for that lock, asleep in the server, for longer
+than a pause (`_FOLLOW`), and are not woken by the run's end to race for
+the claim. A run's end that another run's start already follows wakes
+nobody to try: that run won the claim. A wait that returns
 steps' events at once (woken by them, or finding them as it began) counts
 as quick: after `_HOT_WAKES` quick ones in a row (a hot thread, whose steps
 keep committing within `_BUSY_GAP` of each other) a head rests `_COOL` after
@@ -32,7 +34,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from .errors import FencedSqliteError, ThreadBusy
-from .status import RUN_ENDS
+from .status import RUN_ENDS, RUN_EVENTS
 
 if TYPE_CHECKING:
     from .watch import Poller
@@ -41,6 +43,7 @@ __all__ = ["Place", "queued", "wake_head"]
 
 _BACKOFF_MIN, _BACKOFF_MAX = 0.01, 0.5  # enqueue polling, seconds
 _PAGE = 100  # events read per wake-up while waiting for a release
+_FOLLOW = _BACKOFF_MAX  # longest wait to lead before a follower tries the claim itself
 # A hot thread: `_HOT_WAKES` waits in a row ended by steps' events within
 # `_BUSY_GAP` s; there a head rests `_COOL` s after each wake (its hand-off
 # may be as late).
@@ -139,8 +142,9 @@ class Place:
         if self.tail is not None:
             if self._poller is None:
                 self._poller = saver._poller(keep=True, runs_only=True)
-            # Led by another process's waiter: asleep until it leaves or the pause ends.
-            led = self._poller.lead(self._key[1], deadline - time.monotonic(), stop=self.event)
+            led = self._poller.lead(self._key[1], self._follow(deadline), stop=self.event)
+            if led and time.monotonic() >= deadline:  # led once its pause was over
+                deadline = time.monotonic() + self.pause()
             while led and self.tail and (left := deadline - time.monotonic()) > 0:
                 seq, inc = self.tail
                 listening = time.monotonic()
@@ -167,9 +171,9 @@ class Place:
         if self.tail is not None:
             if self._poller is None:
                 self._poller = saver._poller(keep=True, runs_only=True)
-            led = await self._poller.alead(
-                self._key[1], deadline - time.monotonic(), stop=self.aevent
-            )
+            led = await self._poller.alead(self._key[1], self._follow(deadline), stop=self.aevent)
+            if led and time.monotonic() >= deadline:
+                deadline = time.monotonic() + self.pause()
             while led and self.tail and (left := deadline - time.monotonic()) > 0:
                 seq, inc = self.tail
                 listening = time.monotonic()
@@ -192,6 +196,20 @@ class Place:
                     return
         await self.await_(max(0.0, deadline - time.monotonic()))
 
+    def _follow(self, deadline: float) -> float:
+        # How long to wait to lead (`Poller.lead`): past this pause's
+        # `deadline`, up to `_FOLLOW` (jittered), never past wait_timeout. A
+        # follower need not try the claim meanwhile: the leader tries it at
+        # every run's end, and hands the lead on once it has the thread (its
+        # poller closes; a dead process's lock goes with its session). Only
+        # a leader that stopped trying (a wedged process, a partitioned host)
+        # keeps the others from a free thread, each for at most `_FOLLOW`.
+        # (Trying at every pause, 8 processes on one thread were refused 0.8
+        # times per run more, and each refusal takes CPU from the run.)
+        now = time.monotonic()
+        follow = now + random.uniform(_FOLLOW / 2, _FOLLOW)
+        return max(0.0, min(self._deadline, max(deadline, follow)) - now)
+
     def _rest(self, got: list[Any], listening: float) -> float | None:
         # None if a wait (begun at `listening`) that returned `got` is over:
         # nothing came (timed out, or woken in this process) or a run's end
@@ -205,8 +223,18 @@ class Place:
         if not got:
             return None
         self.tail = (got[-1].seq, self.tail[1])  # type: ignore[index]
-        if any(e.kind in RUN_ENDS for e in got):  # a refused head tries again
+        # A refused head tries again once a run ended, unless another run
+        # began after that end (it won the race for the claim): then it
+        # waits for that run's end, as a try would only be refused.
+        # Nor does a run's start or end make a thread hot: a head that lost
+        # the race listens again at once (resting, it would be late for the
+        # end of the run that won).
+        latest = next((e.kind for e in reversed(got) if e.kind in RUN_EVENTS), None)
+        if latest in RUN_ENDS:
             return None
+        if latest is not None:
+            self._quick = 0
+            return 0.0
         quick = time.monotonic() - listening < _BUSY_GAP
         self._quick = self._quick + 1 if quick else 0
         return _COOL if self._quick >= _HOT_WAKES else 0.0

@@ -22,6 +22,7 @@ from langgraph_fenced_sqlite import (
     ReplayUnavailable,
     StaleClaim,
     ThreadBusy,
+    runqueue,
 )
 from langgraph_fenced_sqlite.postgres import sql
 
@@ -292,6 +293,49 @@ def test_one_waiting_poller_leads_a_thread_and_the_next_once_it_closes(open_pg: 
     finally:
         for poller in (first, second, third):
             poller.close()
+
+
+def test_a_follower_waits_for_the_lead_past_its_pause_and_listens_once_it_leads(
+    open_pg: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An "enqueue" head that another waiter leads does not try the claim at every pause.
+
+    It waits for the lead up to `runqueue._FOLLOW` (the leader tries at every
+    run's end; trying too, 8 processes on one thread were refused 0.8 times
+    per run more), and listens as soon as it leads, however late in its pause.
+    """
+    monkeypatch.setattr(runqueue, "_FOLLOW", 0.6)
+    with open_pg() as store:
+        store.claim("t", "other", 30)
+        leader = store._poller(keep=True, runs_only=True)
+        assert leader.lead("t", 1.0)
+        place = runqueue.Place(("x", "t"), 60, None)  # first pause: 5-10 ms
+        try:
+            place.look(store._event_tail("t"))
+            began = time.monotonic()
+            place.wait_release(store)  # led throughout: waits 0.3-0.6 s, then would try
+            waited = time.monotonic() - began
+            assert 0.3 <= waited < 5
+            assert "t" not in place._poller._led  # type: ignore[union-attr]
+
+            poller = place._poller
+            assert poller is not None
+            waits: list[float] = []
+            wait = poller.wait
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                waits.append(time.monotonic())
+                return wait(*args, **kwargs)
+
+            poller.wait = counted  # type: ignore[method-assign]
+            threading.Timer(0.15, leader.close).start()
+            began = time.monotonic()
+            place.wait_release(store)  # leads at 0.15 s, past its pause: listens for another
+            assert "t" in poller._led
+            assert len(waits) == 1 and waits[0] - began >= 0.15
+        finally:
+            place.leave()
+            leader.close()
 
 
 async def test_an_async_waiter_leads_on_its_own_loops_connection(open_pg: Any) -> None:

@@ -550,6 +550,40 @@ def test_enqueue_head_rests_between_a_hot_threads_steps(
     assert len(store.events_after("t", limit=1000)) >= 2 * len(waits)  # ticks went on
 
 
+def test_enqueue_head_waits_past_a_run_end_that_another_runs_start_follows(
+    store: FencedSqliteSaver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's end followed by another run's start (it won the claim) does not end the wait.
+
+    A try would only be refused (measured with 8 processes on one thread:
+    one refused begin_run per run less); the head waits for that run's end.
+    """
+    monkeypatch.setattr(runqueue, "_BACKOFF_MIN", 20.0)  # one pause: 10-20 s, not reached
+    first = store.begin_run("t", "a", 30, run_id="a")
+    place = runqueue.Place(("x", "t"), 60, None)
+    ended: list[float] = []
+    try:
+        place.look(store._event_tail("t"))
+        store.end_run("t", first.token, "run_completed")
+        second = store.begin_run("t", "b", 30, run_id="b")
+
+        def end_later() -> None:
+            time.sleep(0.3)
+            ended.append(time.monotonic())
+            store.end_run("t", second.token, "run_completed")
+
+        ender = threading.Thread(target=end_later)
+        ender.start()
+        place.wait_release(store)
+        returned = time.monotonic()
+        ender.join()
+    finally:
+        place.leave()
+    # Returned by b's end (before the change: at once, on a's), not by the pause.
+    assert ended and ended[0] <= returned < ended[0] + 5
+    assert [k for k, _ in run_events(store)] == ["run_started", "run_completed"] * 2
+
+
 def test_enqueue_times_out_with_thread_busy(runner: FencedRunner, store: FencedSqliteSaver) -> None:
     """Past wait_timeout, "enqueue" raises ThreadBusy and ran nothing."""
     store.claim("t", "other", 30)
