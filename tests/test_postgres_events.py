@@ -8,6 +8,7 @@ import json
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -338,6 +339,33 @@ def test_a_follower_waits_for_the_lead_past_its_pause_and_listens_once_it_leads(
             leader.close()
 
 
+def test_a_saver_dropped_unclosed_closes_the_listener_it_kept(pg_dsn: str) -> None:
+    """A saver on the caller's connection is often never closed: dropped, it
+    closes the listener it kept (quietly: no ResourceWarning, no backend left)."""
+    import gc
+
+    from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
+
+    with (
+        psycopg.connect(pg_dsn, autocommit=True) as conn,
+        psycopg.connect(pg_dsn, autocommit=True) as admin,
+    ):
+        saver = FencedPostgresSaver(conn)
+        saver.setup()
+        assert saver.wait_events("t", 0, timeout=0.01) == []
+        (kept,) = saver._engine.listeners._idle
+        pid = kept.info.backend_pid
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            del saver, kept
+            gc.collect()
+        assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
+        deadline = time.monotonic() + 10
+        while _alive(admin, pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not _alive(admin, pid)
+
+
 async def test_an_async_waiter_leads_on_its_own_loops_connection(open_pg: Any) -> None:
     """`alead` is `lead` for an async waiter, and cancelling it ends its wait at once."""
     saver = open_pg()
@@ -528,7 +556,8 @@ def test_a_watch_listens_on_one_connection_for_its_life_and_survives_losing_it(
 
     A listener the server ended between two waits is replaced by the next
     wait, which re-reads the table: the event committed meanwhile arrives.
-    `close()` closes the listener.
+    `close()` gives the listener back to the store (for its next wait);
+    closing the store closes it.
     """
     saver = open_pg(clock=None)
     claim = saver.claim("t", "w", 60)
@@ -553,10 +582,71 @@ def test_a_watch_listens_on_one_connection_for_its_life_and_survives_losing_it(
         new = watch._poller._conn.info.backend_pid
         assert new != pid and _alive(admin, new)
         watch.close()
+        assert _alive(admin, new)  # kept by the store, idle
+        saver.close()
         deadline = time.monotonic() + 10
         while _alive(admin, new) and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert not _alive(admin, new), "close() left the listener open"
+        assert not _alive(admin, new), "the store's close() left the listener open"
+
+
+def test_waits_reuse_one_listener_given_back_clean_and_the_stores_close_closes_it(
+    open_pg: Any, pg_dsn: str
+) -> None:
+    """Each `wait_events` call, watch and "enqueue" waiter once opened a connection of its own
+    (a fork and a login: 2.9 ms, 3.5 ms of server CPU); one given back is used by the next.
+
+    Given back, it listens to nothing and holds no `lead` lock (another
+    process's waiter leads at once); one the server ended meanwhile is
+    replaced; the store's close closes what it kept.
+    """
+    saver = open_pg(clock=None)
+    claim = saver.claim("t", "w", 60)
+    saver.append_events("t", claim.token, [("e", {})])
+    listeners = saver._engine.listeners
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+
+        def kept() -> int:
+            (conn,) = listeners._idle
+            return int(conn.info.backend_pid)
+
+        assert [e.seq for e in saver.wait_events("t", 0, timeout=5)] == [1]
+        pid = kept()
+        for _ in range(3):
+            assert [e.seq for e in saver.wait_events("t", 0, timeout=5)] == [1]
+            assert kept() == pid  # the same backend each time
+        listening = "SELECT query FROM pg_stat_activity WHERE pid = %s"
+        assert admin.execute(listening, (pid,)).fetchone() == (sql.UNLISTEN,)
+
+        # A waiter that led a thread gives its listener back without the lock.
+        poller = saver._poller(keep=True, runs_only=True)
+        assert poller.lead("t", 1.0)
+        assert poller._conn.info.backend_pid == pid  # type: ignore[union-attr]
+        other = psycopg.connect(pg_dsn, autocommit=True)
+        try:
+            other.execute("SET lock_timeout = '50ms'")
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                other.execute(sql.LEAD, {"thread_id": "t"})
+            poller.close()
+            assert kept() == pid
+            other.execute("SET lock_timeout = '5s'")
+            other.execute(sql.LEAD, {"thread_id": "t"})  # free at once
+        finally:
+            other.close()
+
+        # Ended by the server while kept: the next wait opens another.
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        while _alive(admin, pid):
+            time.sleep(0.01)
+        assert [e.seq for e in saver.wait_events("t", 0, timeout=5)] == [1]
+        new = kept()
+        assert new != pid
+        saver.close()
+        assert not listeners._idle
+        deadline = time.monotonic() + 10
+        while _alive(admin, new) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not _alive(admin, new), "the store's close() left the listener open"
 
 
 async def test_an_awatch_listens_on_one_connection_for_its_life(open_pg: Any, pg_dsn: str) -> None:

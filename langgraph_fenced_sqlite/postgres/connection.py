@@ -56,6 +56,7 @@ from ..errors import (
 from ..groupcommit import DONE, PENDING, RUNNING, FollowPolicy, Key, _for_job
 from ..hop import ASYNC_WORKERS, Hop, HopClosed
 from . import sql
+from .listeners import IdleListeners
 
 try:  # psycopg-pool is part of the [postgres] extra, but a plain connection needs none
     from psycopg_pool import ConnectionPool
@@ -253,6 +254,7 @@ class PgConnection:
         self._hop = Hop(ASYNC_WORKERS, "lgfs-pg")
         self.steps = Steps()
         self._held = None if self._conn is None else _Held(self._lock, self._conn)
+        self.listeners = IdleListeners()  # `watch.PgEventPoller`'s, between waits
 
     @property
     def closed(self) -> bool:
@@ -574,6 +576,7 @@ class PgConnection:
             return
         self._closed = True
         self._hop.close()  # never waits: close() may be running on a worker (aclose)
+        self.listeners.close()
         if not self._owned:
             return
         if self._pool is not None:

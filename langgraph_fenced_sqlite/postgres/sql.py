@@ -412,6 +412,9 @@ LEAD = (
     "SELECT pg_advisory_lock(hashtextextended('lgfs-enqueue:' || current_schema() || ':' "
     "|| %(thread_id)s, 0))"
 )
+# Every `LEAD` lock of the session: a listener given back for the next
+# waiter (`listeners.IdleListeners`) holds none.
+UNLEAD_ALL = "SELECT pg_advisory_unlock_all()"
 # In `events.decode_event`'s order.
 EVENTS_AFTER = (
     "SELECT seq, kind, checkpoint_ns, checkpoint_id, data, token, ts, checksum FROM lgfs_events "

@@ -10,8 +10,11 @@ watch following a busy thread is one backend for its whole life, not a new
 one (a fork and a login on the server) per batch of events. Each wait
 LISTENs and ends with UNLISTEN, so between waits the connection receives
 nothing and never holds back the server's notification queue, however long
-the consumer takes. `close()` closes it (a wait in progress closes it on its
-way out), and a watch dropped unclosed frees it with the poller. A listener
+the consumer takes. `close()` gives it back to the store
+(`listeners.IdleListeners`: listening to nothing, holding no `lead` lock),
+so the next wait, watch or "enqueue" waiter of the process does not open
+another; a wait in progress closes it on its way out, the store's close
+closes what it kept, and a watch dropped unclosed frees it with the poller. A listener
 found broken (the server restarted, the backend was terminated) is
 replaced and the table re-read, so no commit is missed. A watch's `close()` (from any
 thread) or its store's ends a wait within `SLICE` seconds: notifications
@@ -63,8 +66,8 @@ class PgEventPoller:
 
         Args:
             keep: Keep the listener between waits (a watch). False (one
-                wait): no UNLISTEN at its end, the round trip the caller
-                would wait for; it is closed with the poller, right after.
+                wait): the wait does not stop listening as it ends;
+                `close()`, right after, does as it gives the listener back.
             runs_only: Wake only for the commits that end a run (channel
                 `lgfs_runs`), and for the safety poll: what a worker waiting
                 for a thread needs, asleep through the run's steps. A wait
@@ -96,13 +99,38 @@ class PgEventPoller:
         return self._closed or bool(self._saver._engine.closed)
 
     def close(self) -> None:
-        """End a wait in progress within `SLICE` s and close the listener; never blocks."""
+        """End a wait in progress within `SLICE` s; never waits for one.
+
+        With no wait in progress, a sync listener goes back to its store for
+        the next wait (`listeners.IdleListeners`), first made to listen to
+        nothing and hold no `lead` lock (one round trip); one that cannot
+        is closed. A wait in progress closes its listener on its way out.
+        """
         self._closed = True
         if self._lock.acquire(blocking=False):
             try:
-                self._drop()
+                self._give_back()
             finally:
                 self._lock.release()
+
+    def _give_back(self) -> None:
+        # With `_lock` held, no wait in progress. A kept poller's waits
+        # stopped listening as they ended; a one-wait poller's did not.
+        conn, engine = self._conn, self._saver._engine
+        if conn is None or conn.closed or engine.closed:
+            self._drop()
+            return
+        self._conn = None
+        try:
+            if self._listens and not self._keep:
+                conn.execute(self._unlisten_sql)
+            if self._led:
+                conn.execute(sql.UNLEAD_ALL)
+        except psycopg.Error:
+            conn.close()  # its session's locks go with it
+        else:
+            engine.listeners.give(conn)
+        self._drop()
 
     def __del__(self) -> None:
         # A watch dropped unclosed: its listener goes with it, quietly.
@@ -220,8 +248,12 @@ class PgEventPoller:
         conn = self._conn
         if conn is None or conn.closed:
             self._led.clear()  # a lock held by a closed session is gone
-            conninfo, kwargs = self._saver._engine.listener_params()
-            conn = self._conn = psycopg.connect(conninfo, autocommit=True, **kwargs)
+            engine = self._saver._engine
+            conn = engine.listeners.take()
+            if conn is None:
+                conninfo, kwargs = engine.listener_params()
+                conn = psycopg.connect(conninfo, autocommit=True, **kwargs)
+            self._conn = conn
         return conn
 
     async def _aconnection(self) -> psycopg.AsyncConnection[Any]:

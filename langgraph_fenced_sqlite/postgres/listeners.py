@@ -1,0 +1,76 @@
+"""The idle listener connections a PostgreSQL store keeps for its next waiter.
+
+Invariant: a connection in `IdleListeners` is idle and clean: in no
+transaction, listening to nothing, holding no session lock
+(`PgEventPoller.close` gives back only such a one); one taken is the
+taker's alone. Opening a connection costs a fork and a login on the server
+(measured on loopback: 2.9 ms, with 3.5 ms of the server's CPU and 0.6 ms
+of the client's), which every `wait_events` call and every "enqueue"
+waiter paid. At most `KEEP` are kept; `close()` closes them, and so does
+dropping the store unclosed (a saver on the caller's connection or pool is
+often never closed) or the interpreter's exit. A process forked meanwhile
+takes none of its parent's (their sockets are the parent's).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+__all__ = ["IdleListeners"]
+
+
+class IdleListeners:
+    """Up to `KEEP` idle sync listener connections of one store, for its next waits."""
+
+    KEEP = 4
+
+    def __init__(self) -> None:
+        """Keep none yet."""
+        self._lock = threading.Lock()
+        self._idle: list[psycopg.Connection[Any]] = []
+        self._closed = False
+        self._pid = os.getpid()
+        self._finalizer = weakref.finalize(self, _close_all, self._lock, self._idle, self._pid)
+
+    def take(self) -> psycopg.Connection[Any] | None:
+        """Return a kept connection (the caller's alone now), or None if none is kept."""
+        if os.getpid() != self._pid:
+            return None
+        with self._lock:
+            while self._idle:
+                conn = self._idle.pop()
+                if not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
+                    return conn
+                conn.close()
+        return None
+
+    def give(self, conn: psycopg.Connection[Any]) -> None:
+        """Keep `conn` (idle, listening to nothing, holding no lock), or close it."""
+        with self._lock:
+            keep = not (self._closed or conn.closed) and len(self._idle) < self.KEEP
+            if keep and os.getpid() == self._pid:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def close(self) -> None:
+        """Close the kept connections, and keep none from now on."""
+        with self._lock:
+            self._closed = True
+        self._finalizer()
+
+
+def _close_all(lock: threading.Lock, idle: list[psycopg.Connection[Any]], pid: int) -> None:
+    # `IdleListeners.close()`, or its store dropped unclosed, or exit.
+    with lock:
+        conns = idle[:]
+        idle.clear()
+    if os.getpid() == pid:
+        for conn in conns:
+            conn.close()
