@@ -310,7 +310,7 @@ def _spread_table(
 def worker(argv: list[str]) -> int:
     """One benchmark worker process: `--worker MODE DSN THREAD N`, MODE in ours/theirs x
     distinct/contended. Prints "ready", waits for a line on stdin, runs N invokes, prints
-    its JSON result."""
+    its JSON result, and exits once its stdin closes."""
     mode, dsn, thread_id, n = argv[0], argv[1], argv[2], int(argv[3])
     if mode.startswith("ours"):
         from langgraph_fenced_sqlite import FencedRunner
@@ -403,6 +403,13 @@ def _serve(run: Callable[[int], float], n: int, conn: Any) -> int:
         None if server is None or server_after is None else server_after - server,
     ]
     print(json.dumps({"end": time.time(), "turns": _TURNS, "cpu": cpu}), flush=True)
+    # Exit only once every worker is done (the parent closes stdin): an
+    # interpreter that imported LangGraph takes 200-300 ms of CPU to exit,
+    # which on 2 cores slowed the runs of the workers still going (measured:
+    # a contended run 18.7 ms -> 9.9 ms mean once exits waited). Ours
+    # finished far apart (a worker often takes several turns in a row),
+    # theirs close together, so their exits had hidden more of ours.
+    sys.stdin.readline()
     return 0
 
 
@@ -508,6 +515,9 @@ def _processes(
             turns.add(logs, cpus)
         return max(ends) - started
     finally:
+        for p in procs:
+            if p.stdin is not None:
+                p.stdin.close()  # every worker is done: now they may exit
         for p in procs:
             p.wait(timeout=120)
 
