@@ -273,7 +273,7 @@ class EventsBase:
                 thread_id, seq, limit=limit, timeout=timeout, incarnation=incarnation
             )
         finally:
-            poller.close()
+            await poller.aclose()
 
     def _poller(self, *, keep: bool = True, runs_only: bool = False) -> Poller:
         """A new poller for one watch (or, `keep=False`, one wait): SQLite's, PostgreSQL's.

@@ -457,6 +457,10 @@ class EventPoller:
             bell.close()  # wakes a wait blocked on it, from any thread
         self._end_wait()
 
+    async def aclose(self) -> None:
+        """`watch.Poller.aclose`: `close()` (nothing to give back)."""
+        self.close()
+
     def _end_wait(self) -> None:
         # Never blocks: an async wait ends on the event loop, where waiting for
         # a poll still running in a worker thread would stall the loop. The

@@ -448,7 +448,7 @@ class FencedRunner:
                     continue
                 await place.await_release(self.saver)
         finally:
-            place.leave()
+            await place.aleave()
 
     def _tail(self, thread_id: str) -> tuple[int, int] | None:
         # Where the thread's log ends, for a refused "enqueue" head to wait

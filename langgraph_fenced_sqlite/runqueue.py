@@ -87,6 +87,17 @@ class Place:
         """Leave the queue (closing any poller) and wake whoever is now at its head."""
         if self._poller is not None:
             self._poller.close()
+        self._dequeue()
+
+    async def aleave(self) -> None:
+        """Async twin of `leave` (the poller gives its loop's connection back)."""
+        try:
+            if self._poller is not None:
+                await self._poller.aclose()
+        finally:
+            self._dequeue()
+
+    def _dequeue(self) -> None:
         with _queues_lock:
             queue = _queues[self._key]
             queue.remove(self)

@@ -32,7 +32,11 @@ class Poller(Protocol):
         ...
 
     def close(self) -> None:
-        """End any wait in progress promptly; never blocks."""
+        """End any wait in progress promptly, never waiting for it; let the connection go."""
+        ...
+
+    async def aclose(self) -> None:
+        """`close()` for an async caller (a store may give its loop's connection back)."""
         ...
 
     def wait(
@@ -188,7 +192,7 @@ class AsyncEventWatch(AsyncIterator[Event]):
     async def aclose(self) -> None:
         """End the watch and close its connection (a waiting consumer ends promptly)."""
         self._stop.set()
-        self._poller.close()  # never blocks the loop
+        await self._poller.aclose()
 
     async def __aenter__(self) -> AsyncEventWatch:
         return self

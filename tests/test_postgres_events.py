@@ -339,6 +339,48 @@ def test_a_follower_waits_for_the_lead_past_its_pause_and_listens_once_it_leads(
             leader.close()
 
 
+async def test_async_waits_reuse_their_loops_listener_given_back_clean(
+    open_pg: Any, pg_dsn: str
+) -> None:
+    """The async twin: `await_events`, `awatch` and an async "enqueue" waiter give their
+    loop's listener back (listening to nothing, no `lead` lock) for the next async wait
+    on that loop; a connection of another loop is never used."""
+    saver = open_pg(clock=None)
+    claim = saver.claim("t", "w", 60)
+    saver.append_events("t", claim.token, [("e", {})])
+    listeners = saver._engine.listeners
+
+    def kept() -> int:
+        (pair,) = listeners._aidle
+        return int(pair[1].info.backend_pid)
+
+    assert [e.seq for e in await saver.await_events("t", 0, timeout=5)] == [1]
+    pid = kept()
+    for _ in range(3):
+        assert [e.seq for e in await saver.await_events("t", 0, timeout=5)] == [1]
+        assert kept() == pid
+    async with saver.awatch("t") as watch:
+        assert (await watch.__anext__()).seq == 1
+        assert watch._poller._aconn.info.backend_pid == pid
+    assert kept() == pid
+
+    place = runqueue.Place(("x", "t"), 60, asyncio.get_running_loop())
+    place._poller = saver._poller(keep=True, runs_only=True)
+    assert await place._poller.alead("t", 1.0)
+    await place.aleave()
+    assert kept() == pid
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        listening = "SELECT query FROM pg_stat_activity WHERE pid = %s"
+        assert admin.execute(listening, (pid,)).fetchone() == (sql.UNLEAD_ALL,)
+        admin.execute("SET lock_timeout = '5s'")
+        admin.execute(sql.LEAD, {"thread_id": "t"})  # free at once
+
+    # Another loop (another thread's) opens its own; this loop's stays kept.
+    other = await asyncio.to_thread(lambda: asyncio.run(saver.await_events("t", 0, timeout=5)))
+    assert [e.seq for e in other] == [1]
+    assert pid in [c.info.backend_pid for _, c in listeners._aidle]
+
+
 def test_a_saver_dropped_unclosed_closes_the_listener_it_kept(pg_dsn: str) -> None:
     """A saver on the caller's connection is often never closed: dropped, it
     closes the listener it kept (quietly: no ResourceWarning, no backend left)."""
@@ -662,7 +704,9 @@ async def test_an_awatch_listens_on_one_connection_for_its_life(open_pg: Any, pg
     (pid,) = pids
     await watch.aclose()
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        assert _alive(admin, pid)  # given back to the store, idle
+        saver.close()
         deadline = time.monotonic() + 10
         while _alive(admin, pid) and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert not _alive(admin, pid), "aclose() left the listener open"
+        assert not _alive(admin, pid), "the store's close() left the listener open"

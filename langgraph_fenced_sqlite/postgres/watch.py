@@ -132,6 +132,35 @@ class PgEventPoller:
             engine.listeners.give(conn)
         self._drop()
 
+    async def aclose(self) -> None:
+        """`close()` for an async caller: its loop's listener goes back to the store as well.
+
+        Made to listen to nothing and hold no `lead` lock first (awaited);
+        one that cannot, or a caller cancelled meanwhile, closes it.
+        """
+        self._closed = True
+        if not self._lock.acquire(blocking=False):
+            return  # a wait in progress closes its listener on its way out
+        try:
+            aconn, loop, engine = self._aconn, self._aloop, self._saver._engine
+            if aconn is not None and loop is asyncio.get_running_loop() and not engine.closed:
+                self._aconn = self._aloop = None
+                try:
+                    if self._alistens and not self._keep:
+                        await aconn.execute(self._unlisten_sql)
+                    if self._led:
+                        await aconn.execute(sql.UNLEAD_ALL)
+                except psycopg.Error:
+                    aconn.pgconn.finish()  # its session's locks go with it
+                except BaseException:
+                    aconn.pgconn.finish()  # cancelled mid-statement
+                    raise
+                else:
+                    engine.listeners.give_async(loop, aconn)
+            self._give_back()
+        finally:
+            self._lock.release()
+
     def __del__(self) -> None:
         # A watch dropped unclosed: its listener goes with it, quietly.
         with contextlib.suppress(Exception):
@@ -266,8 +295,11 @@ class PgEventPoller:
             conn = None
         if conn is None:
             self._led.clear()
-            conninfo, kwargs = self._saver._engine.listener_params()
-            conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **kwargs)
+            engine = self._saver._engine
+            conn = engine.listeners.take_async(loop)
+            if conn is None:
+                conninfo, kwargs = engine.listener_params()
+                conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **kwargs)
             self._aconn, self._aloop = conn, loop
         return conn
 
@@ -410,7 +442,7 @@ class PgEventPoller:
                     incarnation=incarnation,
                 )
             finally:
-                other.close()
+                await other.aclose()
         try:
             try:
                 conn = await self._alistening()
