@@ -36,7 +36,9 @@ in the same run (interleaved rounds, `_common.interleave`):
   take turns through `FencedRunner(strategy="enqueue")`; theirs, which have no
   claims, take turns through a `pg_advisory_lock` per invoke (what one writer
   per thread costs with PostgresSaver). Issue 13 names no ratio for these: the
-  invoke target (<= 1.0x) is applied.
+  invoke target (<= 1.0x) is applied. A worker exits only once all are done:
+  each exit (LangGraph's imports torn down) takes 200-300 ms of CPU, which
+  would slow the workers still running (`_serve`).
 - CONTENDED: the contended row turn by turn: hand-off (a release began ->
   the next grant), hold (grant -> release), refused begin_runs per run, and
   the CPU per run of all workers (the waiters' too) and their backends.
@@ -599,8 +601,12 @@ def _process_tables(dsn: str, workers: int, proc_ops: int, proc_rounds: int) -> 
     # The contended row's time, turn by turn (`turns` is that row's): a hand-off runs
     # from a release's start (ours: end_run; theirs: the unlock) to the next
     # grant (ours: a begin_run that returned; theirs: pg_advisory_lock returned).
-    # Theirs waits in the server's lock queue, woken when the lock is free; ours
-    # polls with backoff (runqueue.py) and holds for begin_run + invoke.
+    # Theirs waits in the server's lock queue, woken when the lock is free (in
+    # its order: turns rotate). Ours: one waiting process listens for the run's
+    # end (NOTIFY on lgfs_runs) and tries the claim, the others wait to lead
+    # (runqueue.py); a worker that just ended a run and invokes again often
+    # gets the claim first, so a hand-off is mostly one process's end_run ->
+    # its next invoke's begin_run: the runner's own time between two runs.
     table = Table(
         "CONTENDED: where one thread's time goes (every round's turns)",
         ["checkpointer", "turns", "CPU per run: workers + backends"],
