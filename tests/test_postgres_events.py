@@ -339,6 +339,41 @@ def test_a_follower_waits_for_the_lead_past_its_pause_and_listens_once_it_leads(
             leader.close()
 
 
+async def test_a_wait_after_the_kept_listeners_died_opens_a_new_one(
+    open_pg: Any, pg_dsn: str
+) -> None:
+    """Listeners the server ended while kept (a restart ends them all) are dropped
+    together: the next wait, sync or async, opens a live one, and fails on none of them."""
+    saver = open_pg(clock=None)
+    claim = saver.claim("t", "w", 60)
+    saver.append_events("t", claim.token, [("e", {})])
+    listeners = saver._engine.listeners
+    sync_pollers = [saver._poller(keep=True) for _ in range(3)]
+    async_pollers = [saver._poller(keep=True) for _ in range(3)]
+    for poller in sync_pollers:  # three at once: three connections
+        assert poller.lead("t" + str(id(poller)), 1.0)
+    for poller in async_pollers:
+        assert await poller.alead("t" + str(id(poller)), 1.0)
+    for poller in sync_pollers:
+        poller.close()
+    for poller in async_pollers:
+        await poller.aclose()
+    assert len(listeners._idle) == 3 and len(listeners._aidle) == 3
+    pids = [c.info.backend_pid for c in listeners._idle]
+    pids += [c.info.backend_pid for _, c in listeners._aidle]
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        for pid in pids:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        for pid in pids:
+            while _alive(admin, pid):
+                time.sleep(0.01)
+    assert [e.seq for e in saver.wait_events("t", 0, timeout=5)] == [1]
+    assert [e.seq for e in await saver.await_events("t", 0, timeout=5)] == [1]
+    kept = [c.info.backend_pid for c in listeners._idle]
+    kept += [c.info.backend_pid for _, c in listeners._aidle]
+    assert len(kept) == 2 and not set(kept) & set(pids)
+
+
 async def test_async_waits_reuse_their_loops_listener_given_back_clean(
     open_pg: Any, pg_dsn: str
 ) -> None:

@@ -92,6 +92,14 @@ class IdleListeners:
                 return
         conn.pgconn.finish()
 
+    def discard(self) -> None:
+        """Close the kept connections, and keep what is given back from now on.
+
+        For a kept one found dead: the others likely are too (a server
+        restart ends them all), and only I/O would tell.
+        """
+        _close_all(self._lock, self._idle, self._aidle, self._pid)
+
     def close(self) -> None:
         """Close the kept connections, and keep none from now on."""
         with self._lock:

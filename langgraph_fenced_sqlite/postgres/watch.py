@@ -309,7 +309,8 @@ class PgEventPoller:
         Each wait listens anew, and a wait's end stops listening (`_unlisten`):
         a connection kept between waits receives nothing while nobody reads it,
         so it never holds back the server's notification queue. A connection
-        that died between waits fails its LISTEN: one new one is opened.
+        that died between waits fails its LISTEN: the store's kept ones are
+        dropped too (a restart ends them all), and one new one is opened.
 
         Returns:
             The connection; `_listens` says whether it listens (not on a standby).
@@ -326,6 +327,7 @@ class PgEventPoller:
             except psycopg.OperationalError:
                 if last or not conn.closed:
                     raise
+                self._saver._engine.listeners.discard()
         raise AssertionError("unreachable")
 
     def _unlisten(self) -> None:
@@ -351,6 +353,7 @@ class PgEventPoller:
             except psycopg.OperationalError:
                 if last or not conn.closed:
                     raise
+                self._saver._engine.listeners.discard()
         raise AssertionError("unreachable")
 
     async def _aunlisten(self) -> None:
