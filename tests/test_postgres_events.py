@@ -374,6 +374,32 @@ async def test_a_wait_after_the_kept_listeners_died_opens_a_new_one(
     assert len(kept) == 2 and not set(kept) & set(pids)
 
 
+def test_a_lead_interrupted_mid_statement_drops_its_connection_and_the_lock(
+    open_pg: Any, pg_dsn: str
+) -> None:
+    """Ctrl-C in `lead` (here: right after the lock was had): the connection is
+    closed, never given back to the store holding the lock; another waiter leads at once."""
+    saver = open_pg(clock=None)
+    poller = saver._poller(keep=True, runs_only=True)
+    conn = poller._connection()
+    real = conn.execute
+
+    def interrupted(query: Any, *args: Any, **kwargs: Any) -> Any:
+        result = real(query, *args, **kwargs)
+        if query == sql.LEAD:
+            raise KeyboardInterrupt
+        return result
+
+    conn.execute = interrupted  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        poller.lead("t", 1.0)
+    poller.close()
+    assert conn.closed and not saver._engine.listeners._idle
+    with psycopg.connect(pg_dsn, autocommit=True) as other:
+        other.execute("SET lock_timeout = '5s'")
+        other.execute(sql.LEAD, {"thread_id": "t"})  # free
+
+
 async def test_async_waits_reuse_their_loops_listener_given_back_clean(
     open_pg: Any, pg_dsn: str
 ) -> None:

@@ -236,6 +236,12 @@ class PgEventPoller:
             except psycopg.Error:
                 self._drop()
                 return True
+            except BaseException:
+                # Interrupted mid-statement: whether the lock was had is unknown,
+                # so the connection goes (and any lock with its session), never
+                # back to the store.
+                self._drop()
+                raise
             finally:
                 if self.closed:  # closed meanwhile (its close() could not drop it): the lock goes
                     self._drop()
