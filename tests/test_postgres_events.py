@@ -348,9 +348,9 @@ async def test_a_wait_after_the_kept_listeners_died_opens_a_new_one(
     claim = saver.claim("t", "w", 60)
     saver.append_events("t", claim.token, [("e", {})])
     listeners = saver._engine.listeners
-    sync_pollers = [saver._poller(keep=True) for _ in range(3)]
-    async_pollers = [saver._poller(keep=True) for _ in range(3)]
-    for poller in sync_pollers:  # three at once: three connections
+    sync_pollers = [saver._poller(keep=True) for _ in range(listeners.KEEP)]
+    async_pollers = [saver._poller(keep=True) for _ in range(listeners.KEEP)]
+    for poller in sync_pollers:  # all at once: a connection each
         assert poller.lead("t" + str(id(poller)), 1.0)
     for poller in async_pollers:
         assert await poller.alead("t" + str(id(poller)), 1.0)
@@ -358,7 +358,7 @@ async def test_a_wait_after_the_kept_listeners_died_opens_a_new_one(
         poller.close()
     for poller in async_pollers:
         await poller.aclose()
-    assert len(listeners._idle) == 3 and len(listeners._aidle) == 3
+    assert len(listeners._idle) == len(listeners._aidle) == listeners.KEEP == 2
     pids = [c.info.backend_pid for c in listeners._idle]
     pids += [c.info.backend_pid for _, c in listeners._aidle]
     with psycopg.connect(pg_dsn, autocommit=True) as admin:

@@ -30,7 +30,9 @@ __all__ = ["IdleListeners"]
 class IdleListeners:
     """Up to `KEEP` idle listener connections of one store (sync, and async per event loop)."""
 
-    KEEP = 4
+    # A waiter mostly waits alone, then another does: two of each cover that
+    # (and a watch alongside) without holding many idle backends per process.
+    KEEP = 2
 
     def __init__(self) -> None:
         """Keep none yet."""
