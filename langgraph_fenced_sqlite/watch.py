@@ -132,7 +132,8 @@ class EventWatch(Iterator[Event]):
     def close(self) -> None:
         """End the watch and release its connection.
 
-        An iteration blocked in another thread returns promptly.
+        An iteration blocked in another thread returns promptly. A
+        PostgreSQL store keeps the connection for its next wait.
         """
         self._stop.set()
         self._poller.close()
@@ -190,7 +191,10 @@ class AsyncEventWatch(AsyncIterator[Event]):
         return event
 
     async def aclose(self) -> None:
-        """End the watch and close its connection (a waiting consumer ends promptly)."""
+        """End the watch and release its connection (a waiting consumer ends promptly).
+
+        A PostgreSQL store keeps the connection for its next wait on this loop.
+        """
         self._stop.set()
         await self._poller.aclose()
 
