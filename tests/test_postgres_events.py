@@ -329,6 +329,7 @@ def test_a_follower_waits_for_the_lead_past_its_pause_and_listens_once_it_leads(
                 return wait(*args, **kwargs)
 
             poller.wait = counted  # type: ignore[method-assign]
+            monkeypatch.setattr(runqueue, "_FOLLOW", 10.0)  # the lead comes first, however late
             threading.Timer(0.15, leader.close).start()
             began = time.monotonic()
             place.wait_release(store)  # leads at 0.15 s, past its pause: listens for another
@@ -439,7 +440,8 @@ async def test_async_waits_reuse_their_loops_listener_given_back_clean(
     # Another loop (another thread's) opens its own; this loop's stays kept.
     other = await asyncio.to_thread(lambda: asyncio.run(saver.await_events("t", 0, timeout=5)))
     assert [e.seq for e in other] == [1]
-    assert pid in [c.info.backend_pid for _, c in listeners._aidle]
+    owners = {c.info.backend_pid: loop for loop, c in listeners._aidle}
+    assert len(owners) == 2 and owners[pid] is asyncio.get_running_loop()
 
 
 def test_a_saver_dropped_unclosed_closes_the_listener_it_kept(pg_dsn: str) -> None:
