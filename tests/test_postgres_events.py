@@ -359,9 +359,9 @@ async def test_a_wait_after_the_kept_listeners_died_opens_a_new_one(
         poller.close()
     for poller in async_pollers:
         await poller.aclose()
-    assert len(listeners._idle) == len(listeners._aidle) == listeners.KEEP == 2
-    pids = [c.info.backend_pid for c in listeners._idle]
-    pids += [c.info.backend_pid for _, c in listeners._aidle]
+    assert len(_kept_sync(listeners)) == len(_kept_async(listeners)) == listeners.KEEP == 2
+    pids = [c.info.backend_pid for c in _kept_sync(listeners)]
+    pids += [c.info.backend_pid for _, c in _kept_async(listeners)]
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
         for pid in pids:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
@@ -370,8 +370,8 @@ async def test_a_wait_after_the_kept_listeners_died_opens_a_new_one(
                 time.sleep(0.01)
     assert [e.seq for e in saver.wait_events("t", 0, timeout=5)] == [1]
     assert [e.seq for e in await saver.await_events("t", 0, timeout=5)] == [1]
-    kept = [c.info.backend_pid for c in listeners._idle]
-    kept += [c.info.backend_pid for _, c in listeners._aidle]
+    kept = [c.info.backend_pid for c in _kept_sync(listeners)]
+    kept += [c.info.backend_pid for _, c in _kept_async(listeners)]
     assert len(kept) == 2 and not set(kept) & set(pids)
 
 
@@ -395,7 +395,7 @@ def test_a_lead_interrupted_mid_statement_drops_its_connection_and_the_lock(
     with pytest.raises(KeyboardInterrupt):
         poller.lead("t", 1.0)
     poller.close()
-    assert conn.closed and not saver._engine.listeners._idle
+    assert conn.closed and not _kept_sync(saver._engine.listeners)
     with psycopg.connect(pg_dsn, autocommit=True) as other:
         other.execute("SET lock_timeout = '5s'")
         other.execute(sql.LEAD, {"thread_id": "t"})  # free
@@ -413,7 +413,7 @@ async def test_async_waits_reuse_their_loops_listener_given_back_clean(
     listeners = saver._engine.listeners
 
     def kept() -> int:
-        (pair,) = listeners._aidle
+        (pair,) = _kept_async(listeners)
         return int(pair[1].info.backend_pid)
 
     assert [e.seq for e in await saver.await_events("t", 0, timeout=5)] == [1]
@@ -440,7 +440,7 @@ async def test_async_waits_reuse_their_loops_listener_given_back_clean(
     # Another loop (another thread's) opens its own; this loop's stays kept.
     other = await asyncio.to_thread(lambda: asyncio.run(saver.await_events("t", 0, timeout=5)))
     assert [e.seq for e in other] == [1]
-    owners = {c.info.backend_pid: loop for loop, c in listeners._aidle}
+    owners = {c.info.backend_pid: loop for loop, c in _kept_async(listeners)}
     assert len(owners) == 2 and owners[pid] is asyncio.get_running_loop()
 
 
@@ -458,7 +458,7 @@ def test_a_saver_dropped_unclosed_closes_the_listener_it_kept(pg_dsn: str) -> No
         saver = FencedPostgresSaver(conn)
         saver.setup()
         assert saver.wait_events("t", 0, timeout=0.01) == []
-        (kept,) = saver._engine.listeners._idle
+        (kept,) = _kept_sync(saver._engine.listeners)
         pid = kept.info.backend_pid
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -645,6 +645,16 @@ async def test_awatch_sees_commits_and_aclose_ends_it(open_pg: Any) -> None:
     assert seen == [1, 2, 3, 4, 5]
 
 
+def _kept_sync(listeners: Any) -> list[Any]:
+    """The sync listener connections a store keeps (`IdleListeners`)."""
+    return [conn for loop, conn in listeners._idle if loop is None]
+
+
+def _kept_async(listeners: Any) -> list[tuple[Any, Any]]:
+    """The async ones, each with its event loop."""
+    return [(loop, conn) for loop, conn in listeners._idle if loop is not None]
+
+
 def _alive(admin: Any, pid: int) -> bool:
     return bool(
         admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0]
@@ -712,7 +722,7 @@ def test_waits_reuse_one_listener_given_back_clean_and_the_stores_close_closes_i
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
 
         def kept() -> int:
-            (conn,) = listeners._idle
+            (conn,) = _kept_sync(listeners)
             return int(conn.info.backend_pid)
 
         assert [e.seq for e in saver.wait_events("t", 0, timeout=5)] == [1]
@@ -747,7 +757,7 @@ def test_waits_reuse_one_listener_given_back_clean_and_the_stores_close_closes_i
         new = kept()
         assert new != pid
         saver.close()
-        assert not listeners._idle
+        assert not _kept_sync(listeners)
         deadline = time.monotonic() + 10
         while _alive(admin, new) and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -21,14 +21,17 @@ import threading
 import weakref
 from typing import Any
 
-import psycopg
 from psycopg.pq import TransactionStatus
 
 __all__ = ["IdleListeners"]
 
+# A kept connection (a psycopg `Connection`, or an `AsyncConnection`) and the
+# event loop whose waits it serves (None: sync waits).
+_Kept = tuple["asyncio.AbstractEventLoop | None", Any]
+
 
 class IdleListeners:
-    """Up to `KEEP` idle listener connections of one store (sync, and async per event loop)."""
+    """Up to `KEEP` idle sync listener connections of one store, and `KEEP` async ones."""
 
     # A waiter mostly waits alone, then another does: two of each cover that
     # (and a watch alongside) without holding many idle backends per process.
@@ -37,62 +40,43 @@ class IdleListeners:
     def __init__(self) -> None:
         """Keep none yet."""
         self._lock = threading.Lock()
-        self._idle: list[psycopg.Connection[Any]] = []
-        # Async ones, each with the loop it was opened on (usable there only).
-        self._aidle: list[tuple[asyncio.AbstractEventLoop, psycopg.AsyncConnection[Any]]] = []
+        self._idle: list[_Kept] = []
         self._closed = False
         self._pid = os.getpid()
-        self._finalizer = weakref.finalize(
-            self, _close_all, self._lock, self._idle, self._aidle, self._pid
-        )
+        self._finalizer = weakref.finalize(self, _close_all, self._lock, self._idle, self._pid)
 
-    def take(self) -> psycopg.Connection[Any] | None:
-        """Return a kept connection (the caller's alone now), or None if none is kept."""
+    def take(self, loop: asyncio.AbstractEventLoop | None = None) -> Any:
+        """Return a kept connection for sync waits (`loop` None) or async ones on `loop`.
+
+        The connection is the caller's alone now; None if none is kept. A
+        kept async one whose loop is closed is closed on the way.
+        """
         if os.getpid() != self._pid:
             return None
         with self._lock:
-            while self._idle:
-                conn = self._idle.pop()
-                if not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
-                    return conn
-                conn.close()
-        return None
-
-    def give(self, conn: psycopg.Connection[Any]) -> None:
-        """Keep `conn` (idle, listening to nothing, holding no lock), or close it."""
-        with self._lock:
-            keep = not (self._closed or conn.closed) and len(self._idle) < self.KEEP
-            if keep and os.getpid() == self._pid:
-                self._idle.append(conn)
-                return
-        conn.close()
-
-    def take_async(self, loop: asyncio.AbstractEventLoop) -> psycopg.AsyncConnection[Any] | None:
-        """`take` for async waits: a connection opened on `loop`, or None."""
-        if os.getpid() != self._pid:
-            return None
-        with self._lock:
-            for i in range(len(self._aidle) - 1, -1, -1):
-                owner, conn = self._aidle[i]
-                if owner is not loop and not owner.is_closed():
+            for i in range(len(self._idle) - 1, -1, -1):
+                owner, conn = self._idle[i]
+                if owner is not loop and (owner is None or not owner.is_closed()):
                     continue
-                del self._aidle[i]
+                del self._idle[i]
                 if owner is loop and not conn.closed:
                     if conn.info.transaction_status == TransactionStatus.IDLE:
                         return conn
-                conn.pgconn.finish()  # its loop is gone, or it is: its socket, at once
+                _finish(owner, conn)
         return None
 
-    def give_async(
-        self, loop: asyncio.AbstractEventLoop, conn: psycopg.AsyncConnection[Any]
-    ) -> None:
-        """`give` for a connection opened on `loop`."""
+    def give(self, conn: Any, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Keep `conn` (idle, listening to nothing, holding no lock) for `loop`'s waits.
+
+        Closes it instead when `KEEP` of its kind are kept, or the store closed.
+        """
         with self._lock:
-            keep = not (self._closed or conn.closed) and len(self._aidle) < self.KEEP
+            kept = sum(1 for owner, _ in self._idle if (owner is None) == (loop is None))
+            keep = not (self._closed or conn.closed) and kept < self.KEEP
             if keep and os.getpid() == self._pid:
-                self._aidle.append((loop, conn))
+                self._idle.append((loop, conn))
                 return
-        conn.pgconn.finish()
+        _finish(loop, conn)
 
     def discard(self) -> None:
         """Close the kept connections, and keep what is given back from now on.
@@ -100,7 +84,7 @@ class IdleListeners:
         For a kept one found dead: the others likely are too (a server
         restart ends them all), and only I/O would tell.
         """
-        _close_all(self._lock, self._idle, self._aidle, self._pid)
+        _close_all(self._lock, self._idle, self._pid)
 
     def close(self) -> None:
         """Close the kept connections, and keep none from now on."""
@@ -109,21 +93,20 @@ class IdleListeners:
         self._finalizer()
 
 
-def _close_all(
-    lock: threading.Lock,
-    idle: list[psycopg.Connection[Any]],
-    aidle: list[tuple[asyncio.AbstractEventLoop, psycopg.AsyncConnection[Any]]],
-    pid: int,
-) -> None:
-    # `IdleListeners.close()`, or its store dropped unclosed, or exit. An
-    # async connection is closed without awaiting (nothing uses it): its
+def _finish(loop: asyncio.AbstractEventLoop | None, conn: Any) -> None:
+    # An async connection is closed without awaiting (nothing uses it): its
     # socket, at once, as `PgEventPoller` closes one.
+    if loop is None:
+        conn.close()
+    else:
+        conn.pgconn.finish()
+
+
+def _close_all(lock: threading.Lock, idle: list[_Kept], pid: int) -> None:
+    # `IdleListeners.close()`/`discard()`, or its store dropped unclosed, or exit.
     with lock:
-        conns, aconns = idle[:], [conn for _, conn in aidle]
+        kept = idle[:]
         idle.clear()
-        aidle.clear()
     if os.getpid() == pid:
-        for conn in conns:
-            conn.close()
-        for aconn in aconns:
-            aconn.pgconn.finish()
+        for loop, conn in kept:
+            _finish(loop, conn)

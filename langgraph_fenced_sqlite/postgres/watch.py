@@ -156,7 +156,7 @@ class PgEventPoller:
                     aconn.pgconn.finish()  # cancelled mid-statement
                     raise
                 else:
-                    engine.listeners.give_async(loop, aconn)
+                    engine.listeners.give(aconn, loop)
             self._give_back()
         finally:
             self._lock.release()
@@ -302,7 +302,7 @@ class PgEventPoller:
         if conn is None:
             self._led.clear()
             engine = self._saver._engine
-            conn = engine.listeners.take_async(loop)
+            conn = engine.listeners.take(loop)
             if conn is None:
                 conninfo, kwargs = engine.listener_params()
                 conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **kwargs)
