@@ -245,6 +245,16 @@ class FencedSaverBase(BaseCheckpointSaver[str]):
                 store requires claims).
             CheckpointConflict: see docs/semantics.md §3 (version and identity).
         """
+        enc, token, stored = self._encode_put(config, checkpoint, metadata)
+        self._put(enc, token)
+        return stored
+
+    aput = async_twin(put)
+
+    def _encode_put(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
+    ) -> tuple[cps.EncodedCheckpoint, int | None, RunnableConfig]:
+        """Check and encode `put`'s arguments: the row, the token, the config `put` returns."""
         thread_id, ns, _ = config_target(config)
         token = token_from_config(config)
         envelope, plain, plain_md = check_checkpoint(checkpoint, metadata)
@@ -259,16 +269,14 @@ class FencedSaverBase(BaseCheckpointSaver[str]):
             plain_metadata=plain_md,
             envelope=envelope,
         )
-        self._put(enc, token)
-        return {
+        stored: RunnableConfig = {
             "configurable": {
                 "thread_id": thread_id,
                 "checkpoint_ns": ns,
                 "checkpoint_id": checkpoint["id"],
             }
         }
-
-    aput = async_twin(put)
+        return enc, token, stored
 
     def put_writes(
         self,
@@ -283,16 +291,29 @@ class FencedSaverBase(BaseCheckpointSaver[str]):
         Regular writes are first-writer-wins per `(task_id, idx)`; the special
         channels of `WRITES_IDX_MAP` are last-writer-wins within the fence.
         """
+        args = self._encode_writes(config, writes, task_id, task_path)
+        if args is not None:
+            self._put_writes(*args)
+
+    aput_writes = async_twin(put_writes)
+
+    def _encode_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> tuple[_Cursor, _list[cps.EncodedWrite], int | None, str | None] | None:
+        """Check and encode `put_writes`' arguments: `_put_writes`' (None: nothing to store)."""
         thread_id, ns, cid = config_target(config, need_id=True)
         assert cid is not None
         check_name(task_id, "task_id")
         check_name(task_path, "task_path", allow_empty=True)
         token = token_from_config(config)
         encoded = cps.encode_writes(self.serde, check_writes(writes), task_id, task_path)
-        if encoded:
-            self._put_writes((thread_id, ns, cid), encoded, token, cps.run_id_of(config))
-
-    aput_writes = async_twin(put_writes)
+        if not encoded:
+            return None
+        return (thread_id, ns, cid), encoded, token, cps.run_id_of(config)
 
     def get_next_version(self, current: str | None, channel: None = None) -> str:
         """Return the next channel version: a zero-padded counter plus a random suffix."""

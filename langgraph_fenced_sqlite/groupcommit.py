@@ -223,16 +223,17 @@ class FollowPolicy:
             return 0.0
         return min(FOLLOW_MAX_S, max(FOLLOW_MIN_S, FOLLOW_FACTOR * self._gap_s))
 
-    def _skip(self, thread_id: str) -> bool:
+    def _skip(self, thread_id: str, *, asynchronous: bool = False) -> bool:
         # Under `_changed`: whether a write awaiting a put of `thread_id`
         # leads at once (counted as skipped): backing off, a cheap disk, or
         # enough writes waiting already. False changes nothing.
+        # `asynchronous`: the write waits as a coroutine, holding no thread.
         backoff = self._backoff.get(thread_id)
         if backoff is not None and backoff[0] > 0:
             backoff[0] -= 1
             self._stats["skipped"] += 1
             return True
-        limit = MAX_WAITING_ASYNC if on_worker() else MAX_WAITING
+        limit = MAX_WAITING_ASYNC if asynchronous or on_worker() else MAX_WAITING
         if self._bound() <= 0 or self._waiting >= limit:
             self._stats["skipped"] += 1
             return True
@@ -241,30 +242,52 @@ class FollowPolicy:
     def _follow(self, job: Any) -> None:
         # Under `_changed`: wait (bounded, see the module docstring) for the
         # put `job` awaits to be queued, or for a leader to take `job`.
-        assert job.awaits is not None
-        thread_id = job.awaits[0]
-        if self._skip(thread_id):
+        started = self._follow_start(job)
+        if started is None:
             return
-        backoff = self._backoff.get(thread_id)
-        bound = self._bound()
-        self._stats["waited"] += 1
-        self._waiting += 1
+        bound, backoff = started
         try:
-            while job.state == PENDING and not job.followed:
-                now = time.monotonic()
-                if self._leading_since is not None:
-                    # A batch is committing: waiting costs nothing until it
-                    # ends (this write could not lead before), and the put
-                    # awaited may be queued behind it. Look again later.
-                    until = now + bound
-                else:
-                    until = max(job.arrived, self._ended) + bound
-                left = min(until, job.deadline) - now
-                if left <= 0:
-                    break
+            while (left := self._follow_left(job, bound)) > 0:
                 self._changed.wait(left)
         finally:
             self._waiting -= 1
+        self._follow_done(job, backoff)
+
+    # `_follow` in three parts, each under `_changed`, which the asyncio twin
+    # (`postgres/connection.py`, `Steps.await_put`) shares: whether to wait
+    # and how long a bound; how long is left; how it ended.
+
+    def _follow_start(
+        self, job: Any, *, asynchronous: bool = False
+    ) -> tuple[float, list[int] | None] | None:
+        # None: lead at once. Else the bound and the thread's back-off, and
+        # `job` counts as waiting (`_waiting`) until the caller lowers it.
+        assert job.awaits is not None
+        thread_id = job.awaits[0]
+        if self._skip(thread_id, asynchronous=asynchronous):
+            return None
+        backoff = self._backoff.get(thread_id)
+        self._stats["waited"] += 1
+        self._waiting += 1
+        return self._bound(), backoff
+
+    def _follow_left(self, job: Any, bound: float) -> float:
+        # Seconds the wait may still go on (<= 0: it is over).
+        if job.state != PENDING or job.followed:
+            return 0.0
+        now = time.monotonic()
+        if self._leading_since is not None:
+            # A batch is committing: waiting costs nothing until it ends
+            # (this write could not lead before), and the put awaited may be
+            # queued behind it. Look again later.
+            until = now + bound
+        else:
+            until = max(job.arrived, self._ended) + bound
+        return min(until, job.deadline) - now
+
+    def _follow_done(self, job: Any, backoff: list[int] | None) -> None:
+        # The wait ended: joined (the put came) or ran out; update the back-off.
+        thread_id = job.awaits[0]
         if job.followed:
             self._stats["joined"] += 1
             if backoff is not None:

@@ -126,6 +126,15 @@ async def run_conformance(
                 return await real_arun(method, *args, **kwargs)
 
             saver._engine.arun = counting_arun
+            real_arun_call = getattr(saver._engine, "arun_call", None)
+            if real_arun_call is not None:
+                # PostgreSQL's hot calls run on its own async connections,
+                # not the hop: counted under the same names (the op's).
+                async def counting_arun_call(op: str, *args: Any, **kwargs: Any) -> Any:
+                    hops[op] += 1
+                    return await real_arun_call(op, *args, **kwargs)
+
+                saver._engine.arun_call = counting_arun_call
         savers.append(saver)
         try:
             yield saver

@@ -28,7 +28,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
 from langgraph_fenced_sqlite import CheckpointConflict, StaleClaim, groupcommit
-from langgraph_fenced_sqlite.postgres import connection as pg_connection
+from langgraph_fenced_sqlite.postgres import send as pg_send
 from langgraph_fenced_sqlite.testing.postgres_server import round_trips
 
 
@@ -202,7 +202,7 @@ def test_a_joint_batch_refused_in_a_later_statement_commits_none_of_it(open_pg: 
         execute("SELECT lgfs_refuse(%(why)s)", {"why": "test"})
         return lambda: None
 
-    assert pg_connection._send(conn, send, read_only=False, refusable=True) is None
+    assert pg_send.send_batch(conn, send, read_only=False, refusable=True) is None
     assert conn.execute("SELECT count(*) FROM scratch").fetchone() == (0,)
     # The connection is usable again, prepared statements included.
     assert saver.claim("t", "w", 60).token > 0

@@ -16,11 +16,18 @@ version, as a read-only SQLite store's file must be; it never migrates.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import timedelta
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .. import checkpoints as cps
@@ -28,7 +35,7 @@ from ..base_saver import FencedSaverBase, store_options
 from ..clock import Clock, read_now, to_seconds
 from ..errors import SchemaTooOld, UnsupportedFormat, bad_argument
 from ..serde import TypeKey
-from ..validation import check_name
+from ..validation import check_name, config_target
 from . import sql, txns
 from .api_claims import PgClaimsAPI
 from .api_events import PgEventsAPI
@@ -289,15 +296,60 @@ class FencedPostgresSaver(  # type: ignore[misc]
         """Async twin of `close`."""
         return await self._engine.arun(self.close)
 
+    # --- the hot async calls: natively, with no thread hop (`PgConnection.arun_call`) -----
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Async twin of `get_tuple`."""
+        # On the store's own async connection, no thread hop (`arun_call`).
+        thread_id, ns, cid = config_target(config)
+        found = await self._engine.arun_call(
+            "get_tuple", None, **self._fetch_call(thread_id, ns, cid)
+        )
+        return None if found is None else cps.decode_tuple(self.serde, *found)
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Async twin of `put`."""
+        # On the store's own async connection, no thread hop (`arun_call`).
+        enc, token, stored = self._encode_put(config, checkpoint, metadata)
+        await self._aput(enc, token)
+        return stored
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Async twin of `put_writes`."""
+        # On the store's own async connection, no thread hop (`arun_call`).
+        args = self._encode_writes(config, writes, task_id, task_path)
+        if args is not None:
+            await self._aput_writes(*args)
+
     # --- the primitives of `FencedSaverBase` ------------------------------------------
+    # Each async twin sends the same call (`_*_call`) through `arun_call`.
 
     def _fetch_tuple(
         self, op: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
     ) -> tuple[Any, _list[Any]] | None:
         # One round trip: the checkpoint and its writes in one read-only snapshot.
-        batch = txns.fetch_tuple_batch(thread_id, checkpoint_ns, checkpoint_id)
-        found: tuple[Any, _list[Any]] | None = self._engine.run(op, batch=batch, read_only=True)
+        found: tuple[Any, _list[Any]] | None = self._engine.run(
+            op, **self._fetch_call(thread_id, checkpoint_ns, checkpoint_id)
+        )
         return found
+
+    def _fetch_call(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
+    ) -> dict[str, Any]:
+        batch = txns.fetch_tuple_batch(thread_id, checkpoint_ns, checkpoint_id)
+        return {"batch": batch, "read_only": True}
 
     def _fetch_page(
         self, query: dict[str, Any], after_key: tuple[str, str, str] | None, size: int
@@ -310,31 +362,55 @@ class FencedPostgresSaver(  # type: ignore[misc]
         return page
 
     def _put(self, enc: cps.EncodedCheckpoint, token: int | None) -> None:
+        self._engine.run("put", **self._put_call(enc, token))
+        self._put_done(enc, token)
+
+    async def _aput(self, enc: cps.EncodedCheckpoint, token: int | None) -> None:
+        await self._engine.arun_call("put", **self._put_call(enc, token))
+        self._put_done(enc, token)
+
+    def _put_call(self, enc: cps.EncodedCheckpoint, token: int | None) -> dict[str, Any]:
         now = self._now()
-        self._engine.run(
-            "put",
-            lambda cur: txns.put(
+        return {
+            "job": lambda cur: txns.put(
                 cur, enc, token, now=now, require_claim=self.require_claim, notify=self._notify
             ),
-            batch=txns.put_batch(enc, token, now=now, notify=self._notify),
+            "batch": txns.put_batch(enc, token, now=now, notify=self._notify),
             # Takes the writes awaiting it (its parent's) into its transaction.
-            closes=None
+            "closes": None
             if enc.parent_id is None
             else (enc.thread_id, enc.checkpoint_ns, enc.parent_id),
-        )
+        }
+
+    def _put_done(self, enc: cps.EncodedCheckpoint, token: int | None) -> None:
         if token is not None:  # a run's put (see `_latest_roots`)
             self._latest_roots.put(enc.thread_id, enc.checkpoint_ns, enc.checkpoint_id)
 
     def _put_writes(
         self, key: _Key, encoded: _list[cps.EncodedWrite], token: int | None, run_id: str | None
     ) -> None:
+        call = self._put_writes_call(key, encoded, token, run_id)
+        self._engine.run("put_writes", **call)
+        if token is not None:
+            self._latest_roots.put_writes(key, encoded)
+
+    async def _aput_writes(
+        self, key: _Key, encoded: _list[cps.EncodedWrite], token: int | None, run_id: str | None
+    ) -> None:
+        call = self._put_writes_call(key, encoded, token, run_id)
+        await self._engine.arun_call("put_writes", **call)
+        if token is not None:
+            self._latest_roots.put_writes(key, encoded)
+
+    def _put_writes_call(
+        self, key: _Key, encoded: _list[cps.EncodedWrite], token: int | None, run_id: str | None
+    ) -> dict[str, Any]:
         now = self._now()
         batch = txns.put_writes_batch(
             *key, encoded, token, run_id=run_id, now=now, notify=self._notify
         )
-        self._engine.run(
-            "put_writes",
-            lambda cur: txns.put_writes(
+        return {
+            "job": lambda cur: txns.put_writes(
                 cur,
                 *key,
                 encoded,
@@ -344,13 +420,11 @@ class FencedPostgresSaver(  # type: ignore[misc]
                 require_claim=self.require_claim,
                 notify=self._notify,
             ),
-            batch=batch,
+            "batch": batch,
             # LangGraph's loop sends a step's writes, then the step's put
             # (whose parent is this checkpoint): wait for it, one commit.
-            awaits=None if batch is None else key,
-        )
-        if token is not None:
-            self._latest_roots.put_writes(key, encoded)
+            "awaits": None if batch is None else key,
+        }
 
 
 def without_password(message: str, dsn: str) -> str:

@@ -643,6 +643,21 @@ TUPLE_LATEST = _TUPLE_OF.format(
 # A read batch's transaction: its statements share one snapshot, so a commit
 # between them cannot pair a checkpoint with another's writes.
 READ_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+# What a native async connection (`native.NativeConns`) must share with the
+# store's connection for our statements to do the same there: the role, then
+# the settings `SET_SESSION` copies (the tables' schema, the waits, and
+# whether a transaction may write).
+SESSION = (
+    "SELECT current_user, current_setting('search_path'), current_setting('lock_timeout'), "
+    "current_setting('statement_timeout'), current_setting('default_transaction_read_only')"
+)
+SET_SESSION = (
+    "SELECT set_config('search_path', %(search_path)s, false), "
+    "set_config('lock_timeout', %(lock_timeout)s, false), "
+    "set_config('statement_timeout', %(statement_timeout)s, false), "
+    "set_config('default_transaction_read_only', %(read_only)s, false)"
+)
+SESSION_SETTINGS = ("search_path", "lock_timeout", "statement_timeout", "read_only")
 
 # --- runs, copies, prunes ---------------------------------------------------------------
 

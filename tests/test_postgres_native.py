@@ -1,0 +1,417 @@
+"""Native async calls on PostgreSQL: `aput`, `aput_writes` and `aget_tuple` without a thread hop.
+
+The hot async calls run on the caller's event loop, on the store's own async
+connections (`postgres/native.py`), with the step merging of the sync path
+(`Steps.await_put`). Pinned here against the real server: no hop once a
+loop has its connection, one commit per step through `ainvoke`, the
+session a native connection takes from the store's (schema, timeouts; and
+never another role), a cancelled write that never runs later, a stale
+step refused with each caller's own error, the connections of a closed
+loop and of a closed store closed, a killed backend replaced, and
+concurrent tasks beyond `KEEP` served by the hop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import threading
+from typing import Any
+
+import psycopg
+import pytest
+from _ops import put_writes_in_thread, until
+from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
+from psycopg.conninfo import make_conninfo
+from test_postgres_steps import _chain
+
+from langgraph_fenced_sqlite import StaleClaim, StoreError
+from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
+from langgraph_fenced_sqlite.postgres.native import NativeConns
+
+
+def _config(thread_id: str, token: int | None, checkpoint_id: str | None = None) -> Any:
+    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
+    if token is not None:
+        conf["__fence_token__"] = token
+    if checkpoint_id is not None:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}
+
+
+def _hops(saver: Any) -> list[str]:
+    """Record the name of every sync method `saver`'s async calls hand to the hop from now on."""
+    names: list[str] = []
+    real = saver._engine.arun
+
+    async def counting(method: Any, *args: Any, **kwargs: Any) -> Any:
+        names.append(method.__name__)
+        return await real(method, *args, **kwargs)
+
+    saver._engine.arun = counting
+    return names
+
+
+async def _step(saver: Any, token: int, parent: Any, thread_id: str = "t") -> Any:
+    """One step as LangGraph's async loop sends it: a task's writes, then the child put."""
+    cp = create_checkpoint(parent, None, 1)
+    writes = asyncio.ensure_future(
+        saver.aput_writes(_config(thread_id, token, parent["id"]), [("x", 1)], "task")
+    )
+    await asyncio.sleep(0)  # the write is queued, waiting for its put
+    await saver.aput(_config(thread_id, token, parent["id"]), cp, {"source": "loop", "step": 1}, {})
+    await writes
+    return cp
+
+
+def test_the_hot_async_calls_take_no_hop_once_the_loop_has_its_connection(open_pg: Any) -> None:
+    saver = open_pg()
+    claim = saver.claim("t", "w", 60)
+    hops = _hops(saver)
+
+    async def run() -> Any:
+        root = empty_checkpoint()
+        await saver.aput(_config("t", claim.token), root, {"source": "input", "step": -1}, {})
+        opened = list(hops)  # the first call read the store's session once (`_session`)
+        child = await _step(saver, claim.token, root)
+        got = await saver.aget_tuple(_config("t", None))
+        return opened, child, got
+
+    opened, child, got = asyncio.run(run())
+    assert opened == ["run"]
+    assert hops == ["run"]  # nothing since: aput, aput_writes, aget_tuple all native
+    assert got.checkpoint["id"] == child["id"]
+    assert got.pending_writes == []  # the child has none; its parent has the step's
+    parent = saver.get_tuple(_config("t", None, got.parent_config["configurable"]["checkpoint_id"]))
+    assert [(w[1], w[2]) for w in parent.pending_writes] == [("x", 1)]
+
+
+def test_an_ainvoke_commits_once_per_step_without_a_hop(open_pg: Any, generous: None) -> None:
+    saver = open_pg(clock=None)
+    graph = _chain(saver)
+    config = saver.claim("t", "w", 3600).config()
+
+    async def run() -> list[Any]:
+        await graph.ainvoke({"count": 0}, config, durability="sync")  # opens the connection
+        hops = _hops(saver)
+        before = saver.commit_stats()
+        out = [await graph.ainvoke({"count": 0}, config, durability="sync") for _ in range(3)]
+        return [out, hops, before]
+
+    out, hops, before = asyncio.run(run())
+    after = saver.commit_stats()
+    assert out == [{"count": 5}] * 3
+    # The input's put, then six steps (writes + put): 7 commits an invoke.
+    assert after["commits"] - before["commits"] == 7 * 3
+    assert after["joined"] - before["joined"] == 6 * 3
+    # LangGraph's own reads of the thread's state (`aget_tuple`) and every
+    # write went native: nothing took the hop.
+    assert hops == []
+
+
+def test_a_native_connection_takes_the_stores_schema_and_timeouts(
+    open_pg: Any, pg_server: Any
+) -> None:
+    """A session set after connecting (`SET`, or a pool's `configure`) is not in the conninfo."""
+    schema = f"t_{secrets.token_hex(8)}"
+    conn = psycopg.connect(pg_server.dsn, autocommit=True)
+    try:
+        conn.execute(f"CREATE SCHEMA {schema}")
+        conn.execute(f"SET search_path TO {schema}")
+        conn.execute("SET lock_timeout = '1234ms'")
+        saver = FencedPostgresSaver(conn)
+        saver.setup()
+        claim = saver.claim("t", "w", 60)
+
+        async def run() -> Any:
+            await saver.aput(_config("t", claim.token), empty_checkpoint(), {"step": -1}, {})
+            got = await saver.aget_tuple(_config("t", None))
+            (_, native), *_ = saver._engine.natives._idle
+            cur = await native.execute(
+                "SELECT current_setting('search_path'), current_setting('lock_timeout')"
+            )
+            return got, await cur.fetchone()
+
+        got, session = asyncio.run(run())
+        assert got is not None
+        assert session == (schema, "1234ms")
+        # The row is in the store's schema, where its sync calls read.
+        assert saver.get_tuple(_config("t", None)).checkpoint["id"] == got.checkpoint["id"]
+        saver.close()
+    finally:
+        conn.close()
+
+
+def test_a_store_under_another_role_never_goes_native(pg_server: Any) -> None:
+    """`SET ROLE` (a pool's `configure` may) cannot be had by logging in: the hop, always."""
+    schema, role = f"t_{secrets.token_hex(8)}", f"r_{secrets.token_hex(8)}"
+    admin = psycopg.connect(pg_server.dsn, autocommit=True)
+    conn = psycopg.connect(make_conninfo(pg_server.dsn), autocommit=True)
+    try:
+        admin.execute(f"CREATE ROLE {role}")
+        admin.execute(f"CREATE SCHEMA {schema} AUTHORIZATION {role}")
+        conn.execute(f"SET ROLE {role}")
+        conn.execute(f"SET search_path TO {schema}")
+        saver = FencedPostgresSaver(conn)
+        saver.setup()
+        claim = saver.claim("t", "w", 60)
+        hops = _hops(saver)
+
+        async def run() -> Any:
+            await saver.aput(_config("t", claim.token), empty_checkpoint(), {"step": -1}, {})
+            return await saver.aget_tuple(_config("t", None))
+
+        assert asyncio.run(run()) is not None
+        assert saver._engine.natives._off
+        assert hops == ["run", "_alone", "run"]  # the session read, then both calls hopped
+        saver.close()
+    finally:
+        conn.close()
+        admin.execute(f"DROP SCHEMA {schema} CASCADE")
+        admin.execute(f"DROP ROLE {role}")
+        admin.close()
+
+
+def test_a_sync_write_and_a_native_put_share_one_commit_and_the_reverse(
+    open_pg: Any, generous: None
+) -> None:
+    """A waiter of either kind is woken by a put of the other: a thread's, or a coroutine's."""
+    saver = open_pg()
+    claim = saver.claim("t", "w", 60)
+    root = empty_checkpoint()
+    saver.put(_config("t", claim.token), root, {"source": "input", "step": -1}, {})
+    before = saver.commit_stats()
+    # A thread's write, taken by a native put.
+    out: dict[str, Any] = {}
+    thread = put_writes_in_thread(saver, _config("t", claim.token, root["id"]), out)
+    until(lambda: saver._engine.steps._queue)
+    child = create_checkpoint(root, None, 1)
+    asyncio.run(saver.aput(_config("t", claim.token, root["id"]), child, {"step": 0}, {}))
+    thread.join()
+    assert out["writes"] is None
+    # A coroutine's write (on a loop in another thread), taken by a sync put.
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever)
+    runner.start()
+    try:
+        config = _config("t", claim.token, child["id"])
+        waiting = asyncio.run_coroutine_threadsafe(
+            saver.aput_writes(config, [("y", 2)], "task-2"), loop
+        )
+        until(lambda: saver._engine.steps._queue)
+        grandchild = create_checkpoint(child, None, 2)
+        saver.put(config, grandchild, {"step": 1}, {})
+        assert waiting.result(timeout=10) is None
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join()
+        loop.close()
+    after = saver.commit_stats()
+    assert after["commits"] - before["commits"] == 2
+    assert after["joined"] - before["joined"] == 2
+    written = [saver.get_tuple(_config("t", None, c["id"])).pending_writes for c in (root, child)]
+    assert [[(w[1], w[2]) for w in ws] for ws in written] == [[("x", 1)], [("y", 2)]]
+
+
+def test_a_write_cancelled_while_it_waits_for_its_put_never_runs(
+    open_pg: Any, generous: None
+) -> None:
+    saver = open_pg()
+    claim = saver.claim("t", "w", 60)
+
+    async def run() -> Any:
+        root = empty_checkpoint()
+        await saver.aput(_config("t", claim.token), root, {"source": "input", "step": -1}, {})
+        config = _config("t", claim.token, root["id"])
+        waiting = asyncio.ensure_future(saver.aput_writes(config, [("x", 1)], "task"))
+        await asyncio.sleep(0)
+        assert len(saver._engine.steps._queue) == 1  # waiting (up to 5 s) for its put
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert saver._engine.steps._queue == []
+        child = create_checkpoint(root, None, 1)
+        await saver.aput(config, child, {"source": "loop", "step": 0}, {})
+        return root
+
+    root = asyncio.run(run())
+    assert saver.get_tuple(_config("t", None, root["id"])).pending_writes == []
+    assert saver.commit_stats()["joined"] == 0
+
+
+def test_a_stale_step_gets_stale_claim_for_each_call_and_stores_nothing(
+    open_pg: Any, generous: None
+) -> None:
+    saver = open_pg()
+    old = saver.claim("t", "w", 60)
+    root = empty_checkpoint()
+    saver.put(_config("t", old.token), root, {"source": "input", "step": -1}, {})
+    saver.take_over("t", "w2", 60)
+
+    async def run() -> list[Any]:
+        config = _config("t", old.token, root["id"])
+        child = create_checkpoint(root, None, 1)
+        writes = asyncio.ensure_future(saver.aput_writes(config, [("x", 1)], "task"))
+        await asyncio.sleep(0)
+        put = asyncio.ensure_future(saver.aput(config, child, {"step": 0}, {}))
+        return await asyncio.gather(writes, put, return_exceptions=True)
+
+    results = asyncio.run(run())
+    assert [type(r) for r in results] == [StaleClaim, StaleClaim]
+    assert saver.get_tuple(_config("t", None)).checkpoint["id"] == root["id"]
+    assert saver.get_tuple(_config("t", None, root["id"])).pending_writes == []
+
+
+def test_a_closed_loops_connection_and_a_closed_stores_are_closed(open_pg: Any) -> None:
+    saver = open_pg()
+    natives = saver._engine.natives
+
+    async def read() -> Any:
+        await saver.aget_tuple(_config("t", None))
+        return natives._idle[-1][1]
+
+    first = asyncio.run(read())
+    assert not first.closed  # kept: its loop is closed, which the next take finds
+    second = asyncio.run(read())
+    assert first.closed and not second.closed
+    assert [conn for _, conn in natives._idle] == [second]
+    saver.close()
+    assert second.closed and natives._idle == []
+
+
+def test_a_killed_native_backend_fails_one_call_and_is_replaced(
+    open_pg: Any, pg_server: Any
+) -> None:
+    saver = open_pg()
+    claim = saver.claim("t", "w", 60)
+
+    async def run() -> Any:
+        root = empty_checkpoint()
+        await saver.aput(_config("t", claim.token), root, {"source": "input", "step": -1}, {})
+        (_, native), *_ = saver._engine.natives._idle
+        pid = native.info.backend_pid
+        with psycopg.connect(pg_server.dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            # Gone; the client finds out on its next use.
+            gone = "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %s)"
+            until(lambda: admin.execute(gone, (pid,)).fetchone()[0])
+        with pytest.raises(StoreError) as failed:
+            await saver.aget_tuple(_config("t", None))
+        assert native.closed  # dropped, never handed to the next call
+        got = await saver.aget_tuple(_config("t", None))
+        return failed.value, got
+
+    failed, got = asyncio.run(run())
+    assert "get_tuple" in str(failed)
+    assert got is not None
+
+
+def test_concurrent_tasks_beyond_keep_take_the_hop_and_all_land(open_pg: Any) -> None:
+    saver = open_pg()
+    threads = [f"t{i}" for i in range(8)]
+    claims = {t: saver.claim(t, "w", 60) for t in threads}
+    hops = _hops(saver)
+
+    async def chain(thread_id: str) -> None:
+        token = claims[thread_id].token
+        parent = empty_checkpoint()
+        await saver.aput(_config(thread_id, token), parent, {"source": "input", "step": -1}, {})
+        for _ in range(10):
+            parent = await _step(saver, token, parent, thread_id)
+
+    async def run() -> int:
+        await asyncio.gather(*(chain(t) for t in threads))
+        loop = asyncio.get_running_loop()
+        return saver._engine.natives._open.get(loop, 0)
+
+    open_on_loop = asyncio.run(run())
+    assert open_on_loop <= NativeConns.KEEP
+    assert "_alone" in hops or "_joint" in hops  # the hop served what the two could not
+    for t in threads:
+        assert len(list(saver.list(_config(t, None)))) == 11
+
+
+@pytest.mark.parametrize("durability", ["sync", "async"])
+def test_cancelling_an_ainvoke_cancels_its_put_in_flight_with_durability_sync(
+    open_pg: Any, durability: str
+) -> None:
+    """A LangGraph behaviour native writes must survive: a cancelled run cancels its put.
+
+    With durability "sync" the run awaits the step's put itself, so a
+    cancel (the runner's "interrupt", a cancelled request) lands in the put;
+    with "async" LangGraph's executor awaits it apart and it runs on. A
+    native write therefore runs as a task of its own (`_to_the_end`).
+    """
+    saver = open_pg()
+    graph = _chain(saver)
+    config = saver.claim("t", "w", 3600).config()
+    outcomes: list[str] = []
+    real = saver.aput
+
+    async def slow_aput(*args: Any, **kwargs: Any) -> Any:
+        first = not outcomes
+        try:
+            if first:
+                outcomes.append("started")
+                await asyncio.sleep(0.3)
+            out = await real(*args, **kwargs)
+        except BaseException as exc:
+            outcomes.append(type(exc).__name__)
+            raise
+        if first:
+            outcomes.append("stored")
+        return out
+
+    saver.aput = slow_aput
+
+    async def run() -> None:
+        task = asyncio.ensure_future(graph.ainvoke({"count": 0}, config, durability=durability))
+        await _until_async(lambda: outcomes)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(run())
+    assert outcomes[:2] == ["started", "CancelledError" if durability == "sync" else "stored"]
+
+
+def test_a_native_write_cancelled_mid_statement_runs_to_its_end(
+    open_pg: Any, pg_server: Any, pg_dsn: str
+) -> None:
+    """As a write handed to the hop: the await ends, the write lands, the connection stays."""
+    saver = open_pg()
+    claim = saver.claim("t", "w", 60)
+    blocker = psycopg.connect(pg_dsn)  # holds the thread's row: the fence waits for it
+
+    async def run() -> Any:
+        await saver.aput(_config("t", claim.token), empty_checkpoint(), {"step": -1}, {})
+        (_, native), *_ = saver._engine.natives._idle
+        blocker.execute("SELECT 1 FROM lgfs_threads WHERE thread_id = 't' FOR UPDATE")
+        child = create_checkpoint(saver.get_tuple(_config("t", None)).checkpoint, None, 1)
+        parent_id = child["id"]
+        put = asyncio.ensure_future(saver.aput(_config("t", claim.token), child, {"step": 0}, {}))
+        waiting = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s"
+        with psycopg.connect(pg_server.dsn, autocommit=True) as admin:
+            await _until_async(
+                lambda: admin.execute(waiting, (native.info.backend_pid,)).fetchone()[0]
+            )
+        put.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await put
+        blocker.commit()  # the fence goes on; the put commits
+        await _until_async(lambda: saver._engine.natives._idle)
+        return native, parent_id
+
+    native, child_id = asyncio.run(run())
+    assert saver.get_tuple(_config("t", None)).checkpoint["id"] == child_id
+    assert not native.closed  # given back clean, not cut off
+    blocker.close()
+
+
+async def _until_async(check: Any, timeout: float = 10.0) -> None:
+    """Wait on the loop until `check()` is true."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not check():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.001)
