@@ -165,7 +165,7 @@ class FollowPolicy:
     """When a write awaiting its put waits, and for how long (module docstring).
 
     Written once for both stores: the SQLite `GroupCommit` and the
-    PostgreSQL connection's joint step (`postgres/connection.py`) mix it in.
+    PostgreSQL store's steps (`postgres/steps.py`) mix it in.
     The mixer gives `_mutex`, its condition `_changed` (which guards all of
     this state) and `_queue`, a list of jobs with `awaits`, `closes`,
     `arrived`, `deadline`, `followed` and `state` (PENDING until a leader
@@ -254,7 +254,7 @@ class FollowPolicy:
         self._follow_done(job, backoff)
 
     # `_follow` in three parts, each under `_changed`, which the asyncio twin
-    # (`postgres/connection.py`, `Steps.await_put`) shares: whether to wait
+    # (`postgres/steps.py`, `Steps.await_put`) shares: whether to wait
     # and how long a bound; how long is left; how it ended.
 
     def _follow_start(
