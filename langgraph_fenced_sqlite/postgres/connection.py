@@ -329,6 +329,7 @@ class PgConnection:
         """Async twin of `_alone` (and of `run`'s batch, `read_only`), on a native connection."""
         assert self.natives is not None
         loop = asyncio.get_running_loop()
+        guard = self._aguard(op, writes=not read_only)  # refuses before a connection is taken
         conn = await self.natives.take(loop)
         if conn is None:  # none free on this loop: the hop
             if read_only:
@@ -338,7 +339,7 @@ class PgConnection:
         began = 0.0 if read_only else steps.begin()
         finish = None
         try:
-            with self._aguard(op, writes=not read_only):
+            with guard:
                 try:
                     finish = await asend_batch(
                         conn, batch, read_only=read_only, refusable=job is not None
@@ -400,15 +401,21 @@ class PgConnection:
         """Async twin of `_joint`, on a native connection (the hop's `_joint` if none is free)."""
         assert self.natives is not None
         loop = asyncio.get_running_loop()
-        conn = await self.natives.take(loop)
+        steps = self.steps
+        try:
+            guard = self._aguard(op, writes=True)  # refuses before a connection is taken
+            conn = await self.natives.take(loop)
+        except BaseException as exc:
+            # The writes it took are answered whatever happens (as `_joint`).
+            self._joint_failed(steps.begin(), exc, taken)
+            raise
         if conn is None:
             return await self.arun(self._joint, op, job, batch, taken)
-        steps = self.steps
         send = _joint_send(batch, taken)
         began = steps.begin()
         finish = None
         try:
-            with self._aguard(op, writes=True):
+            with guard:
                 try:
                     finish = await asend_batch(conn, send, read_only=False, refusable=True)
                 finally:
