@@ -211,19 +211,24 @@ class FencedSaverBase(BaseCheckpointSaver[str]):
         """Async twin of `list`."""
         paging = _Paging(list_query(config, filter, before, limit))
         while (step := paging.step()) is not None:
-            for item in paging.take(*await self._engine.arun(self._list_page, *step)):
+            for item in paging.take(*await self._alist_page(*step)):
                 yield item
 
     def _list_page(
         self, query: dict[str, Any], cursor: _Cursor | None, remaining: int | None
     ) -> tuple[_list[CheckpointTuple], _Cursor | None]:
-        size = _PAGE if remaining is None else min(_PAGE, remaining)
-        args = {k: v for k, v in query.items() if k != "limit"}
+        args, size = page_args(query, remaining)
         page = self._read_page(args, cursor, size)
-        if len(page) < size:
-            return page, None
-        last = page[-1].config["configurable"]
-        return page, (last["checkpoint_id"], last["thread_id"], last["checkpoint_ns"])
+        return page, next_cursor(page, size)
+
+    async def _alist_page(
+        self, query: dict[str, Any], cursor: _Cursor | None, remaining: int | None
+    ) -> tuple[_list[CheckpointTuple], _Cursor | None]:
+        """Async twin of `_list_page` (through the hop; a store may read natively)."""
+        page: tuple[_list[CheckpointTuple], _Cursor | None] = await self._engine.arun(
+            self._list_page, query, cursor, remaining
+        )
+        return page
 
     # --- writes --------------------------------------------------------------------------
 
@@ -342,6 +347,12 @@ class FencedSaverBase(BaseCheckpointSaver[str]):
     ) -> _list[CheckpointTuple]:
         """Read and decode one page of `list`; a store may read it its own way."""
         rows, writes = self._fetch_page(query, after_key, size)
+        return self._decode_page(rows, writes)
+
+    def _decode_page(
+        self, rows: _list[Any], writes: dict[Any, _list[Any]]
+    ) -> _list[CheckpointTuple]:
+        """Decode one page's rows with their writes (by checkpoint key)."""
         return [cps.decode_tuple(self.serde, r, writes[(r[0], r[1], r[2])]) for r in rows]
 
     def _fetch_tuple(
@@ -364,6 +375,20 @@ class FencedSaverBase(BaseCheckpointSaver[str]):
     ) -> None:
         """Store `encoded` for the checkpoint `key`: (thread_id, checkpoint_ns, checkpoint_id)."""
         raise NotImplementedError
+
+
+def page_args(query: dict[str, Any], remaining: int | None) -> tuple[dict[str, Any], int]:
+    """One page's query (`list`'s, less its limit) and size, `remaining` still to list."""
+    size = _PAGE if remaining is None else min(_PAGE, remaining)
+    return {k: v for k, v in query.items() if k != "limit"}, size
+
+
+def next_cursor(page: _list[CheckpointTuple], size: int) -> _Cursor | None:
+    """Where the page after `page` (of at most `size`) starts; None: it was the last."""
+    if len(page) < size:
+        return None
+    last = page[-1].config["configurable"]
+    return last["checkpoint_id"], last["thread_id"], last["checkpoint_ns"]
 
 
 class _Paging:

@@ -26,7 +26,7 @@ from psycopg.conninfo import make_conninfo
 from test_postgres_steps import _chain
 
 from langgraph_fenced_sqlite import StaleClaim, StoreError
-from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
+from langgraph_fenced_sqlite.postgres import FencedPostgresSaver, txns
 from langgraph_fenced_sqlite.postgres.native import NativeConns
 
 
@@ -59,8 +59,16 @@ async def _step(saver: Any, token: int, parent: Any, thread_id: str = "t") -> An
         saver.aput_writes(_config(thread_id, token, parent["id"]), [("x", 1)], "task")
     )
     await asyncio.sleep(0)  # the write is queued, waiting for its put
-    await saver.aput(_config(thread_id, token, parent["id"]), cp, {"source": "loop", "step": 1}, {})
-    await writes
+    put = saver.aput(_config(thread_id, token, parent["id"]), cp, {"source": "loop", "step": 1}, {})
+    # Both awaited, whatever either raised. An error left unretrieved is
+    # logged from whichever thread collects its task, and CPython 3.11's
+    # traceback formatting calls `ast.parse`, whose recursion counter is
+    # shared between threads: seen here, a later `ast.parse` on the main
+    # thread (pytest rewriting an import) then failed with "SystemError: AST
+    # constructor recursion depth mismatch".
+    for outcome in await asyncio.gather(writes, put, return_exceptions=True):
+        if isinstance(outcome, BaseException):
+            raise outcome
     return cp
 
 
@@ -415,3 +423,82 @@ async def _until_async(check: Any, timeout: float = 10.0) -> None:
     while not check():
         assert loop.time() < deadline, "timed out"
         await asyncio.sleep(0.001)
+
+
+def test_alist_pages_natively_and_lists_what_list_lists(open_pg: Any) -> None:
+    """Two statements in one read-only snapshot (a pipeline), page after page."""
+    saver = open_pg()
+    claim = saver.claim("t", "w", 60)
+    parent = empty_checkpoint()
+    saver.put(_config("t", claim.token), parent, {"source": "input", "step": -1}, {})
+    for step in range(230):  # past two pages (`base_saver._PAGE`)
+        child = create_checkpoint(parent, None, step)
+        saver.put(_config("t", claim.token, parent["id"]), child, {"step": step}, {})
+        saver.put_writes(_config("t", claim.token, child["id"]), [("x", step)], "task")
+        parent = child
+    hops: list[str] = []
+
+    async def run() -> list[Any]:
+        await saver.aget_tuple(_config("t", None))  # opens the loop's connection
+        hops.extend(_hops(saver))
+        return [t async for t in saver.alist(_config("t", None))]
+
+    listed = asyncio.run(run())
+    expected = list(saver.list(_config("t", None)))
+    assert [t.config for t in listed] == [t.config for t in expected]
+    assert [t.pending_writes for t in listed] == [t.pending_writes for t in expected]
+    assert len(listed) == 231
+    assert hops == []
+
+
+def test_a_joint_batch_sent_as_a_pipeline_commits_once_natively(
+    open_pg: Any, generous: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the put cannot take the writes into its one statement: their statements, one
+    pipeline, one implicit transaction (as `send_batch`)."""
+    monkeypatch.setattr(txns._PutBatch, "join", lambda self, writes: None)
+    saver = open_pg()
+    claim = saver.claim("t", "w", 60)
+    root = empty_checkpoint()
+    saver.put(_config("t", claim.token), root, {"source": "input", "step": -1}, {})
+
+    async def run() -> Any:
+        await saver.aget_tuple(_config("t", None))  # opens the loop's connection
+        hops = _hops(saver)
+        before = saver.commit_stats()
+        child = await _step(saver, claim.token, root)
+        return child, hops, before
+
+    child, hops, before = asyncio.run(run())
+    after = saver.commit_stats()
+    assert hops == []
+    assert after["commits"] - before["commits"] == 1
+    assert after["joined"] - before["joined"] == 1
+    assert saver.get_tuple(_config("t", None)).checkpoint["id"] == child["id"]
+    stored = saver.get_tuple(_config("t", None, root["id"]))
+    assert [(w[1], w[2]) for w in stored.pending_writes] == [("x", 1)]
+
+
+def test_a_refused_pipeline_gets_each_callers_error_and_replaces_its_connection(
+    open_pg: Any, generous: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(txns._PutBatch, "join", lambda self, writes: None)
+    saver = open_pg()
+    old = saver.claim("t", "w", 60)
+    root = empty_checkpoint()
+    saver.put(_config("t", old.token), root, {"source": "input", "step": -1}, {})
+    saver.take_over("t", "w2", 60)
+
+    async def run() -> Any:
+        await saver.aget_tuple(_config("t", None))  # opens the loop's connection
+        (_, native), *_ = saver._engine.natives._idle
+        results = await asyncio.gather(_step(saver, old.token, root), return_exceptions=True)
+        return native, results
+
+    native, results = asyncio.run(run())
+    assert [type(r) for r in results] == [StaleClaim]
+    # A pipeline refused in a later statement leaves psycopg's record of its
+    # prepared statements in doubt (`send.recover`): never used again.
+    assert native.closed
+    assert saver.get_tuple(_config("t", None)).checkpoint["id"] == root["id"]
+    assert saver.get_tuple(_config("t", None, root["id"])).pending_writes == []

@@ -31,7 +31,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .. import checkpoints as cps
-from ..base_saver import FencedSaverBase, store_options
+from ..base_saver import FencedSaverBase, next_cursor, page_args, store_options
 from ..clock import Clock, read_now, to_seconds
 from ..errors import SchemaTooOld, UnsupportedFormat, bad_argument
 from ..serde import TypeKey
@@ -354,12 +354,27 @@ class FencedPostgresSaver(  # type: ignore[misc]
     def _fetch_page(
         self, query: dict[str, Any], after_key: tuple[str, str, str] | None, size: int
     ) -> tuple[_list[Any], dict[Any, _list[Any]]]:
-        statement, params = sql.list_checkpoints(**query, after_key=after_key, limit=size)
-        batch = txns.list_page_batch(statement, params)
         page: tuple[_list[Any], dict[Any, _list[Any]]] = self._engine.run(
-            "list", batch=batch, read_only=True
+            "list", **self._page_call(query, after_key, size)
         )
         return page
+
+    async def _alist_page(
+        self, query: dict[str, Any], cursor: tuple[str, str, str] | None, remaining: int | None
+    ) -> tuple[_list[CheckpointTuple], tuple[str, str, str] | None]:
+        # `_list_page` on the store's own async connection, no thread hop.
+        args, size = page_args(query, remaining)
+        rows, writes = await self._engine.arun_call(
+            "list", None, **self._page_call(args, cursor, size)
+        )
+        page = self._decode_page(rows, writes)
+        return page, next_cursor(page, size)
+
+    def _page_call(
+        self, query: dict[str, Any], after_key: tuple[str, str, str] | None, size: int
+    ) -> dict[str, Any]:
+        statement, params = sql.list_checkpoints(**query, after_key=after_key, limit=size)
+        return {"batch": txns.list_page_batch(statement, params), "read_only": True}
 
     def _put(self, enc: cps.EncodedCheckpoint, token: int | None) -> None:
         self._engine.run("put", **self._put_call(enc, token))
