@@ -783,3 +783,27 @@ async def test_an_awatch_listens_on_one_connection_for_its_life(open_pg: Any, pg
         while _alive(admin, pid) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert not _alive(admin, pid), "the store's close() left the listener open"
+
+
+def test_a_saver_on_a_pool_made_as_langgraph_documents_listens_and_reads(pg_dsn: str) -> None:
+    """LangGraph's docs make PostgresSaver's pool with `kwargs={"autocommit": True,
+    "row_factory": dict_row}`: a waiter's own connection still opens, in autocommit, and
+    reads tuples (it once passed `autocommit` twice)."""
+    from psycopg.rows import dict_row
+    from psycopg_pool import ConnectionPool
+
+    from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
+
+    kwargs = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+    with ConnectionPool(pg_dsn, min_size=1, max_size=2, kwargs=kwargs) as pool:
+        saver = FencedPostgresSaver(pool)
+        saver.setup()
+        claim = saver.claim("t", "w", 60)
+        (seq,) = saver.append_events("t", claim.token, [("note", {"n": 1})])
+        # Nothing after `seq` yet: the waiter listens on a connection of its own.
+        later = threading.Timer(0.2, saver.append_events, ("t", claim.token, [("note", {})]))
+        later.start()
+        events = saver.wait_events("t", seq, timeout=5)
+        later.join()
+        assert [(e.seq, e.kind) for e in events] == [(seq + 1, "note")]
+        saver.close()

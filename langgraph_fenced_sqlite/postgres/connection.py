@@ -572,6 +572,8 @@ class PgConnection:
     def listener_params(self) -> tuple[str, dict[str, Any]]:
         """Return `(conninfo, kwargs)` that open a new connection to the same server.
 
+        The caller passes `autocommit`; rows come as tuples (psycopg's default).
+
         `wait_events` listens on a connection of its own, never the store's
         or the pool's, so a waiter holds none of them while it waits.
         """
@@ -580,7 +582,12 @@ class PgConnection:
             conninfo, kwargs = self._pool.conninfo, self._pool.kwargs
             conninfo = conninfo() if callable(conninfo) else conninfo
             kwargs = kwargs() if callable(kwargs) else kwargs
-            return conninfo, dict(kwargs or {})
+            # The caller sets these (autocommit, tuples), whatever the
+            # pool's own connections use: LangGraph's docs make
+            # PostgresSaver's pool with `autocommit` and `dict_row`.
+            return conninfo, {
+                k: v for k, v in (kwargs or {}).items() if k not in ("autocommit", "row_factory")
+            }
         assert self._conn is not None
         # libpq's own view of the connection's options (password included:
         # the new connection must authenticate as this one did).

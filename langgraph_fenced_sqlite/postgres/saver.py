@@ -214,12 +214,15 @@ class FencedPostgresSaver(  # type: ignore[misc]
 
         def job(cur: Any) -> None:
             cur.execute(sql.MIGRATION_LOCK)
-            cur.execute(sql.MIGRATIONS[0])
+            # A migration is several commands, which the server refuses to
+            # prepare: never prepared, even on a connection made with
+            # `prepare_threshold=0` (as LangGraph's docs make PostgresSaver's).
+            cur.execute(sql.MIGRATIONS[0], prepare=False)
             version = txns._one(cur, sql.GET_VERSION, {})[0]
             if version > sql.SCHEMA_VERSION:
                 raise self._unusable_schema("setup", version)
             for v in range(max(version, 1), sql.SCHEMA_VERSION):
-                cur.execute(sql.MIGRATIONS[v])
+                cur.execute(sql.MIGRATIONS[v], prepare=False)
                 cur.execute(sql.SET_VERSION, (v + 1,))
 
         self._engine.run("setup", job)
