@@ -14,6 +14,7 @@ concurrent tasks beyond `KEEP` served by the hop.
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import threading
 from typing import Any
@@ -25,7 +26,7 @@ from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 from psycopg.conninfo import make_conninfo
 from test_postgres_steps import _chain
 
-from langgraph_fenced_sqlite import StaleClaim, StoreError
+from langgraph_fenced_sqlite import StaleClaim, StoreError, WrongProcess
 from langgraph_fenced_sqlite.postgres import FencedPostgresSaver, txns
 from langgraph_fenced_sqlite.postgres.native import NativeConns
 
@@ -502,3 +503,70 @@ def test_a_refused_pipeline_gets_each_callers_error_and_replaces_its_connection(
     assert native.closed
     assert saver.get_tuple(_config("t", None)).checkpoint["id"] == root["id"]
     assert saver.get_tuple(_config("t", None, root["id"])).pending_writes == []
+
+
+def test_a_saver_on_a_pool_made_as_langgraph_documents_works_sync_and_native(
+    pg_dsn: str,
+) -> None:
+    """LangGraph's docs make PostgresSaver's pool with `autocommit`, `prepare_threshold=0`
+    (every statement prepared: `setup()` once failed on its multi-command migrations) and
+    `dict_row` (the native connections take tuples, not the pool's row factory)."""
+    from psycopg.rows import dict_row
+    from psycopg_pool import ConnectionPool
+
+    from langgraph_fenced_sqlite import FencedRunner
+
+    kwargs = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+    with ConnectionPool(pg_dsn, min_size=1, max_size=4, kwargs=kwargs) as pool:
+        saver = FencedPostgresSaver(pool)
+        saver.setup()
+        graph = _chain(saver)
+        runner = FencedRunner(graph, saver, ttl=60)
+        config = {"configurable": {"thread_id": "t"}}
+        assert runner.invoke({"count": 0}, config) == {"count": 5}
+
+        async def run() -> Any:
+            out = await runner.ainvoke({"count": 0}, config)
+            hops = _hops(saver)
+            history = [t async for t in saver.alist(config)]
+            latest = await saver.aget_tuple(config)
+            return out, hops, history, latest
+
+        out, hops, history, latest = asyncio.run(run())
+        assert out == {"count": 5}
+        assert hops == []  # the loop's connection was open: all native
+        assert len(history) == 14 == len(list(saver.list(config)))
+        assert latest.config == history[0].config
+        saver.close()
+
+
+def test_a_forked_child_gets_wrong_process_and_leaves_the_parents_connections(
+    open_pg: Any,
+) -> None:
+    saver = open_pg()
+
+    async def read() -> Any:
+        return await saver.aget_tuple(_config("t", None))
+
+    loop = asyncio.new_event_loop()
+    try:
+        assert loop.run_until_complete(read()) is None  # the parent's loop has its connection
+        (_, native), *_ = saver._engine.natives._idle
+        pid = os.fork()
+        if pid == 0:  # the child: never touches the parent's sockets
+            code = 1
+            try:
+                asyncio.run(read())
+            except WrongProcess:
+                code = 0
+            except BaseException:  # noqa: BLE001 - reported by the exit code
+                code = 2
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        # The same connection serves the parent's next call: the child closed nothing.
+        assert loop.run_until_complete(read()) is None
+        assert [conn for _, conn in saver._engine.natives._idle] == [native]
+        assert not native.closed
+    finally:
+        loop.close()
