@@ -26,7 +26,7 @@ from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 from psycopg.conninfo import make_conninfo
 from test_postgres_steps import _chain
 
-from langgraph_fenced_sqlite import StaleClaim, StoreError, WrongProcess
+from langgraph_fenced_sqlite import RetentionPolicy, StaleClaim, StoreError, WrongProcess
 from langgraph_fenced_sqlite.postgres import FencedPostgresSaver, txns
 from langgraph_fenced_sqlite.postgres.native import NativeConns
 
@@ -505,20 +505,25 @@ def test_a_refused_pipeline_gets_each_callers_error_and_replaces_its_connection(
     assert saver.get_tuple(_config("t", None, root["id"])).pending_writes == []
 
 
+@pytest.mark.parametrize("given", ["pool", "connection"])
 def test_a_saver_on_a_pool_made_as_langgraph_documents_works_sync_and_native(
-    pg_dsn: str,
+    pg_dsn: str, given: str
 ) -> None:
-    """LangGraph's docs make PostgresSaver's pool with `autocommit`, `prepare_threshold=0`
-    (every statement prepared: `setup()` once failed on its multi-command migrations) and
-    `dict_row` (the native connections take tuples, not the pool's row factory)."""
+    """LangGraph's docs make PostgresSaver's pool or connection with `autocommit`,
+    `prepare_threshold=0` (every statement prepared: `setup()` once failed on its
+    multi-command migrations) and `dict_row` (native connections take tuples)."""
     from psycopg.rows import dict_row
     from psycopg_pool import ConnectionPool
 
     from langgraph_fenced_sqlite import FencedRunner
 
     kwargs = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
-    with ConnectionPool(pg_dsn, min_size=1, max_size=4, kwargs=kwargs) as pool:
-        saver = FencedPostgresSaver(pool)
+    if given == "pool":
+        opened: Any = ConnectionPool(pg_dsn, min_size=1, max_size=4, kwargs=kwargs)
+    else:
+        opened = psycopg.connect(pg_dsn, **kwargs)
+    with opened:
+        saver = FencedPostgresSaver(opened)
         saver.setup()
         graph = _chain(saver)
         runner = FencedRunner(graph, saver, ttl=60)
@@ -537,6 +542,12 @@ def test_a_saver_on_a_pool_made_as_langgraph_documents_works_sync_and_native(
         assert hops == []  # the loop's connection was open: all native
         assert len(history) == 14 == len(list(saver.list(config)))
         assert latest.config == history[0].config
+        # The operator's calls on the same connections.
+        assert [e.kind for e in saver.events_after("t", 0, limit=3)][:1] == ["run_started"]
+        assert saver.wait_events("t", 10**6, timeout=0.1) == []
+        assert saver.stats()["checkpoints"] == 14
+        (pruned,) = saver.prune(["t"], strategy=RetentionPolicy(max_checkpoints=2))
+        assert len(list(saver.list(config))) == 2
         saver.close()
 
 
