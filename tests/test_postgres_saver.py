@@ -201,6 +201,13 @@ def test_bad_arguments_are_invalid_argument_naming_them(open_pg: Any) -> None:
     saver = open_pg()
     with pytest.raises(InvalidArgument, match="conn"):
         FencedPostgresSaver("host=nowhere")
+    # An AsyncPostgresSaver user's async connection: told what to give instead.
+    aconn = asyncio.run(psycopg.AsyncConnection.connect(saver._engine.listener_params()[0]))
+    try:
+        with pytest.raises(InvalidArgument, match="got AsyncConnection; for async code give"):
+            FencedPostgresSaver(aconn)
+    finally:
+        aconn.pgconn.finish()
     with pytest.raises(InvalidArgument, match="busy_timeout"):
         FencedPostgresSaver.from_conn_string("host=nowhere", busy_timeout=1)
     with pytest.raises(InvalidArgument, match="ttl"):

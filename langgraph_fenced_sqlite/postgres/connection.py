@@ -112,10 +112,17 @@ class PgConnection:
             self._pool, self._conn = conn, None
             where = f"pool {conn.name!r}"
         else:
+            kind = type(conn).__name__
+            hint = ""
+            if kind.startswith("Async"):  # coming from AsyncPostgresSaver
+                hint = (
+                    "; for async code give a sync one (or the DSN to "
+                    "FencedPostgresSaver.from_conn_string): the saver's async methods "
+                    "run on async connections of its own"
+                )
             raise bad_argument(
                 "conn",
-                "expected a psycopg.Connection or a psycopg_pool.ConnectionPool, "
-                f"got {type(conn).__name__}",
+                f"expected a psycopg.Connection or a psycopg_pool.ConnectionPool, got {kind}{hint}",
             )
         self.where = where
         self.readonly = readonly
