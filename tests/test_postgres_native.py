@@ -7,8 +7,8 @@ loop has its connection, one commit per step through `ainvoke`, the
 session a native connection takes from the store's (schema, timeouts; and
 never another role), a cancelled write that never runs later, a stale
 step refused with each caller's own error, the connections of a closed
-loop and of a closed store closed, a killed backend replaced, and
-concurrent tasks beyond `KEEP` served by the hop.
+loop and of a closed store closed, backends the server ended replaced
+before use, and concurrent tasks beyond `KEEP` served by the hop.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 from psycopg.conninfo import make_conninfo
 from test_postgres_steps import _chain
 
-from langgraph_fenced_sqlite import RetentionPolicy, StaleClaim, StoreError, WrongProcess
+from langgraph_fenced_sqlite import RetentionPolicy, StaleClaim, WrongProcess
 from langgraph_fenced_sqlite.postgres import FencedPostgresSaver, txns
 from langgraph_fenced_sqlite.postgres.native import NativeConns
 
@@ -288,31 +288,35 @@ def test_a_closed_loops_connection_and_a_closed_stores_are_closed(open_pg: Any) 
     assert second.closed and natives._idle == []
 
 
-def test_a_killed_native_backend_fails_one_call_and_is_replaced(
+def test_native_backends_the_server_ended_while_idle_are_replaced_before_use(
     open_pg: Any, pg_server: Any
 ) -> None:
+    """As after a server restart: every kept connection of the loop is dead, and no call fails."""
     saver = open_pg()
     claim = saver.claim("t", "w", 60)
 
     async def run() -> Any:
         root = empty_checkpoint()
         await saver.aput(_config("t", claim.token), root, {"source": "input", "step": -1}, {})
-        (_, native), *_ = saver._engine.natives._idle
-        pid = native.info.backend_pid
+        await asyncio.gather(*(saver.aget_tuple(_config("t", None)) for _ in range(4)))
+        kept = [conn for _, conn in saver._engine.natives._idle]
+        assert len(kept) == NativeConns.KEEP  # both opened by the concurrent reads
+        pids = [conn.info.backend_pid for conn in kept]
         with psycopg.connect(pg_server.dsn, autocommit=True) as admin:
-            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-            # Gone; the client finds out on its next use.
-            gone = "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %s)"
-            until(lambda: admin.execute(gone, (pid,)).fetchone()[0])
-        with pytest.raises(StoreError) as failed:
-            await saver.aget_tuple(_config("t", None))
-        assert native.closed  # dropped, never handed to the next call
+            for pid in pids:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            gone = "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = ANY(%s)"
+            until(lambda: admin.execute(gone, (pids,)).fetchone()[0])
+        hops = _hops(saver)
         got = await saver.aget_tuple(_config("t", None))
-        return failed.value, got
+        child = await _step(saver, claim.token, root)
+        return kept, hops, got, child
 
-    failed, got = asyncio.run(run())
-    assert "get_tuple" in str(failed)
+    kept, hops, got, child = asyncio.run(run())
     assert got is not None
+    assert all(conn.closed for conn in kept)  # found ended, closed, never used
+    assert hops == []  # a new native connection served both calls
+    assert saver.get_tuple(_config("t", None)).checkpoint["id"] == child["id"]
 
 
 def test_concurrent_tasks_beyond_keep_take_the_hop_and_all_land(open_pg: Any) -> None:
