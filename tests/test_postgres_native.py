@@ -585,3 +585,24 @@ def test_a_forked_child_gets_wrong_process_and_leaves_the_parents_connections(
         assert not native.closed
     finally:
         loop.close()
+
+
+def test_an_ended_connection_is_found_without_poll_too(
+    open_pg: Any, pg_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Windows has no `select.poll`: `select.select` finds the server's last words instead."""
+    from langgraph_fenced_sqlite.postgres import native as native_module
+
+    saver = open_pg()
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(saver.aget_tuple(_config("t", None)))
+        (_, conn), *_ = saver._engine.natives._idle
+        monkeypatch.delattr(native_module.select, "poll")
+        assert not native_module._ended(conn)
+        pid = conn.info.backend_pid
+        with psycopg.connect(pg_server.dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        until(lambda: native_module._ended(conn))
+    finally:
+        loop.close()

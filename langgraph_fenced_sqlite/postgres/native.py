@@ -173,10 +173,14 @@ def _ended(conn: psycopg.AsyncConnection[Any]) -> bool:
 
     An idle native connection listens to nothing and is in no transaction,
     so the server sends it nothing but its last words (FATAL, then EOF).
-    One `poll` with no wait: about a microsecond.
+    One `poll` with no wait: about a microsecond (`select` where there is no
+    `poll`: Windows, whose `select` takes a socket of any number).
     """
+    fd = conn.pgconn.socket
+    if not hasattr(select, "poll"):
+        return bool(select.select([fd], [], [], 0)[0])
     poller = select.poll()
-    poller.register(conn.pgconn.socket, select.POLLIN)
+    poller.register(fd, select.POLLIN)
     return bool(poller.poll(0))
 
 
