@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from _ops import until
 from conftest import run_together
 from langgraph.checkpoint.base import empty_checkpoint
 
@@ -174,6 +175,9 @@ def test_one_notification_per_commit_naming_the_thread_and_none_with_notify_off(
     an unfenced one, put_writes, caller events); `notify=False` sends none."""
     loud, quiet = open_pg(), open_pg(notify=False)
     with psycopg.connect(pg_dsn, autocommit=True) as listener:
+        # A waiter holds the listen key of each thread it waits on.
+        for thread_id in ("t", "u", "v"):
+            listener.execute(sql.HEAR, {"thread_id": thread_id, "timeout": "1s"})
         listener.execute("LISTEN lgfs_events")
         granted = loud.claim("t", "alice", 10)
         cp = _put(loud, "t", granted.token)
@@ -181,6 +185,7 @@ def test_one_notification_per_commit_naming_the_thread_and_none_with_notify_off(
         loud.append_events("t", granted.token, [("note", {})])
         _put(quiet, "u")
         _put(loud, "v")
+        _put(loud, "nobody-waits")  # no NOTIFY: nobody holds its key
         got = [n.payload for n in listener.notifies(timeout=1)]
     assert got == ["t", "t", "t", "v"]
 
@@ -191,6 +196,8 @@ def test_only_the_commits_that_end_a_run_notify_the_runs_channel(open_pg: Any, p
     run's begin, its steps, a plain claim or a take-over (the thread is held again)."""
     saver = open_pg()
     with psycopg.connect(pg_dsn, autocommit=True) as listener:
+        for thread_id in ("t", "u", "v", "w"):
+            listener.execute(sql.HEAR, {"thread_id": thread_id, "timeout": "1s"})
         listener.execute("LISTEN lgfs_runs")
         run = saver.begin_run("t", "w", 60, run_id="r1")
         cp = _put(saver, "t", run.token)
@@ -208,6 +215,8 @@ def test_only_the_commits_that_end_a_run_notify_the_runs_channel(open_pg: Any, p
         saver.claim("w", "alice", 60)
         saver.take_over("w", "bob", 60)
         saver.force_release("w", operator="ops")
+        run = saver.begin_run("nobody-waits", "w", 60, run_id="r4")
+        assert saver.end_run("nobody-waits", run.token, "run_completed", {})  # no NOTIFY
         got = [n.payload for n in listener.notifies(timeout=1)]
     assert got == ["t", "u", "v", "w"]
     assert [e.kind for e in saver.events_after("v")][-1] == "run_completed"
@@ -730,8 +739,16 @@ def test_waits_reuse_one_listener_given_back_clean_and_the_stores_close_closes_i
         for _ in range(3):
             assert [e.seq for e in saver.wait_events("t", 0, timeout=5)] == [1]
             assert kept() == pid  # the same backend each time
+        # Given back listening to nothing (a NOTIFY does not reach it) and
+        # holding no lock: neither the thread's listen key (`sql.HEAR`,
+        # dropped last) nor any other.
         listening = "SELECT query FROM pg_stat_activity WHERE pid = %s"
-        assert admin.execute(listening, (pid,)).fetchone() == (sql.UNLISTEN,)
+        assert admin.execute(listening, (pid,)).fetchone() == (sql.UNLEAD_ALL,)
+        held = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = %s"
+        assert admin.execute(held, (pid,)).fetchone() == (0,)
+        admin.execute("NOTIFY lgfs_events, 't'")
+        (conn,) = _kept_sync(listeners)
+        assert list(conn.notifies(timeout=0.2)) == []
 
         # A waiter that led a thread gives its listener back without the lock.
         poller = saver._poller(keep=True, runs_only=True)
@@ -807,3 +824,82 @@ def test_a_saver_on_a_pool_made_as_langgraph_documents_listens_and_reads(pg_dsn:
         later.join()
         assert [(e.seq, e.kind) for e in events] == [(seq + 1, "note")]
         saver.close()
+
+
+def _in_transaction(pg_dsn: str) -> tuple[Any, Any]:
+    """A saver on a connection whose caller holds a transaction open around its calls."""
+    from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
+
+    conn = psycopg.connect(pg_dsn)
+    return conn, FencedPostgresSaver(conn)
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_waiter_arriving_while_a_commit_that_heard_nobody_is_in_flight_reads_it(
+    open_pg: Any, pg_dsn: str, api: str
+) -> None:
+    """A commit notifies only if a waiter holds the thread's listen key (`sql.HEAR`).
+
+    One that found nobody holds the key until it commits: a waiter arriving
+    meanwhile waits for that commit before it listens and reads, so it
+    reads the commit (no NOTIFY needed). The safety poll is 30 s away here.
+    """
+    saver = open_pg(poll_interval=30)
+    claim = saver.claim("t", "w", 60)
+    (seq,) = saver.append_events("t", claim.token, [("before", {})])
+    conn, writer = _in_transaction(pg_dsn)
+    box: dict[str, Any] = {}
+    try:
+        with conn.transaction():
+            writer.append_events("t", claim.token, [("in flight", {})])  # heard nobody
+            if api == "sync":
+                waiter = threading.Thread(
+                    target=lambda: box.setdefault("got", saver.wait_events("t", seq, timeout=20))
+                )
+            else:
+                waiter = threading.Thread(
+                    target=lambda: box.setdefault(
+                        "got", asyncio.run(saver.await_events("t", seq, timeout=20))
+                    )
+                )
+            waiter.start()
+            # The waiter waits for the listen key, held by the commit in flight.
+            with psycopg.connect(pg_dsn, autocommit=True) as admin:
+                waiting = (
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                )
+                until(lambda: admin.execute(waiting).fetchone()[0] == 1)
+            started = time.monotonic()
+        waiter.join(20)
+        assert time.monotonic() - started < 5  # not the 30 s safety poll
+    finally:
+        conn.close()
+    assert [(e.seq, e.kind) for e in box["got"]] == [(seq + 1, "in flight")]
+
+
+def test_a_waiter_that_cannot_get_the_listen_key_in_time_still_finds_commits_by_polling(
+    open_pg: Any, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller's transaction held open past `HEAR_TIMEOUT`: the waiter goes on without the
+    key, and its safety poll finds what that transaction commits (it sent no NOTIFY)."""
+    from langgraph_fenced_sqlite.postgres import watch
+
+    monkeypatch.setattr(watch, "HEAR_TIMEOUT", "100ms")
+    saver = open_pg(poll_interval=0.3)
+    claim = saver.claim("t", "w", 60)
+    (seq,) = saver.append_events("t", claim.token, [("before", {})])
+    conn, writer = _in_transaction(pg_dsn)
+    box: dict[str, Any] = {}
+    try:
+        with conn.transaction():
+            writer.append_events("t", claim.token, [("late", {})])
+            waiter = threading.Thread(
+                target=lambda: box.setdefault("got", saver.wait_events("t", seq, timeout=20))
+            )
+            waiter.start()
+            time.sleep(0.5)  # past HEAR_TIMEOUT: it listens without the key
+            assert waiter.is_alive()
+        waiter.join(20)
+    finally:
+        conn.close()
+    assert [(e.seq, e.kind) for e in box["got"]] == [(seq + 1, "late")]

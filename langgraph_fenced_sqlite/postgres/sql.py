@@ -177,6 +177,34 @@ STORE_BYTES = (
 NOW = "coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)"
 GET_NOW = f"SELECT {NOW}"
 
+# --- who waits on a thread: NOTIFY only for them -------------------------------------
+
+
+# NOTIFY serialises committing transactions (measured with fsync on, 8
+# clients: about a fifth fewer puts a second), so a commit notifies only if
+# someone waits on its thread. A waiter of this library, in any process,
+# holds a shared session lock on the thread's listen key (`HEAR`) from before
+# its LISTEN and its first read until it gives its connection back. A commit
+# that notifies tries to take that key itself in its transaction (`heard`):
+# a waiter holds it, so it cannot, and notifies; nobody does, so it can,
+# and holds it until it commits: a waiter arriving meanwhile waits for the
+# commit, then reads it. A spurious NOTIFY (two commits of one thread at
+# once) costs a read; none is missed.
+def _listen_key(thread_id: str) -> str:
+    return f"hashtextextended('lgfs-listen:' || current_schema() || ':' || {thread_id}, 0)"
+
+
+def heard(prefix: str = "") -> str:
+    """The SQL that says a commit of `%({prefix}thread_id)s` must notify (see `HEAR`)."""
+    return f"NOT pg_try_advisory_xact_lock({_listen_key(f'%({prefix}thread_id)s')})"
+
+
+HEAR = (
+    "SELECT set_config('lock_timeout', %(timeout)s, false), "
+    f"pg_advisory_lock_shared({_listen_key('%(thread_id)s')})"
+)
+
+
 # --- threads, claims, fence -------------------------------------------------------
 
 # The fence: checks the token, locks the row, takes the commit's position.
@@ -287,7 +315,7 @@ LOCK_RUN_THREAD_UNLESS_LIVE = (
 # or the grant (granted), or a refusal (`lgfs_refuse`) for `runs.begin_run`.
 BEGIN_RUN_AT_LOCK = (
     "SELECT * FROM lgfs_begin_run(%(thread_id)s, %(holder)s, %(ttl)s::float8, %(run_id)s, "
-    "%(now)s::float8, %(data)s, %(checksum)s, %(notify)s)"
+    f"%(now)s::float8, %(data)s, %(checksum)s, (%(notify)s AND {heard()}))"
 )
 # A thread's tenant and whether it holds anything (no row: a new thread).
 GET_TENANT = f"SELECT t.tenant, {_HOLDS_DATA} FROM lgfs_threads t WHERE t.thread_id = %(thread_id)s"
@@ -349,14 +377,18 @@ _INSERT_EVENTS = (
     "checksum)"
 )
 INSERT_EVENTS = _INSERT_EVENTS
-INSERT_EVENTS_NOTIFY = _INSERT_EVENTS + ", pg_notify('lgfs_events', %(thread_id)s) AS n"
+# The notifications, each only if someone waits (`heard`), in a subquery:
+# a FROM item of the INSERT's SELECT, evaluated once however many events.
+_NOTIFY_EVENTS = f"CASE WHEN {heard()} THEN pg_notify('lgfs_events', %(thread_id)s) END"
+_NOTIFY_RUNS = f"CASE WHEN {heard()} THEN pg_notify('lgfs_runs', %(thread_id)s) END"
+INSERT_EVENTS_NOTIFY = _INSERT_EVENTS + f", (SELECT {_NOTIFY_EVENTS}) AS n"
 # A transaction that ends a run (`status.RUN_ENDS`) notifies `lgfs_runs`
 # too: a worker waiting for the thread ("enqueue", `runqueue.Place`) listens
 # to that channel alone, so a run's steps (each commit notifies
 # `lgfs_events`, and wakes every listener of it) do not wake it. The
 # transaction already notifies: a second channel adds no serialisation
 # (PostgreSQL queues a transaction's notifications at its commit, at once).
-INSERT_EVENTS_NOTIFY_END = INSERT_EVENTS_NOTIFY + ", pg_notify('lgfs_runs', %(thread_id)s) AS r"
+INSERT_EVENTS_NOTIFY_END = _INSERT_EVENTS + f", (SELECT {_NOTIFY_EVENTS}, {_NOTIFY_RUNS}) AS n"
 # `end_run` in one statement (`runs.end_run_batch`): the fence and the
 # release in one UPDATE (`FENCE` and `RELEASE_CLAIM`'s assignments: it takes
 # the row lock and the position), then the end event at that position. A
@@ -392,11 +424,7 @@ _END_RUN_AT_FENCE = (
 )
 _END_RUN_FROM = " FROM (SELECT 1) AS one LEFT JOIN e ON true"
 END_RUN_AT_FENCE = _END_RUN_AT_FENCE + _END_RUN_FROM
-END_RUN_AT_FENCE_NOTIFY = (
-    _END_RUN_AT_FENCE
-    + ", pg_notify('lgfs_events', %(thread_id)s), pg_notify('lgfs_runs', %(thread_id)s)"
-    + _END_RUN_FROM
-)
+END_RUN_AT_FENCE_NOTIFY = _END_RUN_AT_FENCE + f", {_NOTIFY_EVENTS}, {_NOTIFY_RUNS}" + _END_RUN_FROM
 NOTIFY_CHANNEL = "lgfs_events"
 LISTEN = "LISTEN lgfs_events"
 UNLISTEN = "UNLISTEN lgfs_events"
@@ -471,7 +499,7 @@ _PUT_CALL = (
     "lgfs_put(%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_id)s, "
     "%(envelope)s, %(values_type)s, %(values_blob)s, %(metadata)s, %(source)s, "
     "%(step)s::bigint, %(run_id)s, %(token)s, %(now)s::float8, %(checksum)s, %(event_data)s, "
-    "%(event_checksum)s, %(check_version)s, %(notify)s)"
+    f"%(event_checksum)s, %(check_version)s, (%(notify)s AND {heard()}))"
 )
 PUT_AT_FENCE = f"SELECT {_PUT_CALL}"
 
@@ -569,7 +597,7 @@ def _put_writes_call(n: int, prefix: str) -> str:
             f"%({prefix}checkpoint_id)s, %({prefix}run_id)s, %({prefix}token)s, "
             f"%({prefix}now)s::float8, %({prefix}event_data)s, %({prefix}event_checksum)s, "
             + ", ".join(f"%({prefix}{name}0)s::{cast}" for name, cast in _PUT_WRITES_ARRAYS)
-            + f", %({prefix}notify)s)"
+            + f", (%({prefix}notify)s AND {heard(prefix)}))"
         )
     arrays = ", ".join(
         "ARRAY[" + ", ".join(f"%({prefix}{name}{i})s::{cast}" for i in range(n)) + "]"
@@ -579,7 +607,7 @@ def _put_writes_call(n: int, prefix: str) -> str:
         f"lgfs_put_writes(%({prefix}thread_id)s, %({prefix}checkpoint_ns)s, "
         f"%({prefix}checkpoint_id)s, %({prefix}run_id)s, %({prefix}token)s, "
         f"%({prefix}now)s::float8, %({prefix}event_data)s, %({prefix}event_checksum)s, {arrays}, "
-        f"%({prefix}notify)s)"
+        f"(%({prefix}notify)s AND {heard(prefix)}))"
     )
 
 

@@ -1,7 +1,8 @@
 """Waiting for a PostgreSQL store's events: `wait_events`, `await_events` and watches.
 
 Invariant: one wait implementation, `PgEventPoller` (a `watch.Poller`):
-listen first, then read, then wait, re-reading the table on every
+hold the thread's listen key (`sql.HEAR`: commits of the thread notify only
+while someone holds it), listen, then read, then wait, re-reading the table on every
 notification naming the thread and on every safety poll (`events.wait_plan`,
 the one wait loop, through `events.drive`/`events.adrive`), on a listener
 connection of its own, so a waiter never holds the store's connection or a
@@ -48,6 +49,9 @@ __all__ = ["SLICE", "PgEventPoller"]
 SLICE = 0.25
 """The longest a stopped wait goes on (seconds): a waiting watch wakes this often."""
 
+# How long a waiter waits for a commit in flight before it listens (`sql.HEAR`).
+HEAR_TIMEOUT = "1s"
+
 
 def _lock_timeout(seconds: float) -> dict[str, str]:
     """`sql.LEAD_TIMEOUT`'s parameters: wait for the lock `seconds` (at least 1 ms)."""
@@ -91,6 +95,9 @@ class PgEventPoller:
         # Threads whose `sql.LEAD` lock its connection holds (`lead`; a
         # poller serves sync waits or async ones, as a runner's place does).
         self._led: set[str] = set()
+        # Threads whose listen key (`sql.HEAR`) its connection holds: their
+        # commits notify while it does.
+        self._heard: set[str] = set()
         self._lock = threading.Lock()
 
     @property
@@ -124,7 +131,7 @@ class PgEventPoller:
         try:
             if self._listens and not self._keep:
                 conn.execute(self._unlisten_sql)
-            if self._led:
+            if self._led or self._heard:
                 conn.execute(sql.UNLEAD_ALL)
         except psycopg.Error:
             conn.close()  # its session's locks go with it
@@ -148,7 +155,7 @@ class PgEventPoller:
                 try:
                     if self._alistens and not self._keep:
                         await aconn.execute(self._unlisten_sql)
-                    if self._led:
+                    if self._led or self._heard:
                         await aconn.execute(sql.UNLEAD_ALL)
                 except psycopg.Error:
                     aconn.pgconn.finish()  # its session's locks go with it
@@ -172,6 +179,7 @@ class PgEventPoller:
         conn, self._conn = self._conn, None
         aconn, self._aconn, self._aloop = self._aconn, None, None
         self._led.clear()  # its session's locks go with it
+        self._heard.clear()
         if conn is not None:
             conn.close()
         if aconn is not None:
@@ -283,6 +291,7 @@ class PgEventPoller:
         conn = self._conn
         if conn is None or conn.closed:
             self._led.clear()  # a lock held by a closed session is gone
+            self._heard.clear()
             engine = self._saver._engine
             conn = engine.listeners.take()
             if conn is None:
@@ -301,6 +310,7 @@ class PgEventPoller:
             conn = None
         if conn is None:
             self._led.clear()
+            self._heard.clear()
             engine = self._saver._engine
             conn = engine.listeners.take(loop)
             if conn is None:
@@ -309,8 +319,12 @@ class PgEventPoller:
             self._aconn, self._aloop = conn, loop
         return conn
 
-    def _listening(self) -> psycopg.Connection[Any]:
+    def _listening(self, thread_id: str) -> psycopg.Connection[Any]:
         """The kept connection (or a new one), listening (with `_lock` held).
+
+        First it holds `thread_id`'s listen key (`sql.HEAR`), so every
+        commit of the thread from then on notifies; the wait's first read
+        comes after both.
 
         Each wait listens anew, and a wait's end stops listening (`_unlisten`):
         a connection kept between waits receives nothing while nobody reads it,
@@ -324,6 +338,7 @@ class PgEventPoller:
         for last in (False, True):
             conn = self._connection()
             try:
+                self._hear(conn, thread_id)
                 conn.execute(self._listen_sql)
                 self._listens = True
                 return conn
@@ -336,6 +351,22 @@ class PgEventPoller:
                 self._saver._engine.listeners.discard()
         raise AssertionError("unreachable")
 
+    def _hear(self, conn: psycopg.Connection[Any], thread_id: str) -> None:
+        """Hold `thread_id`'s listen key on `conn` (`sql.HEAR`), unless it does already.
+
+        It waits for a commit of the thread in flight that found nobody
+        listening (it holds the key until it commits), then the read sees
+        that commit. Past `HEAR_TIMEOUT` (a transaction of the caller's held
+        open) it goes on without: its commits are found by the safety poll.
+        """
+        if thread_id in self._heard:
+            return
+        try:
+            conn.execute(sql.HEAR, {"thread_id": thread_id, "timeout": HEAR_TIMEOUT})
+        except pg_errors.LockNotAvailable:
+            return
+        self._heard.add(thread_id)
+
     def _unlisten(self) -> None:
         conn = self._conn
         if conn is None or conn.closed or not self._listens:
@@ -345,11 +376,12 @@ class PgEventPoller:
         except psycopg.Error:
             self._drop()
 
-    async def _alistening(self) -> psycopg.AsyncConnection[Any]:
+    async def _alistening(self, thread_id: str) -> psycopg.AsyncConnection[Any]:
         """`_listening` for async waits, on a connection of the running loop's."""
         for last in (False, True):
             conn = await self._aconnection()
             try:
+                await self._ahear(conn, thread_id)
                 await conn.execute(self._listen_sql)
                 self._alistens = True
                 return conn
@@ -361,6 +393,16 @@ class PgEventPoller:
                     raise
                 self._saver._engine.listeners.discard()
         raise AssertionError("unreachable")
+
+    async def _ahear(self, conn: psycopg.AsyncConnection[Any], thread_id: str) -> None:
+        """Async twin of `_hear`."""
+        if thread_id in self._heard:
+            return
+        try:
+            await conn.execute(sql.HEAR, {"thread_id": thread_id, "timeout": HEAR_TIMEOUT})
+        except pg_errors.LockNotAvailable:
+            return
+        self._heard.add(thread_id)
 
     async def _aunlisten(self) -> None:
         conn = self._aconn
@@ -386,7 +428,7 @@ class PgEventPoller:
             return []
         with self._lock:
             try:
-                conn = self._listening()
+                conn = self._listening(thread_id)
             except psycopg.Error as exc:
                 self._drop()
                 raise self._error(exc) from exc
@@ -401,7 +443,7 @@ class PgEventPoller:
                             raise
                         # The listener broke: listen anew, and re-read what
                         # may have committed while nobody listened.
-                        conn = self._listening()
+                        conn = self._listening(thread_id)
                         return {thread_id}
                     if got:
                         return got
@@ -454,7 +496,7 @@ class PgEventPoller:
                 await other.aclose()
         try:
             try:
-                conn = await self._alistening()
+                conn = await self._alistening(thread_id)
             except psycopg.Error as exc:
                 self._drop()
                 raise self._error(exc) from exc
@@ -467,7 +509,7 @@ class PgEventPoller:
                     except psycopg.OperationalError:
                         if not conn.closed:
                             raise
-                        conn = await self._alistening()  # listen anew, then re-read
+                        conn = await self._alistening(thread_id)  # listen anew, then re-read
                         return {thread_id}
                     if got:
                         return got
