@@ -903,3 +903,34 @@ def test_a_waiter_that_cannot_get_the_listen_key_in_time_still_finds_commits_by_
     finally:
         conn.close()
     assert [(e.seq, e.kind) for e in box["got"]] == [(seq + 1, "late")]
+
+
+def test_a_waiter_is_woken_when_its_listener_has_another_search_path(
+    pg_server: Any,
+) -> None:
+    """A store whose schema comes from a `SET search_path` (not in its conninfo): its waiters'
+    own connections are on the default schema, yet its commits notify them (the listen key
+    names the thread, not the schema)."""
+    import secrets
+
+    from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
+
+    schema = f"t_{secrets.token_hex(8)}"
+    conn = psycopg.connect(pg_server.dsn, autocommit=True)
+    try:
+        conn.execute(f"CREATE SCHEMA {schema}")
+        conn.execute(f"SET search_path TO {schema}")
+        saver = FencedPostgresSaver(conn, poll_interval=30)
+        saver.setup()
+        claim = saver.claim("t", "w", 60)
+        (seq,) = saver.append_events("t", claim.token, [("before", {})])
+        later = threading.Timer(0.3, saver.append_events, ("t", claim.token, [("after", {})]))
+        started = time.monotonic()
+        later.start()
+        got = saver.wait_events("t", seq, timeout=20)
+        later.join()
+        assert [e.kind for e in got] == ["after"]
+        assert time.monotonic() - started < 5  # woken, not the 30 s safety poll
+        saver.close()
+    finally:
+        conn.close()

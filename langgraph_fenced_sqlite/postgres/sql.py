@@ -189,9 +189,12 @@ GET_NOW = f"SELECT {NOW}"
 # a waiter holds it, so it cannot, and notifies; nobody does, so it can,
 # and holds it until it commits: a waiter arriving meanwhile waits for the
 # commit, then reads it. A spurious NOTIFY (two commits of one thread at
-# once) costs a read; none is missed.
+# once) costs a read; none is missed. The key names the thread, not the
+# schema, as the channels do: a waiter's own connection may not have its
+# store's `search_path` (one set after connecting), and a thread of the same
+# name in another schema waited on costs its commits a NOTIFY, nothing more.
 def _listen_key(thread_id: str) -> str:
-    return f"hashtextextended('lgfs-listen:' || current_schema() || ':' || {thread_id}, 0)"
+    return f"hashtextextended('lgfs-listen:' || {thread_id}, 0)"
 
 
 def heard(prefix: str = "") -> str:
