@@ -934,3 +934,35 @@ def test_a_waiter_is_woken_when_its_listener_has_another_search_path(
         saver.close()
     finally:
         conn.close()
+
+
+def test_a_wait_cancelled_while_it_waits_for_the_listen_key_drops_its_connection(
+    open_pg: Any, pg_dsn: str
+) -> None:
+    """Cancelled mid-statement, the listener is in doubt: closed, never given back or reused."""
+    saver = open_pg(poll_interval=30)
+    claim = saver.claim("t", "w", 60)
+    conn, writer = _in_transaction(pg_dsn)
+    try:
+        with conn.transaction():
+            writer.append_events("t", claim.token, [("in flight", {})])  # holds the key
+
+            async def run() -> Any:
+                poller = saver._poller(keep=True)
+                task = asyncio.ensure_future(poller.await_("t", 0, limit=10, timeout=20))
+                with psycopg.connect(pg_dsn, autocommit=True) as admin:
+                    waiting = (
+                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                    )
+                    while admin.execute(waiting).fetchone()[0] != 1:
+                        await asyncio.sleep(0.005)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                return poller
+
+            poller = asyncio.run(run())
+        assert poller._aconn is None  # dropped: not kept for a next wait
+        assert _kept_async(saver._engine.listeners) == []
+    finally:
+        conn.close()

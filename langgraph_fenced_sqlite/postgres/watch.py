@@ -432,6 +432,9 @@ class PgEventPoller:
             except psycopg.Error as exc:
                 self._drop()
                 raise self._error(exc) from exc
+            except BaseException:
+                self._drop()  # interrupted mid-statement (waiting for the listen key)
+                raise
 
             def notifies(seconds: float) -> set[str] | None:
                 nonlocal conn
@@ -500,6 +503,9 @@ class PgEventPoller:
             except psycopg.Error as exc:
                 self._drop()
                 raise self._error(exc) from exc
+            except BaseException:
+                self._drop()  # cancelled mid-statement (waiting for the listen key)
+                raise
 
             async def notifies(seconds: float) -> set[str] | None:
                 nonlocal conn
