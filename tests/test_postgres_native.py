@@ -24,20 +24,25 @@ import pytest
 from _ops import put_writes_in_thread, until
 from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 from psycopg.conninfo import make_conninfo
-from test_postgres_steps import _chain
+from test_postgres_steps import _chain, _config
 
 from langgraph_fenced_sqlite import RetentionPolicy, StaleClaim, WrongProcess
 from langgraph_fenced_sqlite.postgres import FencedPostgresSaver, txns
 from langgraph_fenced_sqlite.postgres.native import NativeConns
 
 
-def _config(thread_id: str, token: int | None, checkpoint_id: str | None = None) -> Any:
-    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
-    if token is not None:
-        conf["__fence_token__"] = token
-    if checkpoint_id is not None:
-        conf["checkpoint_id"] = checkpoint_id
-    return {"configurable": conf}
+def _root(saver: Any, token: int, thread_id: str = "t") -> Any:
+    """Put a thread's first checkpoint (the input's), through the sync API."""
+    root = empty_checkpoint()
+    saver.put(_config(thread_id, token), root, {"source": "input", "step": -1}, {})
+    return root
+
+
+async def _aroot(saver: Any, token: int, thread_id: str = "t") -> Any:
+    """`_root` through the async API."""
+    root = empty_checkpoint()
+    await saver.aput(_config(thread_id, token), root, {"source": "input", "step": -1}, {})
+    return root
 
 
 def _hops(saver: Any) -> list[str]:
@@ -79,8 +84,7 @@ def test_the_hot_async_calls_take_no_hop_once_the_loop_has_its_connection(open_p
     hops = _hops(saver)
 
     async def run() -> Any:
-        root = empty_checkpoint()
-        await saver.aput(_config("t", claim.token), root, {"source": "input", "step": -1}, {})
+        root = await _aroot(saver, claim.token)
         opened = list(hops)  # the first call read the store's session once (`_session`)
         child = await _step(saver, claim.token, root)
         got = await saver.aget_tuple(_config("t", None))
@@ -133,7 +137,7 @@ def test_a_native_connection_takes_the_stores_schema_and_timeouts(
         claim = saver.claim("t", "w", 60)
 
         async def run() -> Any:
-            await saver.aput(_config("t", claim.token), empty_checkpoint(), {"step": -1}, {})
+            await _aroot(saver, claim.token)
             got = await saver.aget_tuple(_config("t", None))
             (_, native), *_ = saver._engine.natives._idle
             cur = await native.execute(
@@ -167,7 +171,7 @@ def test_a_store_under_another_role_never_goes_native(pg_server: Any) -> None:
         hops = _hops(saver)
 
         async def run() -> Any:
-            await saver.aput(_config("t", claim.token), empty_checkpoint(), {"step": -1}, {})
+            await _aroot(saver, claim.token)
             return await saver.aget_tuple(_config("t", None))
 
         assert asyncio.run(run()) is not None
@@ -187,8 +191,7 @@ def test_a_sync_write_and_a_native_put_share_one_commit_and_the_reverse(
     """A waiter of either kind is woken by a put of the other: a thread's, or a coroutine's."""
     saver = open_pg()
     claim = saver.claim("t", "w", 60)
-    root = empty_checkpoint()
-    saver.put(_config("t", claim.token), root, {"source": "input", "step": -1}, {})
+    root = _root(saver, claim.token)
     before = saver.commit_stats()
     # A thread's write, taken by a native put.
     out: dict[str, Any] = {}
@@ -229,8 +232,7 @@ def test_a_write_cancelled_while_it_waits_for_its_put_never_runs(
     claim = saver.claim("t", "w", 60)
 
     async def run() -> Any:
-        root = empty_checkpoint()
-        await saver.aput(_config("t", claim.token), root, {"source": "input", "step": -1}, {})
+        root = await _aroot(saver, claim.token)
         config = _config("t", claim.token, root["id"])
         waiting = asyncio.ensure_future(saver.aput_writes(config, [("x", 1)], "task"))
         await asyncio.sleep(0)
@@ -253,8 +255,7 @@ def test_a_stale_step_gets_stale_claim_for_each_call_and_stores_nothing(
 ) -> None:
     saver = open_pg()
     old = saver.claim("t", "w", 60)
-    root = empty_checkpoint()
-    saver.put(_config("t", old.token), root, {"source": "input", "step": -1}, {})
+    root = _root(saver, old.token)
     saver.take_over("t", "w2", 60)
 
     async def run() -> list[Any]:
@@ -296,8 +297,7 @@ def test_native_backends_the_server_ended_while_idle_are_replaced_before_use(
     claim = saver.claim("t", "w", 60)
 
     async def run() -> Any:
-        root = empty_checkpoint()
-        await saver.aput(_config("t", claim.token), root, {"source": "input", "step": -1}, {})
+        root = await _aroot(saver, claim.token)
         await asyncio.gather(*(saver.aget_tuple(_config("t", None)) for _ in range(4)))
         kept = [conn for _, conn in saver._engine.natives._idle]
         assert len(kept) == NativeConns.KEEP  # both opened by the concurrent reads
@@ -327,8 +327,7 @@ def test_concurrent_tasks_beyond_keep_take_the_hop_and_all_land(open_pg: Any) ->
 
     async def chain(thread_id: str) -> None:
         token = claims[thread_id].token
-        parent = empty_checkpoint()
-        await saver.aput(_config(thread_id, token), parent, {"source": "input", "step": -1}, {})
+        parent = await _aroot(saver, token, thread_id)
         for _ in range(10):
             parent = await _step(saver, token, parent, thread_id)
 
@@ -397,7 +396,7 @@ def test_a_native_write_cancelled_mid_statement_runs_to_its_end(
     blocker = psycopg.connect(pg_dsn)  # holds the thread's row: the fence waits for it
 
     async def run() -> Any:
-        await saver.aput(_config("t", claim.token), empty_checkpoint(), {"step": -1}, {})
+        await _aroot(saver, claim.token)
         (_, native), *_ = saver._engine.natives._idle
         blocker.execute("SELECT 1 FROM lgfs_threads WHERE thread_id = 't' FOR UPDATE")
         child = create_checkpoint(saver.get_tuple(_config("t", None)).checkpoint, None, 1)
@@ -434,8 +433,7 @@ def test_alist_pages_natively_and_lists_what_list_lists(open_pg: Any) -> None:
     """Two statements in one read-only snapshot (a pipeline), page after page."""
     saver = open_pg()
     claim = saver.claim("t", "w", 60)
-    parent = empty_checkpoint()
-    saver.put(_config("t", claim.token), parent, {"source": "input", "step": -1}, {})
+    parent = _root(saver, claim.token)
     for step in range(230):  # past two pages (`base_saver._PAGE`)
         child = create_checkpoint(parent, None, step)
         saver.put(_config("t", claim.token, parent["id"]), child, {"step": step}, {})
@@ -464,8 +462,7 @@ def test_a_joint_batch_sent_as_a_pipeline_commits_once_natively(
     monkeypatch.setattr(txns._PutBatch, "join", lambda self, writes: None)
     saver = open_pg()
     claim = saver.claim("t", "w", 60)
-    root = empty_checkpoint()
-    saver.put(_config("t", claim.token), root, {"source": "input", "step": -1}, {})
+    root = _root(saver, claim.token)
 
     async def run() -> Any:
         await saver.aget_tuple(_config("t", None))  # opens the loop's connection
@@ -490,8 +487,7 @@ def test_a_refused_pipeline_gets_each_callers_error_and_replaces_its_connection(
     monkeypatch.setattr(txns._PutBatch, "join", lambda self, writes: None)
     saver = open_pg()
     old = saver.claim("t", "w", 60)
-    root = empty_checkpoint()
-    saver.put(_config("t", old.token), root, {"source": "input", "step": -1}, {})
+    root = _root(saver, old.token)
     saver.take_over("t", "w2", 60)
 
     async def run() -> Any:
