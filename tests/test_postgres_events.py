@@ -836,14 +836,19 @@ def _in_transaction(pg_dsn: str) -> tuple[Any, Any]:
 
 @pytest.mark.parametrize("api", ["sync", "async"])
 def test_a_waiter_arriving_while_a_commit_that_heard_nobody_is_in_flight_reads_it(
-    open_pg: Any, pg_dsn: str, api: str
+    open_pg: Any, pg_dsn: str, api: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A commit notifies only if a waiter holds the thread's listen key (`sql.HEAR`).
 
     One that found nobody holds the key until it commits: a waiter arriving
     meanwhile waits for that commit before it listens and reads, so it
-    reads the commit (no NOTIFY needed). The safety poll is 30 s away here.
+    reads the commit (no NOTIFY needed). The safety poll is 30 s away here,
+    and the waiter waits for the key up to 10 s: a loaded machine's delay
+    before the commit below must not make it go on without.
     """
+    from langgraph_fenced_sqlite.postgres import watch
+
+    monkeypatch.setattr(watch, "HEAR_TIMEOUT", "10s")
     saver = open_pg(poll_interval=30)
     claim = saver.claim("t", "w", 60)
     (seq,) = saver.append_events("t", claim.token, [("before", {})])

@@ -49,8 +49,10 @@ __all__ = ["SLICE", "PgEventPoller"]
 SLICE = 0.25
 """The longest a stopped wait goes on (seconds): a waiting watch wakes this often."""
 
-# How long a waiter waits for a commit in flight before it listens (`sql.HEAR`).
-HEAR_TIMEOUT = "1s"
+# How long a waiter waits for a commit in flight before it listens without
+# the listen key (`sql.HEAR`): a slice, so a stopped wait (a watch's close)
+# is never held longer than while it waits for notifications.
+HEAR_TIMEOUT = f"{int(SLICE * 1000)}ms"
 
 
 def _lock_timeout(seconds: float) -> dict[str, str]:
