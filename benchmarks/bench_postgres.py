@@ -43,9 +43,13 @@ in the same run (interleaved rounds, `_common.interleave`):
   take turns through `FencedRunner(strategy="enqueue")`; theirs, which have no
   claims, take turns through a `pg_advisory_lock` per invoke (what one writer
   per thread costs with PostgresSaver). Issue 13 names no ratio for these: the
-  invoke target (<= 1.0x) is applied. A worker exits only once all are done:
-  each exit (LangGraph's imports torn down) takes 200-300 ms of CPU, which
-  would slow the workers still running (`_serve`).
+  invoke target (<= 1.0x) is applied. Each contender's workers are started
+  once per row and live through its 12 rounds (`_Fleet`): with a process
+  start per round, 3 rounds took 2.5 minutes and their ratio moved by 0.1x
+  from run to run. A worker exits only once all are done: each exit
+  (LangGraph's imports torn down) takes 200-300 ms of CPU, which would slow
+  the workers still running (`_serve`). The CPU columns are per invoke,
+  every worker's and every backend's, waiters included.
 - CONTENDED: the contended row turn by turn: hand-off (a release began ->
   the next grant), hold (grant -> release), refused begin_runs per run, and
   the CPU per run of all workers (the waiters' too) and their backends.
@@ -424,25 +428,28 @@ def _log_turns(saver: Any) -> None:
 
 
 def _serve(run: Callable[[int], float], n: int, conn: Any) -> int:
+    """Print "ready", then run `n` invokes for each line on stdin, printing each round's JSON.
+
+    A worker lives through every round of its table (`_Fleet`): a round costs
+    no process start (imports: seconds on 2 cores), so a table can afford
+    enough rounds for a stable median. It exits only once its stdin closes,
+    after every round of every worker: an interpreter that imported LangGraph
+    takes 200-300 ms of CPU to exit, which on 2 cores slowed the runs of the
+    workers still going (measured: a contended run 18.7 ms -> 9.9 ms mean
+    once exits waited).
+    """
     run(1)  # warm: imports, prepared statements, the thread's first checkpoint
-    _TURNS.clear()
     print("ready", flush=True)
-    sys.stdin.readline()
-    client, server = time.process_time(), _backend_cpu(conn)
-    run(n)
-    server_after = _backend_cpu(conn)
-    cpu = [
-        time.process_time() - client,
-        None if server is None or server_after is None else server_after - server,
-    ]
-    print(json.dumps({"end": time.time(), "turns": _TURNS, "cpu": cpu}), flush=True)
-    # Exit only once every worker is done (the parent closes stdin): an
-    # interpreter that imported LangGraph takes 200-300 ms of CPU to exit,
-    # which on 2 cores slowed the runs of the workers still going (measured:
-    # a contended run 18.7 ms -> 9.9 ms mean once exits waited). Ours
-    # finished far apart (a worker often takes several turns in a row),
-    # theirs close together, so their exits had hidden more of ours.
-    sys.stdin.readline()
+    while sys.stdin.readline():
+        _TURNS.clear()
+        client, server = time.process_time(), _backend_cpu(conn)
+        run(n)
+        server_after = _backend_cpu(conn)
+        cpu = [
+            time.process_time() - client,
+            None if server is None or server_after is None else server_after - server,
+        ]
+        print(json.dumps({"end": time.time(), "turns": _TURNS, "cpu": cpu}), flush=True)
     return 0
 
 
@@ -504,54 +511,74 @@ class _Turns:
         return f"{fmt_time(self.client_cpu / runs)} + {server}"
 
 
-def _processes(
-    mode: str, dsn: str, contended: bool, n: int, tag: str, workers: int, turns: _Turns
-) -> float:
-    """Start `workers` workers, let them go at once; return the seconds until the last ends.
+class _Fleet:
+    """`workers` worker processes of one contender and mode, alive through every round."""
 
-    The workers' turns on a contended thread are added to `turns`.
-    """
-    kind = "contended" if contended else "distinct"
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                os.path.abspath(__file__),
-                "--worker",
-                f"{mode}-{kind}",
-                dsn,
-                f"{tag}-hot" if contended else f"{tag}-{i}",
-                str(n),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(workers)
-    ]
-    try:
-        for p in procs:
+    def __init__(
+        self, mode: str, dsn: str, contended: bool, n: int, tag: str, workers: int
+    ) -> None:
+        kind = "contended" if contended else "distinct"
+        self.contended, self.n = contended, n
+        self.invokes, self.client_cpu, self.server_cpu = 0, 0.0, 0.0
+        self.server_readable = True
+        self.procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    os.path.abspath(__file__),
+                    "--worker",
+                    f"{mode}-{kind}",
+                    dsn,
+                    f"{tag}-hot" if contended else f"{tag}-{i}",
+                    str(n),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(workers)
+        ]
+        for p in self.procs:
             assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+
+    def round(self, turns: _Turns) -> float:
+        """Let every worker go at once; return the seconds until the last ends.
+
+        The workers' turns on a contended thread are added to `turns`.
+        """
         started = time.time()
-        for p in procs:
+        for p in self.procs:
             assert p.stdin is not None
             p.stdin.write("go\n")
             p.stdin.flush()
         ends, logs, cpus = [], [], []
-        for p in procs:
+        for p in self.procs:
             assert p.stdout is not None
             result = json.loads(p.stdout.readline())
             ends.append(result["end"])
             logs.append(result["turns"])
             cpus.append(result["cpu"])
-        if contended:
+        self.invokes += self.n * len(self.procs)
+        for client, server in cpus:
+            self.client_cpu += client
+            self.server_readable = self.server_readable and server is not None
+            self.server_cpu += server or 0.0
+        if self.contended:
             turns.add(logs, cpus)
         return max(ends) - started
-    finally:
-        for p in procs:
+
+    def cpu(self) -> str:
+        """CPU per invoke so far: every worker's (waiters' too) + every backend's."""
+        invokes = max(self.invokes, 1)
+        server = fmt_time(self.server_cpu / invokes) if self.server_readable else "n/a"
+        return f"{fmt_time(self.client_cpu / invokes)} + {server}"
+
+    def close(self) -> None:
+        """Close every worker's stdin (they may exit now) and wait for them."""
+        for p in self.procs:
             if p.stdin is not None:
-                p.stdin.close()  # every worker is done: now they may exit
-        for p in procs:
+                p.stdin.close()
+        for p in self.procs:
             p.wait(timeout=120)
 
 
@@ -605,7 +632,15 @@ def _process_tables(dsn: str, workers: int, proc_ops: int, proc_rounds: int) -> 
     table = Table(
         f"PROCESSES: {workers} workers x {proc_ops} invokes of the 5-node chain "
         f"(wall time, {proc_rounds} interleaved rounds)",
-        ["threads", "FencedPostgresSaver", "PostgresSaver", "ratio", "target"],
+        [
+            "threads",
+            "FencedPostgresSaver",
+            "PostgresSaver",
+            "CPU/invoke ours (client + server)",
+            "theirs",
+            "ratio",
+            "target",
+        ],
     )
     for contended, label in (
         (False, "distinct (one each)"),
@@ -613,18 +648,25 @@ def _process_tables(dsn: str, workers: int, proc_ops: int, proc_rounds: int) -> 
     ):
         times: dict[str, list[float]] = {"ours": [], "theirs": []}
         turns = {"ours": _Turns(), "theirs": _Turns()}
-        for r in range(proc_rounds):
-            order = ["ours", "theirs"] if r % 2 == 0 else ["theirs", "ours"]
-            for who in order:
-                tag = f"p{int(contended)}-{who}-{r}"
-                times[who].append(
-                    _processes(who, dsn, contended, proc_ops, tag, workers, turns[who])
-                )
+        fleets: dict[str, _Fleet] = {}
+        try:
+            for who in ("ours", "theirs"):
+                tag = f"p{int(contended)}-{who}"
+                fleets[who] = _Fleet(who, dsn, contended, proc_ops, tag, workers)
+            for r in range(proc_rounds):
+                for who in ["ours", "theirs"] if r % 2 == 0 else ["theirs", "ours"]:
+                    times[who].append(fleets[who].round(turns[who]))
+        finally:
+            for fleet in fleets.values():
+                fleet.close()
+        cpus = {who: fleet.cpu() for who, fleet in fleets.items()}
         ratio = paired_ratio(times["ours"], times["theirs"])
         table.add(
             label,
             fmt_time(median(times["ours"])),
             fmt_time(median(times["theirs"])),
+            cpus["ours"],
+            cpus["theirs"],
             f"{ratio:.2f}x",
             f"<= 1.0x {verdict(ratio, 1.0)}",
         )
@@ -683,7 +725,7 @@ def main(argv: list[str] | None = None) -> int:
     put_rounds = args.rounds or (3 if args.quick else 150)
     put_ops = 5 if args.quick else 20
     invoke_ops = 2 if args.quick else 20
-    proc_rounds = 1 if args.quick else 3
+    proc_rounds = 2 if args.quick else 12
     workers = 2 if args.quick else WORKERS  # --quick is a smoke run: fewer processes
     proc_ops = 2 if args.quick else 10
     wakes = 5 if args.quick else 60
