@@ -36,6 +36,12 @@ in the same run (interleaved rounds, `_common.interleave`):
   than ours (an earlier version, 15 slices of 100 calls, measured it at
   405 us in one run and 983 us in another, ours within 10%). The CPU table
   (client + backend, from /proc) is the figure least moved by load.
+- LARGE STATE: put and get_tuple of a chain whose list channel is a
+  40-message chat history (`_chat`, about 17 KB in msgpack), as a chat app's
+  state grows: the value is over PostgreSQL's 2 KB TOAST threshold, so the
+  server compresses it on every put and inflates it on every read (ours with
+  lz4 where the server has it, migration 9; theirs with pglz). Targets: put
+  <= 1.2x, get_tuple <= 1.0x.
 - INVOKE: a 5-node chain, sync (PostgresSaver) and async (AsyncPostgresSaver),
   ours under a claim; target <= 1.0x.
 - PROCESSES: 8 worker processes (real ones, own connections) each invoking
@@ -92,7 +98,30 @@ from langgraph_fenced_sqlite.testing.postgres_server import round_trips, start_s
 WORKERS = 8
 
 
-def _checkpoint(parent: dict[str, Any] | None) -> dict[str, Any]:
+def _chat(turns: int = 40) -> list[Any]:
+    """A chat history as LangGraph apps keep one: `turns` messages, 20-120 words each.
+
+    Seeded, so every run and every contender stores the same ~18 KB (msgpack).
+    """
+    import random
+
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    rng = random.Random(1)
+    words = (
+        "the of and to in is you that it was for on are as with they at be this from have "
+        "or by one had not but what all were when we your can said there use an each which "
+        "she do how their if will up other about out many then them these so some would make"
+    ).split()
+    return [
+        (HumanMessage if i % 2 == 0 else AIMessage)(
+            " ".join(rng.choice(words) for _ in range(rng.randint(20, 120)))
+        )
+        for i in range(turns)
+    ]
+
+
+def _checkpoint(parent: dict[str, Any] | None, messages: list[Any] | None = None) -> dict[str, Any]:
     """The next checkpoint of a chain: both channels written, so both at a new version.
 
     As LangGraph's loop makes one after a step whose node wrote both: the
@@ -106,16 +135,23 @@ def _checkpoint(parent: dict[str, Any] | None) -> dict[str, Any]:
     base = empty_checkpoint() if parent is None else create_checkpoint(parent, None, 1)
     step = 1 if parent is None else int(parent["channel_versions"]["messages"].split(".")[0]) + 1
     version = f"{step:032}.{0:016}"
-    base["channel_values"] = {"messages": ["x" * 200], "count": step}
+    base["channel_values"] = {"messages": messages or ["x" * 200], "count": step}
     base["channel_versions"] = {"messages": version, "count": version}
     return base
 
 
 class _Chain:
-    """A growing chain of checkpoints on one thread (source "loop"), put by one saver."""
+    """A growing chain of checkpoints on one thread (source "loop"), put by one saver.
 
-    def __init__(self, saver: Any, thread_id: str, token: int | None) -> None:
+    `messages`: the list channel's value in every checkpoint (default: one
+    200-character string; `_chat()` for a large state).
+    """
+
+    def __init__(
+        self, saver: Any, thread_id: str, token: int | None, messages: list[Any] | None = None
+    ) -> None:
         self.saver, self.thread_id, self.token = saver, thread_id, token
+        self.messages = messages
         self.parent: dict[str, Any] | None = None
 
     def config(self, with_id: bool = True) -> dict[str, Any]:
@@ -127,7 +163,7 @@ class _Chain:
         return {"configurable": conf}
 
     def put(self) -> None:
-        cp = _checkpoint(self.parent)
+        cp = _checkpoint(self.parent, self.messages)
         self.saver.put(self.config(), cp, {"source": "loop", "step": 1}, cp["channel_versions"])
         self.parent = cp
 
@@ -144,6 +180,13 @@ class _Chain:
         started = time.perf_counter()
         for _ in range(n):
             self.put_writes()
+        return time.perf_counter() - started
+
+    def reads(self, n: int) -> float:
+        started = time.perf_counter()
+        config = self.config(with_id=False)
+        for _ in range(n):
+            self.saver.get_tuple(config)
         return time.perf_counter() - started
 
 
@@ -697,7 +740,7 @@ def _options(parser: Any) -> None:
         "--only",
         choices=("all", "put", "processes"),
         default="all",
-        help="put: only the round-trip, CPU, put and put_writes tables (about a minute); "
+        help="put: only the round-trip, CPU, put, put_writes and large-state tables; "
         "processes: only the PROCESSES and CONTENDED tables (a few minutes)",
     )
     parser.add_argument(
@@ -826,6 +869,32 @@ def main(argv: list[str] | None = None) -> int:
                 rounds=put_rounds,
                 ops=put_ops,
             )
+            chat = _chat()
+            big = {
+                "ours": _Chain(
+                    ours, "chat-ours", ours.claim("chat-ours", "bench", 3600).token, chat
+                ),
+                "theirs": _Chain(theirs, "chat-theirs", None, chat),
+            }
+            for chain in big.values():
+                chain.put()
+                _check_whole(chain)
+            size = len(ours.serde.dumps_typed(chat)[1]) / 1024
+            for op, of in (("put", lambda c: c.puts), ("get_tuple", lambda c: c.reads)):
+                _spread_table(
+                    f"LARGE STATE: {op}, a {len(chat)}-message chat history ({size:.0f} KB)",
+                    "saver",
+                    {
+                        f"FencedPostgresSaver.{op}{' (fenced)' if op == 'put' else ''}": _Probed(
+                            ours_conn, of(big["ours"])
+                        ),
+                        f"PostgresSaver.{op}": _Probed(theirs_conn, of(big["theirs"])),
+                    },
+                    f"PostgresSaver.{op}",
+                    1.2 if op == "put" else 1.0,
+                    rounds=put_rounds,
+                    ops=put_ops,
+                )
             if args.only == "put":
                 load = os.getloadavg()
                 print(f"load average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")

@@ -27,6 +27,7 @@ from langgraph_fenced_sqlite import (
     WrongThread,
 )
 from langgraph_fenced_sqlite.postgres import FencedPostgresSaver, sql, txns
+from langgraph_fenced_sqlite.testing._helpers import values_checkpoint
 
 
 def _config(thread_id: str, token: int | None = None, **extra: Any) -> Any:
@@ -268,6 +269,67 @@ def test_setup_is_versioned_and_refuses_a_newer_schema(open_pg: Any, pg_dsn: str
         conn.execute("INSERT INTO lgfs_migrations VALUES (%s)", (sql.SCHEMA_VERSION + 1,))
     with pytest.raises(UnsupportedFormat, match="newer"):
         saver.setup()
+
+
+def _large_values(n: int) -> dict[str, Any]:
+    # Text well over the 2 KB TOAST threshold, and compressible, as a chat's is.
+    return {"messages": [f"turn {i}: " + "the answer is in the log " * 20 for i in range(n)]}
+
+
+def _compressions(dsn: str) -> tuple[list[str], list[str]]:
+    """Each stored checkpoint's values and each write's value: how they are compressed."""
+    with psycopg.connect(dsn) as conn:
+        checkpoints = conn.execute(
+            "SELECT pg_column_compression(values_blob) FROM lgfs_checkpoints ORDER BY position"
+        ).fetchall()
+        writes = conn.execute(
+            "SELECT pg_column_compression(blob) FROM lgfs_writes ORDER BY position"
+        ).fetchall()
+    return [r[0] for r in checkpoints], [r[0] for r in writes]
+
+
+def _offers_lz4(dsn: str) -> bool:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'"
+        ).fetchone()
+    return bool(row and row[0])
+
+
+def test_large_values_are_stored_with_lz4_where_the_server_offers_it(pg_dsn: str) -> None:
+    """Migration 9: payloads over the TOAST threshold are compressed with lz4 (faster than
+    pglz both ways); values stored before it keep pglz and read back whole."""
+    assert _offers_lz4(pg_dsn)  # the suite's server (PostgreSQL 15, Debian's build) does
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        for v in range(9):
+            conn.execute(sql.MIGRATIONS[v], prepare=False)
+        conn.execute("INSERT INTO lgfs_migrations (v) SELECT generate_series(2, 9)")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        saver = FencedPostgresSaver(conn)  # at version 9: before the migration
+        token = saver.claim("t", "me", 60).token
+        before = values_checkpoint(_large_values(30))
+        saver.put(_config("t", token), before, {"source": "loop", "step": 1}, {})
+        saver.put_writes(
+            _config("t", token, checkpoint_id=before["id"]), [("messages", "x" * 9000)], "a"
+        )
+        saver.setup()
+        assert saver.stats()["schema_version"] == 10
+        after = values_checkpoint(_large_values(31))
+        saver.put(
+            _config("t", token, checkpoint_id=before["id"]),
+            after,
+            {"source": "loop", "step": 2},
+            {},
+        )
+        saver.put_writes(
+            _config("t", token, checkpoint_id=after["id"]), [("messages", "y" * 9000)], "b"
+        )
+        assert _compressions(pg_dsn) == (["pglz", "lz4"], ["pglz", "lz4"])
+        for cp, value in ((before, "x" * 9000), (after, "y" * 9000)):
+            got = saver.get_tuple(_config("t", checkpoint_id=cp["id"]))
+            assert got is not None and got.checkpoint["channel_values"] == cp["channel_values"]
+            assert got.pending_writes is not None
+            assert [w[2] for w in got.pending_writes] == [value]
 
 
 def test_concurrent_setup_from_many_connections(pg_dsn: str) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from test_postgres_saver import _compressions, _large_values, _offers_lz4
 
 from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
 from langgraph_fenced_sqlite.testing._helpers import plain_config, values_checkpoint
@@ -51,13 +52,22 @@ def test_a_server_from_the_wheels_binaries_stores_and_reads_back(tmp_path: Path)
             [os.path.join(bindir, "postgres"), "--version"], capture_output=True, text=True
         ).stdout  # "postgres (PostgreSQL) 16.2"
         assert row is not None and wheel.split()[-1] == row[0]  # the wheel's server answered
-        with psycopg.connect(server.fresh_dsn(), autocommit=True) as conn:
+        dsn = server.fresh_dsn()
+        with psycopg.connect(dsn, autocommit=True) as conn:
             saver = FencedPostgresSaver(conn)
             saver.setup()
             config = saver.put(plain_config("t"), values_checkpoint({"x": 1}), {}, {})
             got = saver.get_tuple(plain_config("t"))
             assert got is not None and got.config == config
             assert got.checkpoint["channel_values"] == {"x": 1}
+            # The wheel's build has no lz4: migration 9 leaves pglz, and large
+            # values are stored and read back as on any server.
+            assert not _offers_lz4(server.dsn)
+            large = values_checkpoint(_large_values(30))
+            saver.put(plain_config("t"), large, {}, {})
+            got = saver.get_tuple(plain_config("t"))
+            assert got is not None and got.checkpoint["channel_values"] == large["channel_values"]
+            assert _compressions(dsn)[0] == [None, "pglz"]
     finally:
         server.stop()
     assert not os.path.exists(server.datadir)

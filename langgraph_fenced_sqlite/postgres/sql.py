@@ -135,6 +135,26 @@ MIGRATIONS: list[str] = [
     # 8: `lgfs_begin_run`, a run's common grant in one statement
     # (`sql_functions.BEGIN_RUN`).
     BEGIN_RUN,
+    # 9: the columns that hold a checkpoint's or a write's payload compressed
+    # with lz4 where the server offers it (PostgreSQL 14 and later, built
+    # with lz4; elsewhere nothing changes). A value over the 2 KB TOAST
+    # threshold is compressed on every put and inflated on every read, with
+    # pglz by default: measured on a 40-message chat history (18 KB msgpack),
+    # a put took 858 us with pglz and 609 us with lz4 (PostgresSaver's, on
+    # pglz, 736 us). Only the catalog changes (no rewrite): stored values
+    # keep their compression and stay readable; new ones take lz4.
+    """
+    DO $$
+    BEGIN
+        IF EXISTS (SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression'
+                AND 'lz4' = ANY(enumvals)) THEN
+            ALTER TABLE lgfs_checkpoints ALTER COLUMN values_blob SET COMPRESSION lz4,
+                ALTER COLUMN envelope SET COMPRESSION lz4,
+                ALTER COLUMN metadata SET COMPRESSION lz4;
+            ALTER TABLE lgfs_writes ALTER COLUMN blob SET COMPRESSION lz4;
+        END IF;
+    END $$;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
