@@ -1,16 +1,19 @@
-"""Copy a LangGraph `SqliteSaver` file into a fenced store.
+"""Copy a LangGraph `SqliteSaver` file (or, through `postgres/importer.py`, a
+`PostgresSaver` database) into a fenced store.
 
-Invariant: the source is opened read-only (`mode=ro`) and its blobs are
-decoded only by the data-only serializer, so importing never writes the
-source and never runs code stored in it. A thread is imported whole or not at
-all: every row of it is decoded, and every value proven storable, before its
-first `put`; a thread with a row that does not (pickle, a type outside the
-allow-list, a value that does not rebuild) is skipped and named in the
-report with the checkpoint and the reason, and the other threads are imported.
-Everything is written through the saver's public `put`/`put_writes`, one
-thread at a time, each checkpoint after its parent (id order), so positions
-follow the source's history and a rerun changes nothing: an identical `put`
-is a no-op and regular writes are first-writer-wins.
+Invariant: the source is only read (a file opened `mode=ro`; a database in a
+read-only transaction) and its values are decoded only by the data-only
+serializer, so importing never writes the source and never runs code stored
+in it. A thread is imported whole or not at all: every row of it is decoded,
+and every value proven storable, before its first `put`; a thread with a row
+that does not (pickle, a type outside the allow-list, a value that does not
+rebuild) is skipped and named in the report with the checkpoint and the
+reason, and the other threads are imported. Everything is written through
+the saver's public `put`/`put_writes`, one thread at a time, each checkpoint
+after its parent (id order), so positions follow the source's history and a
+rerun changes nothing: an identical `put` is a no-op and regular writes are
+first-writer-wins. `_Importer` does this for any `Source`: each kind of
+source only says how its rows are read.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP, Checkpoint
 
@@ -105,17 +108,26 @@ def import_sqlitesaver(
         StoreError: the source cannot be read (locked, unreadable).
     """
     src = os.fspath(src_path)
-    serde = dest_saver.serde
-    # Decode with the dest saver's allow-list (so its users' types import),
-    # but never into display-only tagged data that would then be stored.
-    serde = serde.refusing() if isinstance(serde, DataOnlySerializer) else DataOnlySerializer()
     conn = _open_source(src)
     try:
-        return _Importer(conn, src, dest_saver, serde, progress).run()
+        # One read transaction: a consistent snapshot even if someone writes the source.
+        conn.execute("BEGIN")
+        try:
+            return _Importer(_SqliteSaverFile(conn, src), dest_saver, progress).run()
+        finally:
+            conn.execute("COMMIT")
     except sqlite3.Error as exc:
         raise StoreError("import", src, message=f"import {src}: reading the source: {exc}") from exc
     finally:
         conn.close()
+
+
+def import_serde(dest_saver: Any) -> DataOnlySerializer:
+    """The serializer an import decodes its source with: `dest_saver`'s allow-list
+    (so its users' types import), but never into display-only tagged data that
+    would then be stored."""
+    serde = dest_saver.serde
+    return serde.refusing() if isinstance(serde, DataOnlySerializer) else DataOnlySerializer()
 
 
 def check_source(src_path: str | os.PathLike[str]) -> None:
@@ -160,23 +172,90 @@ def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
     return {row[0] for row in conn.execute(schema.SQLITESAVER_TABLE_COLUMNS, (table,))}
 
 
-class _Importer:
-    def __init__(
-        self,
-        conn: sqlite3.Connection,
-        src: str,
-        dest: FencedSqliteSaver,
-        serde: DataOnlySerializer,
-        progress: Callable[[int, int], None] | None,
-    ) -> None:
-        self.conn, self.src, self.dest, self.serde = conn, src, dest, serde
-        self.progress = progress
-        has_task_path = "task_path" in _columns(conn, "writes")
+# A write row as a source gives it: (task_id, task_path, idx, channel, type, value).
+WriteRow = tuple[str, str, int, str, str, bytes]
+
+
+class Source(Protocol):
+    """A LangGraph saver's rows as `_Importer` reads them, inside one snapshot of the source.
+
+    Threads are the source's own values (passed back as they came); every
+    method only reads. `checkpoint` decodes with the serializer it is given
+    and raises `SerializationError`, `ValueError` or `TypeError` for a row
+    that is not data.
+    """
+
+    name: str
+
+    def counts(self) -> tuple[int, int]:
+        """Checkpoints and writes in the source."""
+        ...
+
+    def threads(self) -> list[Any]:
+        """Every thread with a checkpoint or a write, in order."""
+        ...
+
+    def checkpoint_keys(self, thread: Any) -> list[tuple[str, str, str | None]]:
+        """The thread's checkpoints as `(ns, id, parent id)`, in id order."""
+        ...
+
+    def orphan_write_keys(self, thread: Any) -> list[tuple[str, str]]:
+        """`(ns, id)` of the thread's writes whose checkpoint the source never stored."""
+        ...
+
+    def checkpoint(
+        self, thread: Any, ns: str, cid: str, serde: DataOnlySerializer
+    ) -> tuple[Any, dict[str, Any]]:
+        """One checkpoint, decoded, and its metadata."""
+        ...
+
+    def write_rows(self, thread: Any, ns: str, cid: str) -> list[WriteRow]:
+        """One checkpoint's writes, undecoded, in `(task_path, task_id, idx)` order."""
+        ...
+
+
+class _SqliteSaverFile:
+    """A `SqliteSaver` file as a `Source` (its connection inside a read transaction)."""
+
+    def __init__(self, conn: sqlite3.Connection, src: str) -> None:
+        self.conn, self.name = conn, src
         self.writes_sql = (
             schema.SQLITESAVER_WRITES_OF_CHECKPOINT
-            if has_task_path
+            if "task_path" in _columns(conn, "writes")
             else schema.SQLITESAVER_WRITES_OF_CHECKPOINT_NO_TASK_PATH
         )
+
+    def counts(self) -> tuple[int, int]:
+        n_checkpoints, n_writes = self.conn.execute(schema.SQLITESAVER_COUNTS).fetchone()
+        return int(n_checkpoints), int(n_writes)
+
+    def threads(self) -> list[Any]:
+        return [row[0] for row in self.conn.execute(schema.SQLITESAVER_THREADS)]
+
+    def checkpoint_keys(self, thread: Any) -> list[tuple[str, str, str | None]]:
+        return self.conn.execute(schema.SQLITESAVER_CHECKPOINT_KEYS, (thread,)).fetchall()
+
+    def orphan_write_keys(self, thread: Any) -> list[tuple[str, str]]:
+        return self.conn.execute(schema.SQLITESAVER_ORPHAN_WRITE_KEYS, (thread,)).fetchall()
+
+    def checkpoint(
+        self, thread: Any, ns: str, cid: str, serde: DataOnlySerializer
+    ) -> tuple[Any, dict[str, Any]]:
+        type_, blob, metadata = self.conn.execute(
+            schema.SQLITESAVER_GET_CHECKPOINT, (thread, ns, cid)
+        ).fetchone()
+        return serde.loads_typed((type_, blob)), _metadata(metadata)
+
+    def write_rows(self, thread: Any, ns: str, cid: str) -> list[WriteRow]:
+        return self.conn.execute(self.writes_sql, (thread, ns, cid)).fetchall()
+
+
+class _Importer:
+    def __init__(
+        self, source: Source, dest: Any, progress: Callable[[int, int], None] | None
+    ) -> None:
+        self.source, self.dest, self.serde = source, dest, import_serde(dest)
+        self.progress = progress
         self.done = 0
         self.total = 0
         self.checkpoints = 0
@@ -184,20 +263,20 @@ class _Importer:
         self.skipped: list[dict[str, Any]] = []
 
     def run(self) -> ImportReport:
-        # One read transaction: a consistent snapshot even if someone writes the source.
-        self.conn.execute("BEGIN")
-        try:
-            n_checkpoints, n_writes = self.conn.execute(schema.SQLITESAVER_COUNTS).fetchone()
-            self.total = n_checkpoints + n_writes
-            self._report()
-            threads = [row[0] for row in self.conn.execute(schema.SQLITESAVER_THREADS)]
-            for thread in threads:
-                self._thread(thread)
-        finally:
-            self.conn.execute("COMMIT")
+        """Import every thread of the source (inside the snapshot its caller holds)."""
+        self.total = sum(self.source.counts())
+        self._report()
+        threads = self.source.threads()
+        for thread in threads:
+            self._thread(thread)
         imported = len(threads) - len(self.skipped)
         return ImportReport(
-            self.src, self.dest.path, imported, self.checkpoints, self.writes, tuple(self.skipped)
+            self.source.name,
+            self.dest.path,
+            imported,
+            self.checkpoints,
+            self.writes,
+            tuple(self.skipped),
         )
 
     def _report(self) -> None:
@@ -206,9 +285,9 @@ class _Importer:
 
     def _thread(self, raw_thread: Any) -> None:
         thread_id = str(raw_thread)
-        keys = self.conn.execute(schema.SQLITESAVER_CHECKPOINT_KEYS, (raw_thread,)).fetchall()
+        keys = self.source.checkpoint_keys(raw_thread)
         parent_of = {(ns, cid): parent for ns, cid, parent in keys}
-        orphans = self.conn.execute(schema.SQLITESAVER_ORPHAN_WRITE_KEYS, (raw_thread,)).fetchall()
+        orphans = self.source.orphan_write_keys(raw_thread)
         # Decode and prove the whole thread before its first put: a row that
         # fails halfway must not leave half a thread behind.
         plan: list[tuple[str, str, Any, _Groups, int]] = []
@@ -223,8 +302,8 @@ class _Importer:
                 {"thread_id": thread_id, "checkpoint_id": exc.checkpoint_id, "reason": exc.reason}
             )
             rows = len(keys) + sum(
-                len(self.conn.execute(self.writes_sql, (raw_thread, ns, cid)).fetchall())
-                for ns, cid in [(k[0], k[1]) for k in keys] + [tuple(o) for o in orphans]
+                len(self.source.write_rows(raw_thread, ns, cid))
+                for ns, cid in [(k[0], k[1]) for k in keys] + [(o[0], o[1]) for o in orphans]
             )
             self.done += rows
             self._report()
@@ -238,14 +317,10 @@ class _Importer:
     def _checkpoint(
         self, raw_thread: Any, thread_id: str, ns: str, cid: str, parent: str | None
     ) -> tuple[Checkpoint, dict[str, Any]]:
-        type_, blob, metadata = self.conn.execute(
-            schema.SQLITESAVER_GET_CHECKPOINT, (raw_thread, ns, cid)
-        ).fetchone()
         try:
-            checkpoint = self.serde.loads_typed((type_, blob))
+            checkpoint, md = self.source.checkpoint(raw_thread, ns, cid, self.serde)
             if not isinstance(checkpoint, dict) or checkpoint.get("id") != cid:
                 raise ValueError("the checkpoint blob is not a checkpoint with this id")
-            md = _metadata(metadata)
             self.serde.dumps_typed(checkpoint.get("channel_values", {}))  # proves it stores
         except (SerializationError, ValueError, TypeError) as exc:
             raise _undecodable(thread_id, ns, cid, str(exc)) from exc
@@ -258,12 +333,12 @@ class _Importer:
         conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
         if parent:
             conf["checkpoint_id"] = parent
-        self.dest.put({"configurable": conf}, checkpoint, md, {})  # type: ignore[arg-type]
+        self.dest.put({"configurable": conf}, checkpoint, md, {})
         self.checkpoints += 1
         self.done += 1
 
     def _writes(self, raw_thread: Any, thread_id: str, ns: str, cid: str) -> tuple[_Groups, int]:
-        rows = self.conn.execute(self.writes_sql, (raw_thread, ns, cid)).fetchall()
+        rows = self.source.write_rows(raw_thread, ns, cid)
         groups: _Groups = {}
         for task_id, task_path, idx, channel, type_, value in rows:
             try:
@@ -296,7 +371,7 @@ class _Importer:
                         stored = self._stored_writes(thread_id, ns, cid)
                     if _already_stored(batch, task_id, stored):
                         continue
-                self.dest.put_writes(config, batch, task_id, task_path)  # type: ignore[arg-type]
+                self.dest.put_writes(config, batch, task_id, task_path)
         self.writes += n_writes
         self.done += n_writes
 
