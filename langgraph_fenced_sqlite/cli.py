@@ -317,7 +317,12 @@ def _cmd_migrate(args: argparse.Namespace, out: Out) -> int:
 
 
 def _cmd_import(args: argparse.Namespace, out: Out) -> int:
-    importer.check_source(args.src)  # before DEST is created
+    """`import-sqlitesaver SRC DEST` and `import-postgressaver SRC DEST`."""
+    if args.command == "import-postgressaver":
+        run = _postgressaver_import(args.src)  # checks SRC before DEST is created
+    else:
+        importer.check_source(args.src)  # before DEST is created
+        run = importer.import_sqlitesaver
     bar = ProgressBar(sys.stderr) if args.progress or sys.stderr.isatty() else None
     serde = cli_serde(unknown="refuse")
     # A file DEST is created if missing; an existing one, or a PostgreSQL
@@ -327,7 +332,7 @@ def _cmd_import(args: argparse.Namespace, out: Out) -> int:
     dest = open_store(args.dest, serde) if existing else None
     with dest or FencedSqliteSaver(args.dest, serde=serde) as saver:
         try:
-            report = importer.import_sqlitesaver(args.src, saver, progress=bar)
+            report = run(args.src, saver, progress=bar)
         finally:
             if bar is not None:
                 bar.finish()
@@ -347,6 +352,30 @@ def _cmd_import(args: argparse.Namespace, out: Out) -> int:
         ),
     )
     return 1 if report.skipped else 0
+
+
+def _postgressaver_import(src: str) -> Callable[..., importer.ImportReport]:
+    """Check that `src` is a `PostgresSaver` database; return `postgres.import_postgressaver`.
+
+    Raises:
+        CliError: `usage`, naming what is not installed.
+        UnsupportedFormat, StoreError: `src` is not such a database, or unreachable.
+    """
+    try:
+        from .postgres import import_postgressaver
+        from .postgres.importer import check_postgressaver, require_postgressaver
+    except ImportError as exc:
+        raise CliError(
+            "usage",
+            f"import-postgressaver needs the [postgres] extra ({exc.name} is missing): "
+            'pip install "langgraph-fenced-sqlite[postgres]"',
+        ) from exc
+    try:
+        require_postgressaver()
+    except ImportError as exc:
+        raise CliError("usage", f"{exc}") from exc
+    check_postgressaver(src)
+    return import_postgressaver
 
 
 # --- the parser -----------------------------------------------------------------------------
@@ -378,7 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def command(name: str, fn: Callable, help: str, streams: bool = False, **kw: Any) -> Parser:
         parents = [stream if streams else doc, allow]
-        if name != "import-sqlitesaver":  # it names its own two files
+        if not name.startswith("import-"):  # they name their own two stores
             parents.append(db)
         p = sub.add_parser(name, parents=parents, help=help, description=help, **kw)
         p.set_defaults(func=fn)
@@ -479,6 +508,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("import-sqlitesaver", _cmd_import, "copy a LangGraph SqliteSaver file into DEST")
     p.add_argument("src", metavar="SRC", help="the SqliteSaver file (read-only)")
     p.add_argument("dest", metavar="DEST", help="the fenced file (created if missing)")
+    p.add_argument("--progress", action="store_true", help="draw the progress bar even off a TTY")
+    p = command(
+        "import-postgressaver", _cmd_import, "copy a LangGraph PostgresSaver database into DEST"
+    )
+    p.add_argument("src", metavar="SRC", help="the PostgresSaver database's URL (read-only)")
+    p.add_argument("dest", metavar="DEST", help="the fenced file (created if missing) or URL")
     p.add_argument("--progress", action="store_true", help="draw the progress bar even off a TTY")
     add_copy_command(command)
     return parser

@@ -77,7 +77,7 @@ def resolve_file(args: argparse.Namespace) -> None:
         CliError: `usage`, when the file is named twice or not at all.
     """
     if not hasattr(args, "path"):
-        return  # import-sqlitesaver names its own files
+        return  # import-sqlitesaver and import-postgressaver name their own stores
     flag, env = _flag(args), os.environ.get(_ENV) or None
     given = args.path
     store = given is not None and (_is_file(given) or is_pg_url(given))

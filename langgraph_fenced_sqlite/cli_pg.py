@@ -161,10 +161,17 @@ def check_store(args: argparse.Namespace) -> None:
 
     `import-sqlitesaver`'s DEST may be a URL of a database set up beforehand
     (it is never created there); its SRC is a `SqliteSaver` file.
+    `import-postgressaver`'s SRC is a URL; its DEST is as `import-sqlitesaver`'s.
 
     Raises:
         CliError: `usage`, saying why.
     """
+    if args.command == "import-postgressaver" and not is_pg_url(args.src):
+        raise CliError(
+            "usage",
+            f"import-postgressaver: SRC {args.src!r} is not a PostgreSQL URL "
+            "(postgresql://USER@HOST:PORT/DB, the database LangGraph's PostgresSaver writes)",
+        )
     if args.command == "import-sqlitesaver" and is_pg_url(args.src):
         raise CliError(
             "usage",

@@ -32,7 +32,7 @@ from langgraph_fenced_sqlite.cli import EXIT_CODES, build_parser, main
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 COMMANDS = (
     "threads history show diff claims events prune compact retract delete runs doctor migrate "
-    "vacuum import-sqlitesaver copy-to"
+    "vacuum import-sqlitesaver import-postgressaver copy-to"
 ).split()
 
 

@@ -984,3 +984,49 @@ THREAD_NAMESPACES = (
     "SELECT DISTINCT checkpoint_ns FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s "
     "ORDER BY checkpoint_ns"
 )
+
+
+# --- PostgresSaver import (read-only source) ------------------------------------------
+# Run by `postgres/importer.py` on a LangGraph `PostgresSaver` database, in a
+# read-only REPEATABLE READ transaction; they only read. That layout:
+# checkpoints(thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id,
+# type, checkpoint jsonb, metadata jsonb), checkpoint_blobs (one value per
+# channel version, rebuilt into checkpoints by PostgresSaver's own code) and
+# checkpoint_writes(thread_id, checkpoint_ns, checkpoint_id, task_id,
+# task_path, idx, channel, type, blob); `task_path` came with its migration 9.
+
+POSTGRESSAVER_TABLES = (
+    "SELECT to_regclass('checkpoints') IS NOT NULL AND to_regclass('checkpoint_blobs') IS NOT "
+    "NULL AND to_regclass('checkpoint_writes') IS NOT NULL AND "
+    "to_regclass('checkpoint_migrations') IS NOT NULL"
+)
+POSTGRESSAVER_WRITE_COLUMNS = (
+    "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass('checkpoint_writes') "
+    "AND attnum > 0 AND NOT attisdropped"
+)
+POSTGRESSAVER_COUNTS = (
+    "SELECT (SELECT count(*) FROM checkpoints), (SELECT count(*) FROM checkpoint_writes)"
+)
+POSTGRESSAVER_THREADS = (
+    "SELECT thread_id FROM checkpoints UNION SELECT thread_id FROM checkpoint_writes ORDER BY 1"
+)
+POSTGRESSAVER_CHECKPOINT_KEYS = (
+    "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id FROM checkpoints "
+    "WHERE thread_id = %s ORDER BY checkpoint_id, checkpoint_ns"
+)
+POSTGRESSAVER_WRITES_OF_CHECKPOINT = (
+    "SELECT task_id, task_path, idx, channel, type, blob FROM checkpoint_writes "
+    "WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s "
+    "ORDER BY task_path, task_id, idx"
+)
+POSTGRESSAVER_WRITES_OF_CHECKPOINT_NO_TASK_PATH = (
+    "SELECT task_id, '' AS task_path, idx, channel, type, blob FROM checkpoint_writes "
+    "WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s ORDER BY task_id, idx"
+)
+# Writes whose checkpoint the source never stored (LangGraph writes first).
+POSTGRESSAVER_ORPHAN_WRITE_KEYS = (
+    "SELECT DISTINCT w.checkpoint_ns, w.checkpoint_id FROM checkpoint_writes w "
+    "WHERE w.thread_id = %s AND NOT EXISTS (SELECT 1 FROM checkpoints c "
+    "WHERE c.thread_id = w.thread_id AND c.checkpoint_ns = w.checkpoint_ns "
+    "AND c.checkpoint_id = w.checkpoint_id) ORDER BY w.checkpoint_id, w.checkpoint_ns"
+)
