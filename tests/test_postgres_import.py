@@ -267,3 +267,25 @@ def test_the_command_refuses_a_bad_source_before_dest_is_made(
     assert down.returncode != 0 and "hunter2" not in down.stderr + down.stdout
     assert "Traceback" not in down.stderr and "connect failed" in down.stderr
     assert not os.path.exists(dest)
+
+
+def test_a_source_at_another_postgressaver_version_is_refused_saying_what_to_do(
+    source: str, tmp_path: Any
+) -> None:
+    """PostgresSaver's code reads its own version's layout only: older means its setup()
+    first (its get_tuple would fail on a missing column), newer means upgrade the package."""
+    with psycopg.connect(source, autocommit=True) as conn:
+        (latest,) = conn.execute("SELECT max(v) FROM checkpoint_migrations").fetchone()  # type: ignore[misc]
+        conn.execute("DELETE FROM checkpoint_migrations WHERE v = %s", (latest,))
+    with FencedSqliteSaver(str(tmp_path / "fenced.db")) as fenced:
+        with pytest.raises(UnsupportedFormat, match=r"older .* run PostgresSaver.setup\(\)"):
+            import_postgressaver(source, fenced)
+        with psycopg.connect(source, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO checkpoint_migrations VALUES (%s), (%s)", (latest, latest + 1)
+            )
+        with pytest.raises(
+            UnsupportedFormat, match="newer .* upgrade langgraph-checkpoint-postgres"
+        ):
+            import_postgressaver(source, fenced)
+        assert fenced.threads() == []

@@ -133,6 +133,13 @@ def require_postgressaver() -> Any:
     return PostgresSaver
 
 
+def _postgressaver_migrations() -> list[str]:
+    require_postgressaver()
+    from langgraph.checkpoint.postgres.base import MIGRATIONS
+
+    return list(MIGRATIONS)
+
+
 class _PostgresSaverDatabase:
     """A `PostgresSaver` database as an `importer.Source` (one read-only transaction)."""
 
@@ -146,12 +153,25 @@ class _PostgresSaverDatabase:
                 "(no checkpoints, checkpoint_blobs, checkpoint_writes and checkpoint_migrations "
                 "tables on its search_path)",
             )
-        columns = {row[0] for row in self._all(sql.POSTGRESSAVER_WRITE_COLUMNS)}
-        self.writes_sql = (
-            sql.POSTGRESSAVER_WRITES_OF_CHECKPOINT
-            if "task_path" in columns
-            else sql.POSTGRESSAVER_WRITES_OF_CHECKPOINT_NO_TASK_PATH
-        )
+        # PostgresSaver's code reads the layout of its own version only (its
+        # get_tuple names `task_path`, which its migration 9 added): a
+        # source at another version is refused, saying which way to move.
+        stored = self._one(sql.POSTGRESSAVER_VERSION)[0]
+        known = len(_postgressaver_migrations()) - 1
+        if stored != known:
+            older = stored is None or stored < known
+            fix = (
+                "run PostgresSaver.setup() on it first"
+                if older
+                else "upgrade langgraph-checkpoint-postgres first"
+            )
+            raise UnsupportedFormat(
+                "import",
+                where,
+                message=f"import {where}: the PostgresSaver schema is at version {stored}, "
+                f"{'older' if older else 'newer'} than the installed "
+                f"langgraph-checkpoint-postgres reads ({known}): {fix}",
+            )
 
     def _all(self, query: str, params: tuple[Any, ...] = ()) -> list[Any]:
         with self.conn.cursor(row_factory=tuple_row) as cur:
@@ -193,4 +213,4 @@ class _PostgresSaverDatabase:
         return found.checkpoint, dict(metadata)
 
     def write_rows(self, thread: Any, ns: str, cid: str) -> list[WriteRow]:
-        return self._all(self.writes_sql, (thread, ns, cid))
+        return self._all(sql.POSTGRESSAVER_WRITES_OF_CHECKPOINT, (thread, ns, cid))

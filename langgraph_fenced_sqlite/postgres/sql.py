@@ -993,17 +993,16 @@ THREAD_NAMESPACES = (
 # type, checkpoint jsonb, metadata jsonb), checkpoint_blobs (one value per
 # channel version, rebuilt into checkpoints by PostgresSaver's own code) and
 # checkpoint_writes(thread_id, checkpoint_ns, checkpoint_id, task_id,
-# task_path, idx, channel, type, blob); `task_path` came with its migration 9.
+# task_path, idx, channel, type, blob), at the version of the installed
+# `langgraph-checkpoint-postgres` (`POSTGRESSAVER_VERSION`).
 
 POSTGRESSAVER_TABLES = (
     "SELECT to_regclass('checkpoints') IS NOT NULL AND to_regclass('checkpoint_blobs') IS NOT "
     "NULL AND to_regclass('checkpoint_writes') IS NOT NULL AND "
     "to_regclass('checkpoint_migrations') IS NOT NULL"
 )
-POSTGRESSAVER_WRITE_COLUMNS = (
-    "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass('checkpoint_writes') "
-    "AND attnum > 0 AND NOT attisdropped"
-)
+# The migrations applied (PostgresSaver stores each version it reached).
+POSTGRESSAVER_VERSION = "SELECT max(v) FROM checkpoint_migrations"
 POSTGRESSAVER_COUNTS = (
     "SELECT (SELECT count(*) FROM checkpoints), (SELECT count(*) FROM checkpoint_writes)"
 )
@@ -1018,10 +1017,6 @@ POSTGRESSAVER_WRITES_OF_CHECKPOINT = (
     "SELECT task_id, task_path, idx, channel, type, blob FROM checkpoint_writes "
     "WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s "
     "ORDER BY task_path, task_id, idx"
-)
-POSTGRESSAVER_WRITES_OF_CHECKPOINT_NO_TASK_PATH = (
-    "SELECT task_id, '' AS task_path, idx, channel, type, blob FROM checkpoint_writes "
-    "WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s ORDER BY task_id, idx"
 )
 # Writes whose checkpoint the source never stored (LangGraph writes first).
 POSTGRESSAVER_ORPHAN_WRITE_KEYS = (
