@@ -23,7 +23,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP, Checkpoint
 
@@ -37,6 +37,9 @@ from .errors import (
 )
 from .saver import FencedSqliteSaver
 from .serde import DataOnlySerializer
+
+if TYPE_CHECKING:
+    from .postgres import FencedPostgresSaver
 
 __all__ = ["ImportReport", "check_source", "import_sqlitesaver"]
 
@@ -77,7 +80,7 @@ class ImportReport:
 
 def import_sqlitesaver(
     src_path: str | os.PathLike[str],
-    dest_saver: FencedSqliteSaver,
+    dest_saver: FencedSqliteSaver | FencedPostgresSaver,
     *,
     progress: Callable[[int, int], None] | None = None,
 ) -> ImportReport:

@@ -15,7 +15,7 @@ that change nothing) is `importer._Importer`'s.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import dict_row, tuple_row
@@ -28,6 +28,10 @@ from . import sql
 from .connection import describe
 from .saver import without_password
 
+if TYPE_CHECKING:
+    from ..saver import FencedSqliteSaver
+    from .saver import FencedPostgresSaver
+
 __all__ = ["check_postgressaver", "import_postgressaver", "require_postgressaver"]
 
 _NEEDS = (
@@ -37,7 +41,10 @@ _NEEDS = (
 
 
 def import_postgressaver(
-    source: str, dest_saver: Any, *, progress: Callable[[int, int], None] | None = None
+    source: str,
+    dest_saver: FencedSqliteSaver | FencedPostgresSaver,
+    *,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ImportReport:
     """Copy every thread, checkpoint and pending write of a `PostgresSaver` database.
 
@@ -68,7 +75,9 @@ def import_postgressaver(
     Raises:
         InvalidArgument: `source` is not a string.
         ImportError: `langgraph-checkpoint-postgres` is not installed.
-        UnsupportedFormat: the source has no `PostgresSaver` tables.
+        UnsupportedFormat: the source has no `PostgresSaver` tables, or they
+            are at another version than the installed package reads (the
+            message says to run its `setup()`, or to upgrade it).
         StoreError: the source cannot be reached or read (the message never
             shows the password).
     """
@@ -89,7 +98,8 @@ def check_postgressaver(source: str) -> None:
 
     Raises:
         InvalidArgument: `source` is not a string.
-        UnsupportedFormat: it has no `PostgresSaver` tables.
+        ImportError: `langgraph-checkpoint-postgres` is not installed.
+        UnsupportedFormat: it has no `PostgresSaver` tables, or at another version.
         StoreError: it cannot be reached or read.
     """
     check_name(source, "source")
@@ -196,6 +206,7 @@ class _PostgresSaverDatabase:
     def checkpoint(
         self, thread: Any, ns: str, cid: str, serde: DataOnlySerializer
     ) -> tuple[Any, dict[str, Any]]:
+        # `serde` is the one `reader` was made with (`import_serde`).
         config = {"configurable": {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid}}
         try:
             found = self.reader.get_tuple(config)
