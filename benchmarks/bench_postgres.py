@@ -13,7 +13,7 @@ in the same run (interleaved rounds, `_common.interleave`):
   psycopg pipeline, one transaction), as theirs (autocommit) is.
 - CPU per call, client process and server backend (`/proc`, where readable):
   also far less load-dependent than wall time.
-- PUT and PUT_WRITES: ours fenced (with a token) vs theirs; target <= 1.2x.
+- PUT and PUT_WRITES: ours fenced (with a token) and unfenced vs theirs; target <= 1.2x.
   Each put is one LangGraph's loop makes after a step that wrote both
   channels: both at a new version, named in `new_versions`, so PostgresSaver
   stores the list channel's blob as well as its checkpoint row, and every
@@ -43,7 +43,8 @@ in the same run (interleaved rounds, `_common.interleave`):
   lz4 where the server has it, migration 9; theirs with pglz). Targets: put
   <= 1.2x, get_tuple <= 1.0x.
 - INVOKE: a 5-node chain, sync (PostgresSaver) and async (AsyncPostgresSaver),
-  ours under a claim; target <= 1.0x.
+  ours under a claim, and unclaimed (the graph compiled with our saver and
+  run as it is: every write unfenced); target <= 1.0x.
 - PROCESSES: 8 worker processes (real ones, own connections) each invoking
   the chain on a thread of its own, and all 8 on one contended thread: ours
   take turns through `FencedRunner(strategy="enqueue")`; theirs, which have no
@@ -798,9 +799,10 @@ def main(argv: list[str] | None = None) -> int:
                 print("result: done (figures, not assertions; --only processes)")
                 return 0
             mine = _Chain(ours, "put-ours", ours.claim("put-ours", "bench", 3600).token)
+            plain = _Chain(ours, "put-plain", None)  # unfenced: no claim, no token
             hush = _Chain(quiet, "put-quiet", quiet.claim("put-quiet", "bench", 3600).token)
             stock = _Chain(theirs, "put-theirs", None)
-            for chain in (mine, hush, stock):
+            for chain in (mine, plain, hush, stock):
                 chain.put()
                 _check_whole(chain)
 
@@ -839,7 +841,7 @@ def main(argv: list[str] | None = None) -> int:
                 table.add(name, _fmt_cpu(a), _fmt_cpu(b), f"{total_a / total_b:.2f}x")
             table.print()
 
-            for chain in (mine, hush, stock):  # warm: psycopg prepares on the 5th use
+            for chain in (mine, plain, hush, stock):  # warm: psycopg prepares on the 5th use
                 chain.puts(put_ops)
                 chain.writes(put_ops)
             quiet_conn = quiet._engine._conn
@@ -848,6 +850,7 @@ def main(argv: list[str] | None = None) -> int:
                 "saver",
                 {
                     "FencedPostgresSaver.put (fenced)": _Probed(ours_conn, mine.puts),
+                    "  unfenced": _Probed(ours_conn, plain.puts),
                     "  notify=False": _Probed(quiet_conn, hush.puts),
                     "PostgresSaver.put": _Probed(theirs_conn, stock.puts),
                 },
@@ -861,6 +864,7 @@ def main(argv: list[str] | None = None) -> int:
                 "saver",
                 {
                     "FencedPostgresSaver.put_writes (fenced)": _Probed(ours_conn, mine.writes),
+                    "  unfenced": _Probed(ours_conn, plain.writes),
                     "  notify=False": _Probed(quiet_conn, hush.writes),
                     "PostgresSaver.put_writes": _Probed(theirs_conn, stock.writes),
                 },
@@ -901,8 +905,15 @@ def main(argv: list[str] | None = None) -> int:
                 print("result: done (figures, not assertions; --only put)")
                 return 0
 
+            # Unclaimed: the graph compiled with the saver and run as it is,
+            # every write unfenced (what a user who only swaps the class gets).
+            plain_invoke = _invokes(_graph(ours), {"configurable": {"thread_id": "invoke-plain"}})
             samples = interleave(
-                {"FencedPostgresSaver (claimed)": ours_invoke, "PostgresSaver": theirs_invoke},
+                {
+                    "FencedPostgresSaver (claimed)": ours_invoke,
+                    "FencedPostgresSaver (unclaimed)": plain_invoke,
+                    "PostgresSaver": theirs_invoke,
+                },
                 rounds=rounds,
                 ops=invoke_ops,
             )
@@ -921,6 +932,9 @@ def main(argv: list[str] | None = None) -> int:
                     {
                         "FencedPostgresSaver (claimed)": _ainvokes(
                             loop, _graph(a_ours), a_claim.config()
+                        ),
+                        "FencedPostgresSaver (unclaimed)": _ainvokes(
+                            loop, _graph(a_ours), {"configurable": {"thread_id": "ainvoke-plain"}}
                         ),
                         "AsyncPostgresSaver": _ainvokes(loop, _graph(a_theirs), a_config),
                     },

@@ -63,6 +63,60 @@ def test_a_fenced_put_put_writes_get_tuple_and_list_page_are_one_round_trip_each
     assert [(w[1], w[2]) for w in got[1][0].pending_writes] == [("a", 1), ("b", 2)]
 
 
+def test_an_unfenced_put_and_put_writes_are_one_round_trip_each_and_gap_free(
+    open_pg: Any,
+) -> None:
+    """A graph compiled with the saver and run without a claim writes unfenced: each write
+    is one statement too (it took six: BEGIN, the row, the position, the row, the
+    event, COMMIT), the thread's row made by the first, its seqs gap-free."""
+    saver = open_pg()
+    conn = saver._engine._conn
+    box: dict[str, Any] = {}
+    assert round_trips(conn, lambda: box.setdefault("first", _put(saver, None))) == 1
+    assert round_trips(conn, lambda: box.setdefault("cp", _put(saver, None, box["first"]))) == 1
+    wconf = _config("t", checkpoint_id=box["cp"]["id"])
+    assert round_trips(conn, lambda: saver.put_writes(wconf, [("a", 1), ("b", 2)], "task")) == 1
+    assert round_trips(conn, lambda: saver.put_writes(wconf, [("c", 3)], "other")) == 1
+    assert round_trips(conn, lambda: saver.put_writes(wconf, [("c", 3)], "other")) == 1  # a retry
+    _put(saver, None, box["first"], cp=box["cp"])  # an identical retry: accepted, no seq spent
+    got = saver.get_tuple(_config("t"))
+    assert got is not None and got.checkpoint["id"] == box["cp"]["id"]
+    # In `writes_sort_key` order: task "other" before task "task".
+    assert [(w[1], w[2]) for w in got.pending_writes] == [("c", 3), ("a", 1), ("b", 2)]
+    events = saver.events_after("t")
+    assert [(e.seq, e.kind, e.token) for e in events] == [
+        (1, "checkpoint", None),
+        (2, "checkpoint", None),
+        (3, "writes", None),
+        (4, "writes", None),
+    ]
+
+
+def test_an_unfenced_write_to_a_claimed_thread_decides_as_before(open_pg: Any, clock: Any) -> None:
+    """The one statement refuses itself on any claim; the statements then decide: a live
+    claim is ThreadBusy (nothing stored, no seq spent), an expired one lets it land."""
+    saver = open_pg()
+    claim = saver.claim("t", "worker", 30)
+    first = _put(saver, claim.token)
+    with pytest.raises(ThreadBusy) as busy:
+        _put(saver, None, first)
+    assert busy.value.holder == "worker"
+    with pytest.raises(ThreadBusy):
+        saver.put_writes(_config("t", checkpoint_id=first["id"]), [("a", 1)], "task")
+    clock.advance(31)  # the claim expires, unreplaced
+    second = _put(saver, None, first)
+    saver.put_writes(_config("t", checkpoint_id=second["id"]), [("a", 1)], "task")
+    assert [(e.seq, e.kind, e.token) for e in saver.events_after("t")] == [
+        (1, "checkpoint", claim.token),
+        (2, "checkpoint", None),
+        (3, "writes", None),
+    ]
+    strict = open_pg(require_claim=True)
+    with pytest.raises(ThreadBusy):
+        _put(strict, None, thread_id="other")
+    assert strict.get_tuple(_config("other")) is None
+
+
 def test_events_after_is_one_round_trip_and_a_waiter_reads_in_one(open_pg: Any) -> None:
     """A waiter woken by a NOTIFY reads the log: one statement (the bounds and the events
     in one snapshot), where BEGIN, bounds, events and COMMIT took 4 round trips."""

@@ -313,7 +313,7 @@ def test_large_values_are_stored_with_lz4_where_the_server_offers_it(pg_dsn: str
             _config("t", token, checkpoint_id=before["id"]), [("messages", "x" * 9000)], "a"
         )
         saver.setup()
-        assert saver.stats()["schema_version"] == 10
+        assert saver.stats()["schema_version"] == sql.SCHEMA_VERSION
         after = values_checkpoint(_large_values(31))
         saver.put(
             _config("t", token, checkpoint_id=before["id"]),

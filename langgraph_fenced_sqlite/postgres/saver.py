@@ -393,7 +393,9 @@ class FencedPostgresSaver(  # type: ignore[misc]
             "job": lambda cur: txns.put(
                 cur, enc, token, now=now, require_claim=self.require_claim, notify=self._notify
             ),
-            "batch": txns.put_batch(enc, token, now=now, notify=self._notify),
+            "batch": txns.put_batch(
+                enc, token, now=now, require_claim=self.require_claim, notify=self._notify
+            ),
             # Takes the writes awaiting it (its parent's) into its transaction.
             "closes": None
             if enc.parent_id is None
@@ -425,7 +427,13 @@ class FencedPostgresSaver(  # type: ignore[misc]
     ) -> dict[str, Any]:
         now = self._now()
         batch = txns.put_writes_batch(
-            *key, encoded, token, run_id=run_id, now=now, notify=self._notify
+            *key,
+            encoded,
+            token,
+            run_id=run_id,
+            now=now,
+            require_claim=self.require_claim,
+            notify=self._notify,
         )
         return {
             "job": lambda cur: txns.put_writes(

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..stored_json import dumps_json
-from .sql_functions import BEGIN_RUN, FENCED_WRITES, ONE_WRITE
+from .sql_functions import BEGIN_RUN, FENCED_WRITES, ONE_WRITE, UNFENCED
 
 # The SQLSTATE `lgfs_refuse` raises (migration 4): a batch that refused itself.
 REFUSED = "LGFS1"
@@ -155,6 +155,9 @@ MIGRATIONS: list[str] = [
         END IF;
     END $$;
     """,
+    # 10: `lgfs_put`, `lgfs_put_write` and `lgfs_put_writes` take an unfenced
+    # write (a NULL token) in their one statement too (`sql_functions.UNFENCED`).
+    UNFENCED,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

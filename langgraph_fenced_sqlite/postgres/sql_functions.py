@@ -287,3 +287,48 @@ BEGIN_RUN = """
         RETURN QUERY SELECT true, p_holder, v_token, v_expires, NULL::text;
     END $$;
 """
+
+# Migration 10 (`sql.MIGRATIONS`): the unfenced put and put_writes in one
+# statement too (before, six round trips each: `txns.fence` and its
+# statements), which is every write of a graph compiled with the saver and
+# run without a claim. Each function of migrations 6 and 7 again, its fence
+# now also taking a NULL token: the thread's row, made if missing (as
+# `sql.LOCK_THREAD`) and locked either way, takes the position as
+# `sql.TAKE_POSITION` does; a row holding any claim (live, expired or
+# damaged) refuses, and the caller decides statement by statement
+# (`txns.fence`: ThreadBusy, or a write allowed past an expired claim).
+# Written as those texts with their fence replaced (`_unfenced`), so the
+# rest of each body is theirs, letter for letter.
+_FENCE = """        UPDATE lgfs_threads SET next_seq = next_seq + 1
+            WHERE thread_id = p_thread_id AND token = p_token
+            RETURNING next_seq - 1 INTO v_position;
+        IF NOT FOUND THEN PERFORM lgfs_refuse('{op}: stale token'); END IF;"""
+_FENCE_OR_UNFENCED = """        IF p_token IS NULL THEN
+            INSERT INTO lgfs_threads AS t (thread_id, next_seq) VALUES (p_thread_id, 2)
+                ON CONFLICT (thread_id) DO UPDATE SET next_seq = t.next_seq + 1
+                RETURNING t.next_seq - 1, t.token INTO v_position, v_claim;
+            IF v_claim IS NOT NULL THEN
+                PERFORM lgfs_refuse('{op}: unfenced, on a claimed thread');
+            END IF;
+        ELSE
+            UPDATE lgfs_threads SET next_seq = next_seq + 1
+                WHERE thread_id = p_thread_id AND token = p_token
+                RETURNING next_seq - 1 INTO v_position;
+            IF NOT FOUND THEN PERFORM lgfs_refuse('{op}: stale token'); END IF;
+        END IF;"""
+_DECLARE = "    DECLARE\n        v_position bigint;\n"
+
+
+def _unfenced(text: str, functions: int) -> str:
+    """`text` (`functions` CREATE FUNCTIONs) with each fence taking a NULL token too."""
+    out = text.replace(_DECLARE, _DECLARE + "        v_claim bigint;\n")
+    for op in ("put", "put_writes"):
+        out = out.replace(_FENCE.format(op=op), _FENCE_OR_UNFENCED.format(op=op))
+    if out.count("IF p_token IS NULL") != functions or out.count("v_claim bigint") != functions:
+        raise AssertionError("migration 10: a fence or DECLARE of migrations 6-7 changed")
+    return out
+
+
+UNFENCED = _unfenced(ONE_WRITE, 2) + _unfenced(
+    FENCED_WRITES[FENCED_WRITES.index("    CREATE OR REPLACE FUNCTION lgfs_put_writes(") :], 1
+)

@@ -295,16 +295,24 @@ def put(
 
 
 def put_batch(
-    enc: EncodedCheckpoint, token: int | None, *, now: float | None, notify: bool = True
+    enc: EncodedCheckpoint,
+    token: int | None,
+    *,
+    now: float | None,
+    require_claim: bool,
+    notify: bool = True,
 ) -> Send[bool] | None:
-    """Return a fenced put as one statement in one round trip (a `batch`); None if unfenced.
+    """Return a put as one statement in one round trip (a `batch`); None under `require_claim`
+    without a token (`put` refuses it).
 
     `PUT_AT_FENCE` runs `put`'s statements in the server (`lgfs_put`): the
-    fence, the checkpoint, the version check and its event. It commits only a
-    new checkpoint whose parent passes the check; anything else (a stale
-    token, a stored id, a parent not the latest) refuses it, and `put` decides.
+    fence (or, unfenced, the thread's row with no claim on it), the
+    checkpoint, the version check and its event. It commits only a new
+    checkpoint whose parent passes the check; anything else (a stale token, a
+    claimed thread for an unfenced put, a stored id, a parent not the latest)
+    refuses it, and `put` decides.
     """
-    if token is None:
+    if token is None and require_claim:
         return None
     params = _checkpoint_params(enc, token, now, None)
     data = checkpoint_event_text(enc.step, enc.source, enc.parent_id, enc.run_id)
@@ -318,7 +326,7 @@ def put_batch(
 
 
 class _PutBatch:
-    """A fenced put's batch (`put_batch`); `join` takes its step's writes into its statement."""
+    """A put's batch (`put_batch`); `join` takes its step's writes into its statement."""
 
     __slots__ = ("params",)
 
@@ -459,19 +467,24 @@ def put_writes_batch(
     *,
     run_id: str | None,
     now: float | None,
+    require_claim: bool,
     notify: bool = True,
 ) -> Send[int] | None:
-    """Return a fenced `put_writes` as one statement, one round trip (a `batch`); None if unfenced.
+    """Return a `put_writes` as one statement, one round trip (a `batch`); None under
+    `require_claim` without a token (`put_writes` refuses it).
 
     `sql.put_writes_at_fence` runs `put_writes`' statements in the server
-    (`lgfs_put_writes`: the fence, the writes, and the event or the position
-    given back when nothing changed; a stale token refuses the batch, and
-    `put_writes` raises). The reader returns how many rows changed.
+    (`lgfs_put_writes`: the fence, or unfenced the thread's row with no claim
+    on it, the writes, and the event or the position given back when nothing
+    changed; a stale token or a claimed thread refuses the batch, and
+    `put_writes` decides). The reader returns how many rows changed.
     None too for a call that writes one special (task, idx) twice, or more
     than `_MAX_BATCH_WRITES` writes (a statement takes at most 65535 parameters).
     """
     specials = [(w.task_id, w.idx) for w in writes if w.special]
-    if token is None or len(set(specials)) < len(specials) or len(writes) > _MAX_BATCH_WRITES:
+    if token is None and require_claim:
+        return None
+    if len(set(specials)) < len(specials) or len(writes) > _MAX_BATCH_WRITES:
         return None
     base = _write_params(thread_id, checkpoint_ns, checkpoint_id, token, run_id)
     text = writes_event_text(writes[0].task_id, writes[0].task_path, [w.channel for w in writes])
@@ -484,7 +497,7 @@ def put_writes_batch(
 
 
 class _PutWritesBatch:
-    """A fenced put_writes' batch (`put_writes_batch`), which a put may join (`_PutBatch.join`)."""
+    """A put_writes' batch (`put_writes_batch`), which a put may join (`_PutBatch.join`)."""
 
     __slots__ = ("count", "params")
 
