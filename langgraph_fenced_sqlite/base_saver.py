@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import builtins
 import random
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
@@ -24,6 +24,7 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    DeltaChannelHistory,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from typing_extensions import Self
@@ -31,6 +32,7 @@ from typing_extensions import Self
 from . import checkpoints as cps
 from .claims import token_from_config
 from .clock import Clock
+from .delta_history import DeltaWalk
 from .errors import bad_argument
 from .serde import DataOnlySerializer, TypeKey, schema_classes, schema_types
 from .twins import async_twin
@@ -229,6 +231,36 @@ class FencedSaverBase(BaseCheckpointSaver[str]):
             self._list_page, query, cursor, remaining
         )
         return page
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Walk the parent chain of `config`'s checkpoint for `DeltaChannel` (LangGraph beta).
+
+        The base class's result, read a page of ancestors at a time instead of
+        one `get_tuple` each (`delta_history.DeltaWalk`).
+
+        Args:
+            config: The checkpoint (the latest, by commit order, if no id is given).
+            channels: The channels to walk for.
+
+        Returns:
+            Per channel: its on-path writes, oldest first, and the nearest
+            ancestor's stored value as `seed`, if any.
+        """
+        walk = DeltaWalk(channels)
+        if not walk.channels:
+            return {}
+        walk.begin(self.get_tuple(config))
+        while (need := walk.need()) is not None:
+            kind, args = need
+            if kind == "page":
+                walk.take_page(_list(self.list(args[0], before=args[1], limit=args[2])), args[2])
+            else:
+                walk.take_tuple(self.get_tuple(args))
+        return walk.result()
+
+    aget_delta_channel_history = async_twin(get_delta_channel_history)
 
     # --- writes --------------------------------------------------------------------------
 
