@@ -128,19 +128,25 @@ def tuples(saver: Any) -> list[Any]:
     ]
 
 
+def assert_same_threads(original: Any, fenced: Any) -> Any:
+    """Assert every thread's history and state (subgraphs too) are the same; return our graph."""
+    theirs, ours = build_graph(original), build_graph(fenced)
+    for thread_id in THREADS:
+        expected = list(theirs.get_state_history(cfg(thread_id)))
+        assert len(expected) >= 4
+        assert list(ours.get_state_history(cfg(thread_id))) == expected
+        assert ours.get_state(cfg(thread_id), subgraphs=True) == theirs.get_state(
+            cfg(thread_id), subgraphs=True
+        )
+    return ours
+
+
 def test_import_gives_the_same_history_for_every_thread(source: str, tmp_path: Any) -> None:
     dest = str(tmp_path / "fenced.db")
     with FencedSqliteSaver(dest) as fenced, SqliteSaver.from_conn_string(source) as original:
         report = import_sqlitesaver(source, fenced)
         assert (report.threads, report.source, report.dest) == (3, source, dest)
-        theirs, ours = build_graph(original), build_graph(fenced)
-        for thread_id in THREADS:
-            expected = list(theirs.get_state_history(cfg(thread_id)))
-            assert len(expected) >= 4
-            assert list(ours.get_state_history(cfg(thread_id))) == expected
-            assert ours.get_state(cfg(thread_id), subgraphs=True) == theirs.get_state(
-                cfg(thread_id), subgraphs=True
-            )
+        ours = assert_same_threads(original, fenced)
         expected_tuples = tuples(original)
         assert tuples(fenced) == expected_tuples
         assert report.checkpoints == len(expected_tuples)

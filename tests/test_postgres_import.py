@@ -18,7 +18,15 @@ import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.types import Command
-from test_importer import THREADS, Ticket, _Boom, build_graph, cfg, run_threads, tuples
+from test_importer import (
+    Ticket,
+    _Boom,
+    assert_same_threads,
+    build_graph,
+    cfg,
+    run_threads,
+    tuples,
+)
 
 from langgraph_fenced_sqlite import (
     FencedSqliteSaver,
@@ -74,14 +82,7 @@ def test_import_gives_the_same_history_and_state_for_every_thread(source: str, d
         report = import_postgressaver(source, fenced)
         assert (report.threads, report.skipped, report.dest) == (3, (), fenced.path)
         assert report.source.startswith("postgresql://127.0.0.1:")
-        theirs, ours = build_graph(original), build_graph(fenced)
-        for thread_id in THREADS:
-            expected = list(theirs.get_state_history(cfg(thread_id)))
-            assert len(expected) >= 4
-            assert list(ours.get_state_history(cfg(thread_id))) == expected
-            assert ours.get_state(cfg(thread_id), subgraphs=True) == theirs.get_state(
-                cfg(thread_id), subgraphs=True
-            )
+        ours = assert_same_threads(original, fenced)
         expected_tuples = _by_key(original)
         assert _by_key(fenced) == expected_tuples
         assert report.checkpoints == len(expected_tuples)

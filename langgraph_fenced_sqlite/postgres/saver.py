@@ -425,27 +425,12 @@ class FencedPostgresSaver(  # type: ignore[misc]
     def _put_writes_call(
         self, key: _Key, encoded: _list[cps.EncodedWrite], token: int | None, run_id: str | None
     ) -> dict[str, Any]:
-        now = self._now()
-        batch = txns.put_writes_batch(
-            *key,
-            encoded,
-            token,
-            run_id=run_id,
-            now=now,
-            require_claim=self.require_claim,
-            notify=self._notify,
-        )
+        # The batch and its fallback take the same arguments.
+        opts: dict[str, Any] = {"run_id": run_id, "now": self._now(), "notify": self._notify}
+        opts["require_claim"] = self.require_claim
+        batch = txns.put_writes_batch(*key, encoded, token, **opts)
         return {
-            "job": lambda cur: txns.put_writes(
-                cur,
-                *key,
-                encoded,
-                token,
-                run_id=run_id,
-                now=now,
-                require_claim=self.require_claim,
-                notify=self._notify,
-            ),
+            "job": lambda cur: txns.put_writes(cur, *key, encoded, token, **opts),
             "batch": batch,
             # LangGraph's loop sends a step's writes, then the step's put
             # (whose parent is this checkpoint): wait for it, one commit.
