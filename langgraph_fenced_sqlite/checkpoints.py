@@ -27,6 +27,7 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 
 from . import claims, events, schema
 from .checksums import checkpoint_checksum, write_checksum
@@ -202,6 +203,31 @@ def encode_writes(
         row = (task_id, idx_, task_path, channel, type_, blob, special, sum_)
         out.append(_new_tuple(EncodedWrite, row))
     return out
+
+
+# A task that wrote one of these ends its step without a checkpoint: LangGraph
+# puts none after a step with an error (the run raises) or an interrupt (the
+# run stops until resumed; the writes stay pending on the step's checkpoint).
+_STEP_ENDERS = frozenset({ERROR, INTERRUPT})
+
+
+def step_role(
+    key: tuple[str, str, str], encoded: Sequence[EncodedWrite]
+) -> tuple[tuple[str, str, str] | None, tuple[str, str, str] | None]:
+    """`(awaits, closes)` for a `put_writes` of `encoded` to checkpoint `key` (group commit).
+
+    A step's writes await its put, which names `key` as its parent, to share
+    its commit: `(key, None)`. A write of an error or an interrupt ends the
+    step instead (`_STEP_ENDERS`): no put follows, so it awaits nothing and
+    takes the writes awaiting that put into its own commit, as the put would
+    have: `(None, key)`. Before, it waited a whole bound (up to
+    `groupcommit.FOLLOW_MAX_S`) on every interrupted run, and so did a
+    resumed task's `__resume__` write that interrupted again or failed.
+    """
+    for w in encoded:
+        if w.special and w.channel in _STEP_ENDERS:
+            return None, key
+    return key, None
 
 
 def run_id_of(config: RunnableConfig) -> str | None:

@@ -33,6 +33,9 @@ costs one commit, not one per call. The wait is bounded and adapts:
   bound counts from the end of the last commit, or the write's arrival if
   later;
 - it ends the moment the put is queued, or another caller leads the batch;
+- a write of an error or an interrupt awaits nothing: no put follows it
+  (the run raises, or stops until resumed), so it takes the put's place and
+  the writes awaiting that put join its commit (`checkpoints.step_role`);
 - per thread, a wait that ran out (no put followed: a caller that writes
   and then puts from the same thread, a slow sibling task, or a write to a
   `DeltaChannel`, whose put LangGraph sends only after the write returned)

@@ -279,6 +279,10 @@ class FencedSqliteSaver(  # type: ignore[misc]
         engine = self._engine
         now = read_now(engine.clock)  # `self.clock`, without the property's call
         cursor = cast(sqlite3.Connection, engine._cursor)
+        # LangGraph's loop sends a step's writes, then the step's put (whose
+        # parent is this checkpoint): wait for it, one commit; an error or
+        # interrupt takes the put's place (`cps.step_role`).
+        awaits, closes = cps.step_role(key, encoded)
         engine.write(
             "put_writes",
             lambda conn: cps.put_writes_txn(
@@ -290,9 +294,8 @@ class FencedSqliteSaver(  # type: ignore[misc]
                 now=now,
                 require_claim=self.require_claim,
             ),
-            # LangGraph's loop sends a step's writes, then the step's put
-            # (whose parent is this checkpoint): wait for it, one commit.
-            awaits=key,
+            awaits=awaits,
+            closes=closes,
         )
 
 

@@ -195,6 +195,56 @@ def test_a_chain_commits_once_per_step(tmp_path: Any, generous: None, api: str) 
             assert app.get_state(config).values["trail"] == [f"n{k}" for k in range(5)]
 
 
+def _asks(saver: Any) -> Any:
+    """`first` -> `ask`, which interrupts (or, resumed with "boom", raises)."""
+    from langgraph.types import interrupt
+
+    def ask(state: Any) -> Any:
+        answer = interrupt("go on?")
+        if answer == "boom":
+            raise RuntimeError("boom")
+        return {"trail": [answer]}
+
+    graph = StateGraph(State)
+    graph.add_node("first", lambda s: {"trail": ["first"]})
+    graph.add_node("ask", ask)
+    graph.add_edge(START, "first")
+    graph.add_edge("first", "ask")
+    graph.add_edge("ask", END)
+    return graph.compile(checkpointer=saver)
+
+
+@pytest.mark.parametrize("api", ["invoke", "ainvoke"])
+def test_an_interrupt_or_an_error_waits_for_no_put(tmp_path: Any, generous: None, api: str) -> None:
+    """No checkpoint follows a step whose task interrupted or failed: its write leads at
+    once. It waited a whole bound (up to 3 ms) for a put that never came, on every
+    interrupted run, and backed off the thread's next steps."""
+    from langgraph.types import Command
+
+    with FencedSqliteSaver(str(tmp_path / "s.db")) as saver:
+        app = _asks(saver)
+        group = saver._engine._group
+
+        def run(arg: Any, config: Any) -> Any:
+            if api == "invoke":
+                return app.invoke(arg, config, durability="sync")
+            return asyncio.run(app.ainvoke(arg, config, durability="sync"))
+
+        before = group.stats()
+        config = {"configurable": {"thread_id": "t"}}
+        run({"count": 0, "trail": []}, config)
+        assert app.get_state(config).interrupts[0].value == "go on?"
+        with pytest.raises(RuntimeError, match="boom"):
+            run(Command(resume="boom"), config)
+        assert app.get_state(config).tasks[0].error is not None
+        after = group.stats()
+        assert after["ran_out"] == before["ran_out"]
+        # __start__'s and first's writes joined their puts; the resumed task's
+        # `__resume__` write joined its error's write, which took the put's place.
+        assert after["waited"] - before["waited"] == 3
+        assert after["joined"] - before["joined"] == 3
+
+
 @pytest.mark.parametrize("api", ["invoke", "ainvoke"])
 def test_a_fan_out_commits_once_per_step(tmp_path: Any, generous: None, api: str) -> None:
     """Three branches in one superstep: their three writes and the step's put, one commit."""

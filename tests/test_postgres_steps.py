@@ -287,6 +287,51 @@ def test_a_chain_invoke_commits_once_per_step(open_pg: Any, pg_dsn: str, generou
     assert 8 * runs <= trips < 9 * runs
 
 
+def test_an_unclaimed_invoke_commits_once_per_step_too(open_pg: Any, generous: None) -> None:
+    """A graph run without a claim writes unfenced: its writes join their step's put as
+    fenced ones do (each unfenced call took six round trips and a commit of its own)."""
+    saver = open_pg(clock=None)
+    graph = _chain(saver)
+    config = {"configurable": {"thread_id": "plain"}}
+    graph.invoke({"count": 0}, config, durability="sync")
+    before = saver.commit_stats()
+    for _ in range(3):
+        graph.invoke({"count": 0}, config, durability="sync")
+    after = saver.commit_stats()
+    assert graph.get_state(config).values == {"count": 5}
+    assert after["joined"] - before["joined"] == 6 * 3
+    assert after["commits"] - before["commits"] == 7 * 3
+    assert all(e.token is None for e in saver.events_after("plain"))
+
+
+@pytest.mark.parametrize("api", ["invoke", "ainvoke"])
+def test_an_interrupt_or_an_error_waits_for_no_put(open_pg: Any, generous: None, api: str) -> None:
+    """As on SQLite (`test_follow`): no checkpoint follows such a step, so its write leads
+    at once, fenced or not."""
+    from langgraph.types import Command
+    from test_follow import _asks
+
+    saver = open_pg(clock=None)
+    app = _asks(saver)
+
+    def run(arg: Any, config: Any) -> Any:
+        if api == "invoke":
+            return app.invoke(arg, config, durability="sync")
+        return asyncio.run(app.ainvoke(arg, config, durability="sync"))
+
+    before = saver.commit_stats()
+    for config in ({"configurable": {"thread_id": "plain"}}, saver.claim("t", "w", 60).config()):
+        run({"count": 0, "trail": []}, config)
+        assert app.get_state(config).interrupts[0].value == "go on?"
+        with pytest.raises(RuntimeError, match="boom"):
+            run(Command(resume="boom"), config)
+    after = saver.commit_stats()
+    assert after["ran_out"] == before["ran_out"]
+    # Per run: __start__'s and first's writes joined their puts, the resumed
+    # task's `__resume__` write its error's write (before, it ran out).
+    assert after["joined"] - before["joined"] == 2 * 3
+
+
 def test_async_callers_share_the_step_commit_too(open_pg: Any, generous: None) -> None:
     saver = open_pg(clock=None)
     graph = _chain(saver)

@@ -429,12 +429,15 @@ class FencedPostgresSaver(  # type: ignore[misc]
         opts: dict[str, Any] = {"run_id": run_id, "now": self._now(), "notify": self._notify}
         opts["require_claim"] = self.require_claim
         batch = txns.put_writes_batch(*key, encoded, token, **opts)
+        awaits, closes = cps.step_role(key, encoded)
         return {
             "job": lambda cur: txns.put_writes(cur, *key, encoded, token, **opts),
             "batch": batch,
             # LangGraph's loop sends a step's writes, then the step's put
-            # (whose parent is this checkpoint): wait for it, one commit.
-            "awaits": None if batch is None else key,
+            # (whose parent is this checkpoint): wait for it, one commit; an
+            # error or interrupt takes the put's place (`cps.step_role`).
+            "awaits": None if batch is None else awaits,
+            "closes": closes,
         }
 
 
