@@ -117,19 +117,28 @@ def test_a_parent_with_a_newer_id_than_its_child_is_still_found(saver: Any) -> N
     )
 
 
-def test_on_postgresql_a_long_walk_takes_a_few_round_trips_not_one_per_ancestor(
-    open_pg: Any,
+def test_on_postgresql_a_long_walk_takes_a_few_reads_not_one_per_ancestor(
+    open_pg: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     saver = open_pg()
     _chat(saver, "long", 40)  # 120 checkpoints; `messages` snapshots every 7 updates
     latest = saver.get_tuple({"configurable": {"thread_id": "long"}}).config
+    reads: list[str] = []
+    for name in ("get_tuple", "list"):
+        method = getattr(saver, name)
+        monkeypatch.setattr(
+            saver, name, lambda *a, _m=method, _n=name, **k: reads.append(_n) or _m(*a, **k)
+        )
+    channels = ["turns", "never-written"]  # `never-written` has no seed: the whole chain
     conn = saver._engine._conn
     ours = round_trips(
-        conn,
-        lambda: saver.get_delta_channel_history(config=latest, channels=["turns", "never-written"]),
+        conn, lambda: saver.get_delta_channel_history(config=latest, channels=channels)
     )
-    theirs = round_trips(conn, lambda: _default(saver, latest, ["turns", "never-written"]))
-    assert theirs == 120  # the whole chain: `never-written` has no seed
-    # The target, then pages of 8, 16, 32, 64 (the fifth would start past the root):
-    # each page is its rows and their writes, one pipeline, at most two waits.
-    assert ours <= 1 + 4 * 2, ours
+    # The target, then pages of 8, 16, 32 and 64 (a fifth would start past the root).
+    assert reads == ["get_tuple", "list", "list", "list", "list"]
+    reads.clear()
+    theirs = round_trips(conn, lambda: _default(saver, latest, channels))
+    assert reads == ["get_tuple"] * 120 and theirs == 120
+    # A page is one pipeline (its rows, then their writes): a trace counts one
+    # wait for it, or a few on a busy machine; never one per ancestor.
+    assert ours < theirs / 5, ours
