@@ -33,6 +33,13 @@ costs one commit, not one per call. The wait is bounded and adapts:
   bound counts from the end of the last commit, or the write's arrival if
   later;
 - it ends the moment the put is queued, or another caller leads the batch;
+- a sync caller seen twice putting the very step its own write had just
+  waited for in vain (LangGraph's `update_state` writes for the checkpoint it
+  builds on, then puts the new one, from the caller's thread) is judged to
+  put what it writes: its next `SEQUENTIAL_SKIPS` awaited writes lead at
+  once, then one waits again; a wait of it that is joined clears the
+  judgement. Async callers and hop workers are never judged (a loop thread
+  or a worker serves many callers);
 - a write of an error or an interrupt awaits nothing: no put follows it
   (the run raises, or stops until resumed), so it takes the put's place and
   the writes awaiting that put join its commit (`checkpoints.step_role`);
@@ -91,6 +98,9 @@ INITIAL_GAP_S = 300e-6
 # Before any commit was timed: assume a real disk (one sync worth saving).
 INITIAL_COMMIT_S = 1e-3
 MAX_BACKOFF = 256
+# A caller seen twice writing a step and then putting it itself (`_closing`):
+# this many of its next awaited writes lead at once, then one waits again.
+SEQUENTIAL_SKIPS = 256
 MAX_WAITING = 4
 # Half the hop's workers: the other half stay free for the puts and the other calls.
 MAX_WAITING_ASYNC = ASYNC_WORKERS // 2
@@ -104,6 +114,11 @@ _monotonic = time.monotonic
 
 # A write's `awaits` / a put's `closes`: (thread_id, checkpoint_ns, checkpoint_id).
 Key = tuple[str, str, str]
+
+
+def _caller(asynchronous: bool) -> int | None:
+    """The sync caller running this (its OS thread), or None: an async caller or a hop worker."""
+    return None if asynchronous or on_worker() else _get_ident()
 
 
 class Job:
@@ -192,6 +207,14 @@ class FollowPolicy:
         self._ended = 0.0
         # thread_id -> [awaited writes still to lead at once, next back-off]
         self._backoff: dict[str, list[int]] = {}
+        # A sync caller (OS thread) that writes and then puts the same step
+        # itself (LangGraph's `update_state`) can never be joined: its wait
+        # always runs out. The key a caller's wait ran out on, by the key;
+        # and per caller [writes still to lead at once, times seen putting
+        # what it wrote]. Async callers and hop workers are not judged: one
+        # loop thread or worker serves many callers.
+        self._ran_out_by: dict[Key, int] = {}
+        self._sequential: dict[int, list[int]] = {}
         # Counters for tests and benchmarks (see `stats`).
         self._stats = dict.fromkeys(("commits", "waited", "joined", "ran_out", "skipped"), 0)
 
@@ -210,6 +233,7 @@ class FollowPolicy:
     def _closing(self, put: Any, *, wake: bool = True) -> None:
         # Under `_changed`: a put arrived; wake the queued writes that await it
         # (not `wake`: the caller answers them, which wakes them once).
+        self._put_seen(put.closes)
         waited = False
         for job in self._queue:
             if job.awaits == put.closes and not job.followed:
@@ -219,6 +243,23 @@ class FollowPolicy:
                 waited = True
         if waited and wake:
             self._changed.notify_all()
+
+    def _put_seen(self, closes: Key) -> None:
+        # Under `_changed`: a put of `closes` arrived (queued or alone).
+        caller = _caller(False)
+        if caller is not None and self._ran_out_by.pop(closes, None) == caller:
+            # This caller's own write to this step ran out, and now it puts
+            # the step itself. The second time, it is judged sequential. Its
+            # wait said nothing of how late this thread's puts come: the
+            # back-off it set is dropped, or the caller's next invoke would
+            # commit its first steps' writes alone.
+            self._backoff.pop(closes[0], None)
+            if len(self._sequential) >= _MAX_REMEMBERED:
+                self._sequential.clear()
+            seen = self._sequential.setdefault(caller, [0, 0])
+            seen[1] += 1
+            if seen[1] >= 2:
+                seen[0] = SEQUENTIAL_SKIPS
 
     def _bound(self) -> float:
         # Under `_changed`: how long a following write may wait now.
@@ -231,6 +272,11 @@ class FollowPolicy:
         # leads at once (counted as skipped): backing off, a cheap disk, or
         # enough writes waiting already. False changes nothing.
         # `asynchronous`: the write waits as a coroutine, holding no thread.
+        sequential = self._sequential.get(_caller(asynchronous))  # type: ignore[arg-type]
+        if sequential is not None and sequential[0] > 0:
+            sequential[0] -= 1
+            self._stats["skipped"] += 1
+            return True
         backoff = self._backoff.get(thread_id)
         if backoff is not None and backoff[0] > 0:
             backoff[0] -= 1
@@ -288,11 +334,15 @@ class FollowPolicy:
             until = max(job.arrived, self._ended) + bound
         return min(until, job.deadline) - now
 
-    def _follow_done(self, job: Any, backoff: list[int] | None) -> None:
+    def _follow_done(
+        self, job: Any, backoff: list[int] | None, *, asynchronous: bool = False
+    ) -> None:
         # The wait ended: joined (the put came) or ran out; update the back-off.
         thread_id = job.awaits[0]
+        caller = _caller(asynchronous)
         if job.followed:
             self._stats["joined"] += 1
+            self._sequential.pop(caller, None)  # type: ignore[arg-type]  # another thread put
             if backoff is not None:
                 # Halved, not forgotten: a graph whose steps alternate (a
                 # `DeltaChannel` write makes LangGraph wait for the write
@@ -306,6 +356,10 @@ class FollowPolicy:
         elif job.state == PENDING:
             # Ran out: no put followed. Back off on this thread.
             self._stats["ran_out"] += 1
+            if caller is not None:
+                if len(self._ran_out_by) >= _MAX_REMEMBERED:
+                    self._ran_out_by.clear()
+                self._ran_out_by[job.awaits] = caller
             if len(self._backoff) >= _MAX_REMEMBERED:
                 self._backoff.clear()
             if backoff is None:
@@ -359,6 +413,9 @@ class GroupCommit(FollowPolicy):
             if awaits is not None:
                 with self._mutex:
                     skipped = self._skip(awaits[0])
+            elif closes is not None and self._ran_out_by:
+                with self._mutex:  # a put about to go alone: `_closing` will not see it
+                    self._put_seen(closes)
             if (awaits is None or skipped) and engine._lock.acquire(False):
                 # Alone: no write queued (none awaiting this put either), no
                 # wait wanted, the connection free. Committed here with no

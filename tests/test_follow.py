@@ -124,6 +124,48 @@ def test_a_write_whose_put_never_follows_stops_waiting_and_backs_off(
         assert stored is not None and len(stored.pending_writes) == 4
 
 
+@pytest.mark.parametrize("api", ["invoke", "ainvoke"])
+def test_a_caller_that_puts_what_it_wrote_stops_waiting_for_itself(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, api: str
+) -> None:
+    """LangGraph's `update_state` writes for the checkpoint it builds on and then puts the
+    new one, both from the caller's thread: that write can never be joined, and every
+    update waited out a whole bound (about 2.3 ms in use; 2x the stock savers' time).
+    Seen twice, the caller's writes lead at once. Its invokes, whose writes come from
+    LangGraph's worker threads (or tasks), still commit once per step."""
+    monkeypatch.setattr(groupcommit, "FOLLOW_MIN_S", 0.5)
+    monkeypatch.setattr(groupcommit, "FOLLOW_MAX_S", 0.5)
+    monkeypatch.setattr(groupcommit, "CHEAP_COMMIT_S", 0.0)
+    with FencedSqliteSaver(str(tmp_path / "s.db")) as saver:
+        app = _chain(saver)
+        group = saver._engine._group
+        config = {"configurable": {"thread_id": "t"}}
+
+        def invoke() -> None:
+            if api == "invoke":
+                app.invoke({"count": 0, "trail": []}, config, durability="sync")
+            else:
+                asyncio.run(app.ainvoke({"count": 0, "trail": []}, config, durability="sync"))
+
+        invoke()
+        before = group.stats()
+        for i in range(6):
+            app.update_state(config, {"trail": [f"edit{i}"]})
+        after = group.stats()
+        assert after["ran_out"] - before["ran_out"] == 2  # then judged: it puts what it wrote
+        assert after["skipped"] - before["skipped"] == 4
+        assert after["commits"] - before["commits"] == 12  # each write and put still commits
+        assert app.get_state(config).values["trail"][-6:] == [f"edit{i}" for i in range(6)]
+        for _ in range(2):
+            before = group.stats()
+            invoke()
+            after = group.stats()
+            assert after["commits"] - before["commits"] == 7
+            assert after["joined"] - before["joined"] == 6 and after["ran_out"] == before["ran_out"]
+            app.update_state(config, {"trail": ["again"]})
+            assert group.stats()["ran_out"] == after["ran_out"]  # still judged
+
+
 def test_no_write_waits_when_commits_are_cheap(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -332,6 +332,30 @@ def test_an_interrupt_or_an_error_waits_for_no_put(open_pg: Any, generous: None,
     assert after["joined"] - before["joined"] == 2 * 3
 
 
+def test_a_caller_that_puts_what_it_wrote_stops_waiting_for_itself(
+    open_pg: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As on SQLite (`test_follow`): `update_state` writes, then puts, from the caller's
+    thread; seen twice, its writes lead at once, and its invokes still join every step."""
+    monkeypatch.setattr(groupcommit, "FOLLOW_MIN_S", 0.5)
+    monkeypatch.setattr(groupcommit, "FOLLOW_MAX_S", 0.5)
+    monkeypatch.setattr(groupcommit, "CHEAP_COMMIT_S", 0.0)
+    saver = open_pg(clock=None)
+    graph = _chain(saver)
+    config = {"configurable": {"thread_id": "t"}}
+    graph.invoke({"count": 0}, config, durability="sync")
+    before = saver.commit_stats()
+    for i in range(6):
+        graph.update_state(config, {"count": i})
+    after = saver.commit_stats()
+    assert after["ran_out"] - before["ran_out"] == 2
+    assert after["skipped"] - before["skipped"] == 4
+    before = saver.commit_stats()
+    graph.invoke({"count": 0}, config, durability="sync")
+    after = saver.commit_stats()
+    assert after["commits"] - before["commits"] == 7 and after["joined"] - before["joined"] == 6
+
+
 def test_async_callers_share_the_step_commit_too(open_pg: Any, generous: None) -> None:
     saver = open_pg(clock=None)
     graph = _chain(saver)

@@ -147,7 +147,7 @@ class Steps(FollowPolicy):
                         step.wake = None
                         self._waiting -= 1
                 with self._mutex:
-                    self._follow_done(step, backoff)
+                    self._follow_done(step, backoff, asynchronous=True)
         except BaseException:
             # Cancelled while queued: it must never run later (as `wait_for_put`).
             with self._mutex:
@@ -184,6 +184,7 @@ class Steps(FollowPolicy):
         put = Step("put", None, None, None, closes)
         with self._mutex:
             if not self._queue:
+                self._put_seen(closes)  # as `_closing` would have
                 return []
             # Those it takes wake once, when answered; the others now.
             self._closing(put, wake=not joins)
