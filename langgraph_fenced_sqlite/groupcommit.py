@@ -272,7 +272,8 @@ class FollowPolicy:
         # leads at once (counted as skipped): backing off, a cheap disk, or
         # enough writes waiting already. False changes nothing.
         # `asynchronous`: the write waits as a coroutine, holding no thread.
-        sequential = self._sequential.get(_caller(asynchronous))  # type: ignore[arg-type]
+        caller = _caller(asynchronous)
+        sequential = None if caller is None else self._sequential.get(caller)
         if sequential is not None and sequential[0] > 0:
             sequential[0] -= 1
             self._stats["skipped"] += 1
@@ -342,7 +343,8 @@ class FollowPolicy:
         caller = _caller(asynchronous)
         if job.followed:
             self._stats["joined"] += 1
-            self._sequential.pop(caller, None)  # type: ignore[arg-type]  # another thread put
+            if caller is not None:  # another thread put: this caller does not put its own
+                self._sequential.pop(caller, None)
             if backoff is not None:
                 # Halved, not forgotten: a graph whose steps alternate (a
                 # `DeltaChannel` write makes LangGraph wait for the write
