@@ -71,6 +71,13 @@ EXPECTED = {
         "INVOKE: a 5-node chain",
         "result",
     ],
+    "bench_calls.py": [
+        "SQLite: ours / SqliteSaver",
+        "PostgreSQL: ours / PostgresSaver",
+        "update_state (one after another)",
+        "stream up to the interrupt",
+        "result",
+    ],
     "bench_handoff.py": [
         "HAND-OFF: a run's end -> the other process's claim",
         "SQLite",
