@@ -849,15 +849,28 @@ def writes_of_checkpoints(keys: Sequence[tuple[str, str, str]]) -> tuple[str, di
     }
 
 
-def writes_of_page(page_sql: str) -> str:
-    """Build the query for the writes of the checkpoints a `list_checkpoints` page reads.
+def page_with_writes(page_sql: str) -> str:
+    """Build one `list_checkpoints` page and its checkpoints' writes as one statement.
 
-    Sent after the page in one snapshot (`READ_SNAPSHOT`), with the page's params.
+    One statement is one snapshot and one round trip, with no pipeline to
+    enter and leave (about 50 us of client CPU, as `send.send_batch` says).
+    Each output row is a checkpoint (`CHECKPOINT_COLUMNS`, then 10 NULLs and
+    0) or a write (12 NULLs, then `_WRITE_COLUMNS` and 1): the page's rows
+    first, in its order (columns 3, 1 and 2 descending), then every write,
+    by checkpoint key (13-15) and in `_WRITES_ORDER` (20, 16, 21).
     """
+    page_writes = (
+        "w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.channel, w.type, w.blob, "
+        "w.task_path, w.idx, w.checksum"
+    )
+    no_writes = ", ".join(["NULL::text"] * 6 + ["NULL::bytea", "NULL::text", "NULL::int"])
     return (
-        f"WITH page AS ({page_sql}) SELECT {_WRITE_COLUMNS} FROM lgfs_writes w JOIN page p "
+        f"WITH page AS MATERIALIZED ({page_sql}) "
+        f"SELECT p.*, {no_writes}, NULL::bigint, 0 FROM page p UNION ALL "
+        f"SELECT {_NO_CHECKPOINT}, {page_writes}, 1 FROM lgfs_writes w JOIN page p "
         "ON w.thread_id = p.thread_id AND w.checkpoint_ns = p.checkpoint_ns "
-        f"AND w.checkpoint_id = p.checkpoint_id {_WRITES_ORDER}"
+        "AND w.checkpoint_id = p.checkpoint_id "
+        "ORDER BY 23, 3 DESC, 1 DESC, 2 DESC, 13, 14, 15, 20, 16, 21"
     )
 
 

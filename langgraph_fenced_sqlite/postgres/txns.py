@@ -588,19 +588,26 @@ _CHECKPOINT_WIDTH = len(sql.CHECKPOINT_COLUMNS.split(","))
 def list_page_batch(
     statement: str, params: dict[str, Any]
 ) -> Send[tuple[list[Row], dict[tuple[str, str, str], list[WriteRow]]]]:
-    """One page of `list` (`sql.list_checkpoints`) and its writes, as one `read_only` batch."""
+    """One page of `list` (`sql.list_checkpoints`) and its writes, as one statement.
+
+    `sql.page_with_writes`: its rows are the page's checkpoints, then their
+    writes, each marked by its last column (0 or 1).
+    """
 
     def send(
         execute: Execute,
     ) -> Callable[[], tuple[list[Row], dict[tuple[str, str, str], list[WriteRow]]]]:
-        page = execute(statement, params)
-        writes = execute(sql.writes_of_page(statement), params)
+        done = execute(sql.page_with_writes(statement), params)
 
         def finish() -> tuple[list[Row], dict[tuple[str, str, str], list[WriteRow]]]:
-            rows = [tuple(r) for r in page.fetchall()]
-            out: dict[tuple[str, str, str], list[WriteRow]] = {(r[0], r[1], r[2]): [] for r in rows}
-            for t, ns, cid, *write in writes.fetchall():
-                out[(t, ns, cid)].append(tuple(write))
+            rows: list[Row] = []
+            out: dict[tuple[str, str, str], list[WriteRow]] = {}
+            for r in done.fetchall():
+                if r[22] == 0:
+                    rows.append(tuple(r[:12]))
+                    out[(r[0], r[1], r[2])] = []
+                else:
+                    out[(r[12], r[13], r[14])].append(tuple(r[15:22]))
             return rows, out
 
         return finish
