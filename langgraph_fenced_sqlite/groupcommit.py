@@ -98,7 +98,7 @@ INITIAL_GAP_S = 300e-6
 # Before any commit was timed: assume a real disk (one sync worth saving).
 INITIAL_COMMIT_S = 1e-3
 MAX_BACKOFF = 256
-# A caller seen twice writing a step and then putting it itself (`_closing`):
+# A caller seen twice writing a step and then putting it itself (`_put_seen`):
 # this many of its next awaited writes lead at once, then one waits again.
 SEQUENTIAL_SKIPS = 256
 MAX_WAITING = 4
