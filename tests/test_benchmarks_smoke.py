@@ -78,6 +78,11 @@ EXPECTED = {
         "stream up to the interrupt",
         "result",
     ],
+    "bench_calls.py --fsync-ms 2": [
+        "SQLite, every fsync +2 ms: ours / SqliteSaver",
+        "update_state (one after another)",
+        "result",
+    ],
     "bench_handoff.py": [
         "HAND-OFF: a run's end -> the other process's claim",
         "SQLite",
