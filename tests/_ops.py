@@ -274,3 +274,12 @@ def user_version(path: str) -> int:
         return int(conn.execute("PRAGMA user_version").fetchone()[0])
     finally:
         conn.close()
+
+
+def follow_bound(monkeypatch: Any, seconds: float) -> None:
+    """Let a write awaiting its step's put wait exactly `seconds` (whatever the disk's speed)."""
+    from langgraph_fenced_sqlite import groupcommit
+
+    monkeypatch.setattr(groupcommit, "FOLLOW_MIN_S", seconds)
+    monkeypatch.setattr(groupcommit, "FOLLOW_MAX_S", seconds)
+    monkeypatch.setattr(groupcommit, "CHEAP_COMMIT_S", 0.0)

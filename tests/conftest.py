@@ -8,8 +8,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from _ops import follow_bound
 
-from langgraph_fenced_sqlite import FencedSqliteSaver, ManualClock, groupcommit
+from langgraph_fenced_sqlite import FencedSqliteSaver, ManualClock
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -37,9 +38,7 @@ def generous(monkeypatch: pytest.MonkeyPatch) -> None:
     For the tests of one commit per step (test_follow.py, test_postgres_steps.py):
     what they assert must not depend on the machine's speed.
     """
-    monkeypatch.setattr(groupcommit, "FOLLOW_MIN_S", 5.0)
-    monkeypatch.setattr(groupcommit, "FOLLOW_MAX_S", 5.0)
-    monkeypatch.setattr(groupcommit, "CHEAP_COMMIT_S", 0.0)
+    follow_bound(monkeypatch, 5.0)
 
 
 @pytest.fixture

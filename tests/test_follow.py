@@ -24,7 +24,7 @@ import threading
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from _ops import put_writes_in_thread, until
+from _ops import follow_bound, put_writes_in_thread, until
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
@@ -102,9 +102,7 @@ def test_a_refused_put_in_the_joint_commit_changes_nothing_and_keeps_the_writes(
 def test_a_write_whose_put_never_follows_stops_waiting_and_backs_off(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(groupcommit, "FOLLOW_MIN_S", 0.05)
-    monkeypatch.setattr(groupcommit, "FOLLOW_MAX_S", 0.05)
-    monkeypatch.setattr(groupcommit, "CHEAP_COMMIT_S", 0.0)
+    follow_bound(monkeypatch, 0.05)
     with FencedSqliteSaver(str(tmp_path / "s.db")) as saver:
         parent = saver.put(_config("t"), _checkpoint(0), {"source": "loop", "step": 0}, {})
         other = saver.put(_config("u"), _checkpoint(0), {"source": "loop", "step": 0}, {})
@@ -133,9 +131,7 @@ def test_a_caller_that_puts_what_it_wrote_stops_waiting_for_itself(
     update waited out a whole bound (about 2.3 ms in use; 2x the stock savers' time).
     Seen twice, the caller's writes lead at once. Its invokes, whose writes come from
     LangGraph's worker threads (or tasks), still commit once per step."""
-    monkeypatch.setattr(groupcommit, "FOLLOW_MIN_S", 0.5)
-    monkeypatch.setattr(groupcommit, "FOLLOW_MAX_S", 0.5)
-    monkeypatch.setattr(groupcommit, "CHEAP_COMMIT_S", 0.0)
+    follow_bound(monkeypatch, 0.5)
     with FencedSqliteSaver(str(tmp_path / "s.db")) as saver:
         app = _chain(saver)
         group = saver._engine._group
@@ -342,9 +338,7 @@ def test_writes_of_one_step_that_wait_together_after_a_back_off_all_commit(
     the second removal raised `KeyError` out of `put_writes` (seen in the
     README's human-review example under load).
     """
-    monkeypatch.setattr(groupcommit, "CHEAP_COMMIT_S", 0.0)
-    monkeypatch.setattr(groupcommit, "FOLLOW_MIN_S", 0.05)
-    monkeypatch.setattr(groupcommit, "FOLLOW_MAX_S", 0.05)
+    follow_bound(monkeypatch, 0.05)
     with FencedSqliteSaver(str(tmp_path / "s.db")) as saver:
         parent = saver.put(_config("t"), _checkpoint(0), {"source": "loop", "step": 0}, {})
         saver.put_writes(parent, [("x", 0)], "solo-0")  # waits, runs out: forgiven
@@ -452,9 +446,7 @@ def test_a_write_that_arrives_during_a_commit_waits_from_its_end(
     write arrived while the input checkpoint was committing): 8.5 syncs per
     5-node chain at fsync +2 ms instead of 7.3.
     """
-    monkeypatch.setattr(groupcommit, "CHEAP_COMMIT_S", 0.0)
-    monkeypatch.setattr(groupcommit, "FOLLOW_MIN_S", 0.05)
-    monkeypatch.setattr(groupcommit, "FOLLOW_MAX_S", 0.05)
+    follow_bound(monkeypatch, 0.05)
     with FencedSqliteSaver(str(tmp_path / "s.db")) as saver:
         parent = saver.put(_config("t"), _checkpoint(0), {"source": "loop", "step": 0}, {})
         group = saver._engine._group
@@ -493,9 +485,7 @@ def test_a_write_waits_out_a_commit_longer_than_commits_usually_take(
     machine it takes longer: the first step of a chain often ran out just
     before its put arrived (7.7 commits per 5-node chain at load 2, not 7).
     """
-    monkeypatch.setattr(groupcommit, "CHEAP_COMMIT_S", 0.0)
-    monkeypatch.setattr(groupcommit, "FOLLOW_MIN_S", 0.05)
-    monkeypatch.setattr(groupcommit, "FOLLOW_MAX_S", 0.05)
+    follow_bound(monkeypatch, 0.05)
     with FencedSqliteSaver(str(tmp_path / "s.db")) as saver:
         parent = saver.put(_config("t"), _checkpoint(0), {"source": "loop", "step": 0}, {})
         group = saver._engine._group
@@ -531,9 +521,7 @@ def test_one_late_put_costs_its_own_step_only(
     Before, one late put (a busy machine) made the next step skip its wait
     as well: two extra commits where one was missed.
     """
-    monkeypatch.setattr(groupcommit, "CHEAP_COMMIT_S", 0.0)
-    monkeypatch.setattr(groupcommit, "FOLLOW_MIN_S", 0.05)
-    monkeypatch.setattr(groupcommit, "FOLLOW_MAX_S", 0.05)
+    follow_bound(monkeypatch, 0.05)
     with FencedSqliteSaver(str(tmp_path / "s.db")) as saver:
         parent = saver.put(_config("t"), _checkpoint(0), {"source": "loop", "step": 0}, {})
         group = saver._engine._group
@@ -568,9 +556,7 @@ def test_writes_whose_put_waits_for_them_back_off(
     only once the write returned), so every wait would run out; the back-off
     keeps that to a few waits, whatever the number of steps.
     """
-    monkeypatch.setattr(groupcommit, "FOLLOW_MIN_S", 0.05)
-    monkeypatch.setattr(groupcommit, "FOLLOW_MAX_S", 0.05)
-    monkeypatch.setattr(groupcommit, "CHEAP_COMMIT_S", 0.0)
+    follow_bound(monkeypatch, 0.05)
     graph = StateGraph(DeltaState)
     previous = START
     for i in range(5):

@@ -22,7 +22,7 @@ from typing import Annotated, Any, TypedDict
 
 import psycopg
 import pytest
-from _ops import put_writes_in_thread, until
+from _ops import follow_bound, put_writes_in_thread, until
 from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
@@ -211,9 +211,7 @@ def test_a_joint_batch_refused_in_a_later_statement_commits_none_of_it(open_pg: 
 def test_a_write_whose_put_never_follows_runs_alone_after_the_bound(
     open_pg: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(groupcommit, "FOLLOW_MIN_S", 0.05)
-    monkeypatch.setattr(groupcommit, "FOLLOW_MAX_S", 0.05)
-    monkeypatch.setattr(groupcommit, "CHEAP_COMMIT_S", 0.0)
+    follow_bound(monkeypatch, 0.05)
     saver = open_pg()
     claim = saver.claim("t", "w", 60)
     parent = _put(saver, claim.token)
@@ -337,9 +335,7 @@ def test_a_caller_that_puts_what_it_wrote_stops_waiting_for_itself(
 ) -> None:
     """As on SQLite (`test_follow`): `update_state` writes, then puts, from the caller's
     thread; seen twice, its writes lead at once, and its invokes still join every step."""
-    monkeypatch.setattr(groupcommit, "FOLLOW_MIN_S", 0.5)
-    monkeypatch.setattr(groupcommit, "FOLLOW_MAX_S", 0.5)
-    monkeypatch.setattr(groupcommit, "CHEAP_COMMIT_S", 0.0)
+    follow_bound(monkeypatch, 0.5)
     saver = open_pg(clock=None)
     graph = _chain(saver)
     config = {"configurable": {"thread_id": "t"}}
