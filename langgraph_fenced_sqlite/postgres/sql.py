@@ -849,6 +849,7 @@ def writes_of_checkpoints(keys: Sequence[tuple[str, str, str]]) -> tuple[str, di
     }
 
 
+@functools.lru_cache(maxsize=64)
 def page_with_writes(page_sql: str) -> str:
     """Build one `list_checkpoints` page and its checkpoints' writes as one statement.
 
@@ -857,7 +858,8 @@ def page_with_writes(page_sql: str) -> str:
     Each output row is a checkpoint (`CHECKPOINT_COLUMNS`, then 10 NULLs and
     0) or a write (12 NULLs, then `_WRITE_COLUMNS` and 1): the page's rows
     first, in its order (columns 3, 1 and 2 descending), then every write,
-    by checkpoint key (13-15) and in `_WRITES_ORDER` (20, 16, 21).
+    by checkpoint key (13-15) and in `_WRITES_ORDER` (20, 16, 21). Cached:
+    a page's text depends only on which filters `list` was given.
     """
     page_writes = (
         "w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.channel, w.type, w.blob, "
