@@ -339,8 +339,10 @@ def test_a_follower_waits_for_the_lead_past_its_pause_and_listens_once_it_leads(
 
             poller.wait = counted  # type: ignore[method-assign]
             monkeypatch.setattr(runqueue, "_FOLLOW", 10.0)  # the lead comes first, however late
-            threading.Timer(0.15, leader.close).start()
+            # Timed from before the timer starts: the lead is given up 0.15 s
+            # after that, so the wait (once it leads) begins no sooner.
             began = time.monotonic()
+            threading.Timer(0.15, leader.close).start()
             place.wait_release(store)  # leads at 0.15 s, past its pause: listens for another
             assert "t" in poller._led
             assert len(waits) == 1 and waits[0] - began >= 0.15
