@@ -10,11 +10,13 @@ already checked against the allow-list; every failure is a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 from typing import Any
 
 import ormsgpack
 from langgraph.checkpoint.serde import jsonplus
+from langgraph.checkpoint.serde._msgpack import SAFE_MSGPACK_TYPES
 
 from .errors import SerializationError
 
@@ -40,9 +42,7 @@ def construct(code: int, tup: Any, cls: type | None) -> Any:
     """
     module, name, arg = tup[0], tup[1], tup[2]
     try:
-        target: Any = (
-            cls if cls is not None else getattr(importlib.import_module(module), name, None)
-        )
+        target: Any = cls if cls is not None else _by_name(module, name)
         if target is None:
             raise SerializationError(
                 f"{module}.{name}",
@@ -82,11 +82,38 @@ def construct(code: int, tup: Any, cls: type | None) -> Any:
         ) from exc
 
 
+def _by_name(module: str, name: str) -> Any:
+    # `module.name`, imported; None if the module has no such attribute.
+    # LangGraph's own types (its messages, `Interrupt`, `Send`: every read
+    # of a chat looks one up, and `import_module` with `getattr` cost about
+    # 1 us a value) are kept once found. An app's types are looked up each
+    # time, so a module the app reloads (a dev server's hot reload) gives
+    # its new class, as it did before the module was reloaded.
+    key = (module, name)
+    found = _FOUND.get(key)
+    if found is None:
+        found = getattr(importlib.import_module(module), name, None)
+        if found is not None and key in SAFE_MSGPACK_TYPES:
+            _FOUND[key] = found
+    return found
+
+
+# `_by_name`'s LangGraph types found so far (a subset of SAFE_MSGPACK_TYPES).
+_FOUND: dict[tuple[str, str], Any] = {}
+
+
+@functools.lru_cache(maxsize=1024)
+def _init_fields(target: type) -> frozenset[str]:
+    # A dataclass's constructor fields (`dataclasses.fields` walks them all,
+    # about 1.5 us, on every read of an `Interrupt`).
+    return frozenset(f.name for f in dataclasses.fields(target) if f.init)
+
+
 def _dataclass(target: type, fields: dict[str, Any]) -> Any:
     # LangGraph stores every field, `init=False` ones too, which the
     # constructor refuses: build from the init fields (running __post_init__
     # as the app did), then restore the others as they were stored.
-    init = {f.name for f in dataclasses.fields(target) if f.init}
+    init = _init_fields(target)
     obj = target(**{k: v for k, v in fields.items() if k in init})
     for key, value in fields.items():
         if key not in init:

@@ -83,6 +83,29 @@ def test_a_module_prefix_matches_whole_module_names_only() -> None:
     assert reader.loads_typed(stored) is Color.RED
 
 
+def test_a_reader_by_module_gets_the_class_the_module_holds_now(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A module reloaded (a dev server's hot reload) rebuilds its values with the new class.
+
+    Readers keep the classes of LangGraph's own types once found (every read
+    of a chat looks one up); an app's types found by module and name are
+    looked up on every read, so a stale class object is never handed back.
+    """
+    import _user_types
+
+    stored = DataOnlySerializer().dumps_typed(Point(1, 2))
+    reader = DataOnlySerializer(allowed_modules=["_user_types"])
+    assert type(reader.loads_typed(stored)) is Point
+
+    class Reloaded(Point):
+        pass
+
+    monkeypatch.setattr(_user_types, "Point", Reloaded)
+    again = reader.loads_typed(stored)
+    assert type(again) is Reloaded and again == (1, 2)
+
+
 @pytest.mark.parametrize("bad", [[""], ["my app"], [3], [".x"], 3], ids=repr)
 def test_bad_allowed_modules_name_the_argument(bad: Any, db_path: str) -> None:
     with pytest.raises(InvalidArgument, match="allowed_modules"):
