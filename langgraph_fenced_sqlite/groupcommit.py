@@ -33,6 +33,10 @@ costs one commit, not one per call. The wait is bounded and adapts:
   bound counts from the end of the last commit, or the write's arrival if
   later;
 - it ends the moment the put is queued, or another caller leads the batch;
+  a write whose put was queued rides on it: the put's caller leads the
+  batch that holds the write, which sleeps on until answered (one wake-up,
+  not a second wait for the store's lock), unless the put leaves the queue
+  unled (its deadline, an interrupt) and the write leads its own;
 - a sync caller seen twice putting the very step its own write had just
   waited for in vain (LangGraph's `update_state` writes for the checkpoint it
   builds on, then puts the new one, from the caller's thread) is judged to
@@ -134,6 +138,7 @@ class Job:
         "followed",
         "op",
         "result",
+        "rides",
         "started",
         "state",
     )
@@ -150,6 +155,7 @@ class Job:
         self.op, self.fn = op, fn
         self.awaits, self.closes = awaits, closes
         self.followed = False  # the put it awaits was queued
+        self.rides: Job | None = None  # that put, whose caller leads the batch holding this
         self.started = started
         self.arrived = time.monotonic()
         self.deadline = self.started + busy
@@ -430,7 +436,13 @@ class GroupCommit(FollowPolicy):
         with self._mutex:
             self._queue.append(job)
             if closes is not None:
-                self._closing(job)
+                # The writes awaiting this put ride on it: this caller leads
+                # the batch that holds them (`_await`) and they wake once,
+                # answered (`_ride`), not now only to wait for the lock.
+                self._closing(job, wake=False)
+                for other in self._queue:
+                    if other.followed and other.rides is None and other.awaits == closes:
+                        other.rides = job
         try:
             if awaits is not None and not skipped:
                 with self._mutex:
@@ -443,6 +455,7 @@ class GroupCommit(FollowPolicy):
                 if job.state == PENDING:
                     self._queue.remove(job)
                     job.state = DONE
+                    self._changed.notify_all()  # writes riding on it lead themselves
             raise
         if job.error is not None:
             raise job.error
@@ -528,10 +541,27 @@ class GroupCommit(FollowPolicy):
             engine._owner = None
             engine._lock.release()
 
+    def _ride(self, job: Job) -> None:
+        # Under `_changed`: wait while the put `job` rides on is still to
+        # lead (or has led) the batch that holds `job`. It returns once `job`
+        # is answered, or when it must lead itself: the put went without it
+        # (gave up at its deadline, or was interrupted, while `job` was still
+        # queued), or `job`'s own deadline passed (`_await` then decides).
+        put = job.rides
+        assert put is not None
+        while job.state != DONE and (job.state == RUNNING or put.state != DONE):
+            left = job.deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._changed.wait(left)
+
     def _await(self, job: Job) -> None:
         # Lead a batch holding `job`, or wait for the leader that took it.
         engine = self._engine
         lock = engine._lock
+        if job.rides is not None and job.state != DONE:
+            with self._mutex:
+                self._ride(job)
         while job.state != DONE:
             remaining = job.deadline - time.monotonic()
             # Waiting for the store's own lock counts against the deadline too
@@ -548,9 +578,11 @@ class GroupCommit(FollowPolicy):
             with self._mutex:
                 if job.state == PENDING:
                     # Given up while still queued: out of the queue, so no
-                    # leader can ever run it.
+                    # leader can ever run it. Writes riding on it (a put)
+                    # wake to lead themselves.
                     self._queue.remove(job)
                     job.error, job.state = job.busy(engine.path), DONE
+                    self._changed.notify_all()
                 while job.state == RUNNING:
                     # A leader has it: it answers (or hands it back) by the
                     # deadline, or the job has started and must finish.
