@@ -14,17 +14,19 @@ writes threads in every status through the real runner and LangGraph:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import operator
 import os
 import re
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -133,6 +135,43 @@ def until(predicate: Callable[[], Any]) -> None:
             return
         time.sleep(0.01)
     raise AssertionError("the other thread never got there")
+
+
+@contextlib.contextmanager
+def store_held(engine: Any) -> Iterator[None]:
+    """Keep `engine` busy with a call of another thread until the block ends.
+
+    Calls made meanwhile queue behind it, as behind a long commit.
+    """
+    gate, holding = threading.Event(), threading.Event()
+
+    def hold(conn: Any) -> None:
+        holding.set()
+        gate.wait(30)
+
+    blocker = threading.Thread(target=engine.run, args=("hold", hold))
+    blocker.start()
+    assert holding.wait(30)
+    try:
+        yield
+    finally:
+        gate.set()
+        blocker.join(30)
+
+
+def interrupt_when(predicate: Callable[[], Any]) -> threading.Thread:
+    """Start a thread that sends this process a real SIGINT (Ctrl-C) once `predicate()` holds.
+
+    A signal, not a raised exception: it ends a blocked wait in the main thread.
+    """
+
+    def run() -> None:
+        until(predicate)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
 
 
 def put_writes_in_thread(saver: Any, config: Any, out: dict[str, Any]) -> threading.Thread:

@@ -24,7 +24,7 @@ import threading
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from _ops import follow_bound, put_writes_in_thread, until
+from _ops import follow_bound, interrupt_when, put_writes_in_thread, store_held, until
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
@@ -44,6 +44,30 @@ def _checkpoint(step: int) -> dict[str, Any]:
     checkpoint: dict[str, Any] = dict(empty_checkpoint())
     checkpoint["channel_values"] = {"step": step}
     return checkpoint
+
+
+def _a_step(saver: FencedSqliteSaver, parent: dict[str, Any]) -> tuple[Any, threading.Thread]:
+    """A step as LangGraph sends it: a task's write (another thread) that waits, then its put.
+
+    Returns the write's outcome (None or its exception) and its thread, ended.
+    """
+    group = saver._engine._group
+    waited = group.stats()["waited"]
+    out: dict[str, Any] = {}
+    writer = put_writes_in_thread(saver, parent, out)
+    until(lambda: group.stats()["waited"] == waited + 1)
+    saver.put(parent, _checkpoint(1), {"source": "loop", "step": 1}, {})
+    writer.join(30)
+    return out["writes"], writer
+
+
+def _only_the_write_landed(saver: FencedSqliteSaver, parent: dict[str, Any]) -> None:
+    """The write `put_writes_in_thread` made is stored under `parent`, still the latest."""
+    stored = saver.get_tuple(parent)
+    assert stored is not None and [(w[1], w[2]) for w in stored.pending_writes] == [("x", 1)]
+    latest = saver.get_tuple(_config("t"))
+    assert latest is not None
+    assert latest.config["configurable"]["checkpoint_id"] == parent["configurable"]["checkpoint_id"]
 
 
 def test_a_steps_writes_and_its_put_share_one_commit(tmp_path: Any, generous: None) -> None:
@@ -111,12 +135,8 @@ def test_a_write_joined_by_its_put_is_answered_without_taking_the_stores_lock(
         counting = saver._engine._lock = _CountingLock()
         group = saver._engine._group
         before = group.stats()
-        out: dict[str, Any] = {}
-        writer = put_writes_in_thread(saver, parent, out)
-        until(lambda: group.stats()["waited"] == before["waited"] + 1)
-        saver.put(parent, _checkpoint(1), {"source": "loop", "step": 1}, {})
-        writer.join(30)
-        assert out["writes"] is None
+        outcome, writer = _a_step(saver, parent)
+        assert outcome is None
         assert group.stats()["commits"] == before["commits"] + 1
         assert counting.taken.get(writer.ident, 0) == 0  # never took the lock
         assert counting.taken[threading.get_ident()] == 1  # the put's caller led
@@ -135,40 +155,17 @@ def test_a_write_whose_put_was_interrupted_while_queued_leads_itself(tmp_path: A
         parent = saver.put(_config("t"), _checkpoint(0), {"source": "loop", "step": 0}, {})
         group = saver._engine._group
         group._commit_s = 30.0  # commits look costly: the write waits for its put
-        gate, holding = threading.Event(), threading.Event()
-
-        def hold(conn: Any) -> None:
-            holding.set()
-            gate.wait(30)
-
-        blocker = threading.Thread(target=saver._engine.run, args=("hold", hold))
-        blocker.start()
-        assert holding.wait(30)
         out: dict[str, Any] = {}
-        writer = put_writes_in_thread(saver, parent, out)
-        until(lambda: group.queued() == 1)
-
-        def interrupt_when_queued() -> None:
-            until(lambda: group.queued() == 2)
-            os.kill(os.getpid(), signal.SIGINT)
-
-        helper = threading.Thread(target=interrupt_when_queued)
-        helper.start()
-        with pytest.raises(KeyboardInterrupt):
-            saver.put(parent, _checkpoint(1), {"source": "loop", "step": 1}, {})
-        helper.join(30)
-        gate.set()
-        blocker.join(30)
+        with store_held(saver._engine):
+            writer = put_writes_in_thread(saver, parent, out)
+            until(lambda: group.queued() == 1)
+            helper = interrupt_when(lambda: group.queued() == 2)
+            with pytest.raises(KeyboardInterrupt):
+                saver.put(parent, _checkpoint(1), {"source": "loop", "step": 1}, {})
+            helper.join(30)
         writer.join(30)
         assert out["writes"] is None and group.queued() == 0
-        stored = saver.get_tuple(parent)
-        assert stored is not None and [(w[1], w[2]) for w in stored.pending_writes] == [("x", 1)]
-        latest = saver.get_tuple(_config("t"))
-        assert latest is not None
-        assert (
-            latest.config["configurable"]["checkpoint_id"]
-            == parent["configurable"]["checkpoint_id"]
-        )  # the interrupted put never landed
+        _only_the_write_landed(saver, parent)  # the interrupted put never did
 
 
 def test_a_refused_put_in_the_joint_commit_changes_nothing_and_keeps_the_writes(
@@ -190,14 +187,7 @@ def test_a_refused_put_in_the_joint_commit_changes_nothing_and_keeps_the_writes(
         writer.join(30)
         assert out["writes"] is None
         assert saver._engine._group.stats()["commits"] == before["commits"] + 1
-        stored = saver.get_tuple(parent)
-        assert stored is not None and [(w[1], w[2]) for w in stored.pending_writes] == [("x", 1)]
-        latest = saver.get_tuple(_config("t"))
-        assert latest is not None
-        assert (
-            latest.config["configurable"]["checkpoint_id"]
-            == parent["configurable"]["checkpoint_id"]
-        )  # the refused put left nothing
+        _only_the_write_landed(saver, parent)  # the refused put left nothing
 
 
 def test_a_write_whose_put_never_follows_stops_waiting_and_backs_off(
@@ -506,27 +496,11 @@ def test_a_write_interrupted_while_queued_behind_another_call_never_lands(
     with FencedSqliteSaver(str(tmp_path / "s.db")) as saver:
         parent = saver.put(_config("t"), _checkpoint(0), {"source": "loop", "step": 0}, {})
         group = saver._engine._group
-        gate, holding = threading.Event(), threading.Event()
-
-        def hold(conn: Any) -> None:
-            holding.set()
-            gate.wait(30)
-
-        blocker = threading.Thread(target=saver._engine.run, args=("hold", hold))
-        blocker.start()
-        assert holding.wait(30)
-
-        def interrupt_when_queued() -> None:
-            until(lambda: group.queued() == 1)
-            os.kill(os.getpid(), signal.SIGINT)
-
-        helper = threading.Thread(target=interrupt_when_queued)
-        helper.start()
-        with pytest.raises(KeyboardInterrupt):
-            saver.put(parent, _checkpoint(1), {"source": "loop", "step": 1}, {})
-        helper.join(30)
-        gate.set()
-        blocker.join(30)
+        with store_held(saver._engine):
+            helper = interrupt_when(lambda: group.queued() == 1)
+            with pytest.raises(KeyboardInterrupt):
+                saver.put(parent, _checkpoint(1), {"source": "loop", "step": 1}, {})
+            helper.join(30)
         assert group.queued() == 0
         saver.put_writes(parent, [("x", 1)], "task-after")  # a later write runs alone
         latest = saver.get_tuple(_config("t"))
@@ -631,13 +605,9 @@ def test_one_late_put_costs_its_own_step_only(
         monkeypatch.setattr(groupcommit, "FOLLOW_MIN_S", 5.0)  # the next put is on time
         monkeypatch.setattr(groupcommit, "FOLLOW_MAX_S", 5.0)
         before = group.stats()
-        out: dict[str, Any] = {}
-        writer = put_writes_in_thread(saver, parent, out)
-        until(lambda: group.stats()["waited"] == before["waited"] + 1)
-        saver.put(parent, _checkpoint(1), {"source": "loop", "step": 1}, {})
-        writer.join(30)
+        outcome, _ = _a_step(saver, parent)
         after = group.stats()
-        assert out["writes"] is None
+        assert outcome is None
         assert after["skipped"] == before["skipped"] and after["joined"] == before["joined"] + 1
         assert after["commits"] - before["commits"] == 1
 
