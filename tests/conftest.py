@@ -155,6 +155,15 @@ def dump(path: str) -> dict[str, list[Any]]:
         conn.close()
 
 
+def import_twice_changes_nothing(run_import: Any, dest: str) -> None:
+    """Run an importer into the store of file `dest` twice: the rerun reports the same
+    and leaves every row as the first left it (events and counters included)."""
+    first = run_import()
+    rows = dump(dest)
+    assert run_import() == first
+    assert dump(dest) == rows
+
+
 def read_bytes(path: str) -> bytes:
     """Return a file's bytes."""
     with open(path, "rb") as f:

@@ -20,7 +20,7 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from _ops import make_v3_file, user_version
-from conftest import dump, read_bytes
+from conftest import dump, import_twice_changes_nothing, read_bytes
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -200,11 +200,7 @@ def test_positions_follow_commit_order_parent_first(source: str, tmp_path: Any) 
 def test_rerunning_the_import_changes_nothing(source: str, tmp_path: Any) -> None:
     dest = str(tmp_path / "fenced.db")
     with FencedSqliteSaver(dest) as fenced:
-        first = import_sqlitesaver(source, fenced)
-        rows = dump(dest)
-        again = import_sqlitesaver(source, fenced)
-        assert again == first
-        assert dump(dest) == rows  # events and counters included
+        import_twice_changes_nothing(lambda: import_sqlitesaver(source, fenced), dest)
 
 
 def test_an_imported_thread_resumes_like_the_original(source: str, tmp_path: Any) -> None:

@@ -237,6 +237,15 @@ def _chain(checkpointer: Any) -> Any:
     return builder.compile(checkpointer=checkpointer)
 
 
+def _invokes(saver: Any, graph: Any, config: Any, runs: int = 1) -> dict[str, int]:
+    """Invoke `graph` (`_chain`) `runs` times (durability "sync"); return how the stats moved."""
+    before = saver.commit_stats()
+    for _ in range(runs):
+        graph.invoke({"count": 0}, config, durability="sync")
+    after = saver.commit_stats()
+    return {key: after[key] - before[key] for key in after}
+
+
 def _xact_commits(saver: Any, monitor: Any) -> int:
     # The saver's backend reports its counters when it next goes idle.
     saver._engine._conn.execute("SELECT pg_stat_force_next_flush()")
@@ -292,13 +301,10 @@ def test_an_unclaimed_invoke_commits_once_per_step_too(open_pg: Any, generous: N
     graph = _chain(saver)
     config = {"configurable": {"thread_id": "plain"}}
     graph.invoke({"count": 0}, config, durability="sync")
-    before = saver.commit_stats()
-    for _ in range(3):
-        graph.invoke({"count": 0}, config, durability="sync")
-    after = saver.commit_stats()
+    moved = _invokes(saver, graph, config, runs=3)
     assert graph.get_state(config).values == {"count": 5}
-    assert after["joined"] - before["joined"] == 6 * 3
-    assert after["commits"] - before["commits"] == 7 * 3
+    assert moved["joined"] == 6 * 3
+    assert moved["commits"] == 7 * 3
     assert all(e.token is None for e in saver.events_after("plain"))
 
 
@@ -346,10 +352,8 @@ def test_a_caller_that_puts_what_it_wrote_stops_waiting_for_itself(
     after = saver.commit_stats()
     assert after["ran_out"] - before["ran_out"] == 2
     assert after["skipped"] - before["skipped"] == 4
-    before = saver.commit_stats()
-    graph.invoke({"count": 0}, config, durability="sync")
-    after = saver.commit_stats()
-    assert after["commits"] - before["commits"] == 7 and after["joined"] - before["joined"] == 6
+    moved = _invokes(saver, graph, config)
+    assert moved["commits"] == 7 and moved["joined"] == 6
 
 
 def test_async_callers_share_the_step_commit_too(open_pg: Any, generous: None) -> None:
