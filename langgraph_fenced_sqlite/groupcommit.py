@@ -236,19 +236,21 @@ class FollowPolicy:
         if counted:
             self._stats["commits"] += 1
 
-    def _closing(self, put: Any, *, wake: bool = True) -> None:
-        # Under `_changed`: a put arrived; wake the queued writes that await it
-        # (not `wake`: the caller answers them, which wakes them once).
+    def _closing(self, put: Any, *, wake: bool = True) -> list[Any]:
+        # Under `_changed`: a put arrived; mark the queued writes that await
+        # it as followed and return them; wake them (not `wake`: the caller
+        # answers them, which wakes them once).
         self._put_seen(put.closes)
-        waited = False
+        followed = []
         for job in self._queue:
             if job.awaits == put.closes and not job.followed:
                 job.followed = True
                 gap = put.arrived - job.arrived
                 self._gap_s += _ALPHA * (gap - self._gap_s)
-                waited = True
-        if waited and wake:
+                followed.append(job)
+        if followed and wake:
             self._changed.notify_all()
+        return followed
 
     def _put_seen(self, closes: Key) -> None:
         # Under `_changed`: a put of `closes` arrived (queued or alone).
@@ -439,10 +441,8 @@ class GroupCommit(FollowPolicy):
                 # The writes awaiting this put ride on it: this caller leads
                 # the batch that holds them (`_await`) and they wake once,
                 # answered (`_ride`), not now only to wait for the lock.
-                self._closing(job, wake=False)
-                for other in self._queue:
-                    if other.followed and other.rides is None and other.awaits == closes:
-                        other.rides = job
+                for other in self._closing(job, wake=False):
+                    other.rides = job
         try:
             if awaits is not None and not skipped:
                 with self._mutex:
