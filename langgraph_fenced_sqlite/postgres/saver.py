@@ -426,8 +426,12 @@ class FencedPostgresSaver(  # type: ignore[misc]
         self, key: _Key, encoded: _list[cps.EncodedWrite], token: int | None, run_id: str | None
     ) -> dict[str, Any]:
         # The batch and its fallback take the same arguments.
-        opts: dict[str, Any] = {"run_id": run_id, "now": self._now(), "notify": self._notify}
-        opts["require_claim"] = self.require_claim
+        opts: dict[str, Any] = {
+            "run_id": run_id,
+            "now": self._now(),
+            "require_claim": self.require_claim,
+            "notify": self._notify,
+        }
         batch = txns.put_writes_batch(*key, encoded, token, **opts)
         awaits, closes = cps.step_role(key, encoded)
         return {
