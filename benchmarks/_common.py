@@ -20,12 +20,16 @@ import statistics
 import string
 import struct
 import tempfile
+import time
 import uuid
+import zlib
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint
+
+from langgraph_fenced_sqlite import FencedSqliteSaver, schema
 
 T = TypeVar("T")
 
@@ -284,6 +288,135 @@ def connect_floor(path: str) -> sqlite3.Connection:
         "PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id))"
     )
     return conn
+
+
+class ContractRows:
+    """The contract's rows of one commit in raw `sqlite3`: a yardstick, never a saver.
+
+    What storing what CONTRACT.md promises costs in SQL alone, on a file with
+    `FencedSqliteSaver`'s own schema (tables, indexes, triggers): per commit,
+    `BEGIN IMMEDIATE`, the fence read that gives the commit its position
+    (`schema.NEXT_SEQ_IF_UNCLAIMED`, the saver's common path), each pending
+    write's rows and its `writes` event, the checkpoint's row and its
+    `checkpoint` event (§3: a position per commit; §4: an event per write, in
+    its transaction), `COMMIT`; the saver's statements, cells encoded by the
+    caller. Nothing else: no argument checks, no data-only walk, no savepoints
+    and no second fence read in a batch, checksums by `zlib.crc32`, and
+    nothing it stores is read back. A target this misses cannot be met by any
+    saver that keeps the contract on that disk.
+    """
+
+    def __init__(self, path: str) -> None:
+        """Create `path` with the saver's schema, then reopen it raw with the saver's pragmas."""
+        FencedSqliteSaver(path).close()
+        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        for name, value in schema.PRAGMAS:  # WAL, synchronous=FULL, ...
+            self.conn.execute(schema.set_pragma(name, value)).fetchall()
+        self.conn.execute(schema.set_pragma("wal_autocheckpoint", schema.WAL_AUTOCHECKPOINT))
+        self.commits = 0
+
+    def close(self) -> None:
+        """Close the file."""
+        self.conn.close()
+
+    def commit(
+        self,
+        thread_id: str,
+        ns: str,
+        writes: Sequence[tuple[str, str, Sequence[tuple[str, str, bytes]]]] = (),
+        checkpoint: tuple[str, str | None, str, str, bytes, str, Any] | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        """Store, in one durable commit, `writes` and then `checkpoint`.
+
+        Args:
+            writes: `(checkpoint_id, task_id, [(channel, type, blob), ...])` per task.
+            checkpoint: `(id, parent_id, envelope, values_type, values_blob,
+                metadata, step)`, or None for writes only.
+        """
+        ex = self.conn.execute
+        now = time.time()
+        ex("BEGIN IMMEDIATE")
+        row = ex(schema.NEXT_SEQ_IF_UNCLAIMED, (thread_id, now)).fetchone()
+        if row is None:  # the thread's first commit
+            ex(schema.ENSURE_THREAD, (thread_id,))
+            row = ex(schema.NEXT_SEQ_IF_UNCLAIMED, (thread_id, now)).fetchone()
+        position = row[0]
+        for checkpoint_id, task_id, cells in writes:
+            for idx, (channel, type_, blob) in enumerate(cells):
+                ex(
+                    schema.INSERT_WRITE_FIRST_WINS,
+                    (
+                        thread_id,
+                        ns,
+                        checkpoint_id,
+                        task_id,
+                        idx,
+                        "",
+                        channel,
+                        type_,
+                        blob,
+                        position,
+                        run_id,
+                        None,
+                        zlib.crc32(blob),
+                    ),
+                )
+            text = f'{{"channels":["{cells[0][0]}"],"task_id":"{task_id}","task_path":""}}'
+            ex(
+                schema.INSERT_EVENT,
+                (
+                    thread_id,
+                    position,
+                    "writes",
+                    ns,
+                    checkpoint_id,
+                    text,
+                    None,
+                    now,
+                    zlib.crc32(text.encode()),
+                ),
+            )
+            position += 1
+        if checkpoint is not None:
+            cid, parent, envelope, values_type, blob, metadata, step = checkpoint
+            ex(
+                schema.INSERT_CHECKPOINT,
+                (
+                    thread_id,
+                    ns,
+                    cid,
+                    position,
+                    parent,
+                    envelope,
+                    values_type,
+                    blob,
+                    metadata,
+                    "loop",
+                    step,
+                    run_id,
+                    None,
+                    now,
+                    zlib.crc32(blob),
+                ),
+            )
+            text = f'{{"parent_checkpoint_id":"{parent}","source":"loop","step":{step}}}'
+            ex(
+                schema.INSERT_EVENT,
+                (
+                    thread_id,
+                    position,
+                    "checkpoint",
+                    ns,
+                    cid,
+                    text,
+                    None,
+                    now,
+                    zlib.crc32(text.encode()),
+                ),
+            )
+        ex("COMMIT")
+        self.commits += 1
 
 
 # --- LangGraph-realistic checkpoints ---------------------------------------------------------

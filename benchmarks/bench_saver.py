@@ -6,7 +6,10 @@ Every figure is a ratio measured side by side in one run (see `_common.interleav
   in the config), `claim` and `release`, against `SqliteSaver`,
   `AsyncSqliteSaver` and the floor: raw `sqlite3`, WAL, `synchronous=FULL`,
   one row per `BEGIN IMMEDIATE ... COMMIT`, on the same disk, every file
-  pre-warmed past one WAL wrap;
+  pre-warmed past one WAL wrap; and `contract rows`: the rows CONTRACT.md
+  promises for that call (the fence read, the row, its event) in raw SQL on
+  our schema (`_common.ContractRows`), which no saver keeping the contract
+  can beat on that disk;
 * reads: `get_tuple` (latest and an old id), `aget_tuple` and `list(limit=10)`
   with 10 and 20,000 checkpoints of history, plus the number of SQL statements
   one `list` runs (trace callback on the saver's connection).
@@ -20,8 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import cProfile
+import functools
 import io
 import itertools
+import json
 import os
 import pstats
 import random
@@ -39,6 +44,7 @@ import aiosqlite
 from _common import (
     AsyncRunner,
     Chain,
+    ContractRows,
     Table,
     calibrate,
     connect_floor,
@@ -62,6 +68,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from langgraph_fenced_sqlite import FencedSqliteSaver
+from langgraph_fenced_sqlite.hop import Hop
 
 perf = time.perf_counter
 INSERT_FLOOR = "INSERT INTO rows VALUES (?, ?, ?, ?)"
@@ -135,6 +142,69 @@ def floor_writer(
             ex("BEGIN IMMEDIATE")
             ex(INSERT_FLOOR, (thread_id, "", cid, payload))
             ex("COMMIT")
+        return perf() - t0
+
+    return run
+
+
+def contract_writer(
+    rows: ContractRows, chain: Chain, *, writes: bool = False, aio: AsyncRunner | None = None
+) -> Callable[[int], float]:
+    """Return a contender committing the contract's rows of a `put` (or a `put_writes`), raw.
+
+    The yardstick `ContractRows` (a fence read, the row, its event, one
+    commit, on our schema), cells encoded before the clock starts: what the
+    SQL alone costs. `writes`: one 4 KB write of a new task per op, all on
+    one checkpoint, as `writes_writer` does. `aio`: each put awaited through
+    one thread hop, our saver's own (`hop.Hop`, the cheapest measured here),
+    the one hop an async saver of a sync driver pays.
+    """
+    serde = JsonPlusSerializer()
+    thread_id = chain.configurable["thread_id"]
+
+    def encode() -> tuple[str, str | None, str, str, bytes, str, Any]:
+        conf, checkpoint, metadata, _ = chain.next()
+        envelope = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        values_type, blob = serde.dumps_typed(checkpoint["channel_values"])
+        chain.advance({"configurable": {"checkpoint_id": checkpoint["id"]}})
+        return (
+            checkpoint["id"],
+            conf["configurable"].get("checkpoint_id"),
+            json.dumps(envelope, sort_keys=True, separators=(",", ":")),
+            values_type,
+            blob,
+            json.dumps(metadata, sort_keys=True, separators=(",", ":")),
+            metadata["step"],
+        )
+
+    cell = ("state", *serde.dumps_typed({"text": chain.value}))
+    if writes:
+        chain.prepare(1)
+        rows.commit(thread_id, "", (), encode())  # the checkpoint the writes belong to
+
+    def run(n: int) -> float:
+        if writes:
+            cid = chain.parent_id
+            ops = [((cid, task, [cell]),) for task in task_ids(n)]
+            t0 = perf()
+            for op in ops:
+                rows.commit(thread_id, "", op)
+            return perf() - t0
+        chain.prepare(n)
+        puts = [encode() for _ in range(n)]
+        if aio is not None:
+            return aio.run(hopped(puts))
+        t0 = perf()
+        for row in puts:
+            rows.commit(thread_id, "", (), row)
+        return perf() - t0
+
+    hop = Hop(1, "contract")
+
+    async def hopped(puts: list[Any]) -> float:
+        t0 = perf()
+        for row in puts:
+            await hop.run(functools.partial(rows.commit, thread_id, "", (), row))
         return perf() - t0
 
     return run
@@ -255,6 +325,8 @@ def bench_writes(d: str, s: Settings, aio: AsyncRunner, stack: ExitStack) -> dic
     stack.callback(floor_conn.close)
     fenced = FencedSqliteSaver(os.path.join(d, "fenced-w.db"))
     stack.callback(fenced.close)
+    contract = ContractRows(os.path.join(d, "contract-w.db"))
+    stack.callback(contract.close)
     lg, lg_conn = open_sqlite_saver(os.path.join(d, "lg-w.db"))
     stack.callback(lg_conn.close)
     lga, lga_conn = aio.run(open_async_sqlite_saver(os.path.join(d, "lga-w.db")))
@@ -267,6 +339,9 @@ def bench_writes(d: str, s: Settings, aio: AsyncRunner, stack: ExitStack) -> dic
     token_conf = claim.config()["configurable"]
     chains = {
         "fenced": chain("put"),
+        "contract": chain("put"),
+        "contract-aput": chain("aput"),
+        "contract-writes": chain("writes"),
         "fenced-token": Chain({**token_conf, "checkpoint_ns": ""}, value),
         "fenced-aput": chain("aput"),
         "fenced-writes": chain("writes"),
@@ -280,8 +355,12 @@ def bench_writes(d: str, s: Settings, aio: AsyncRunner, stack: ExitStack) -> dic
     notes = []
     if s.warm:
         warm_floor = floor_writer(floor_conn, "warm", payload)
+        warm_contract = contract_writer(contract, chain("warm"), writes=False)
         warm_ops = {
             "floor": warm_past_wal_wrap(lambda: warm_floor(1), os.path.join(d, "floor-w.db")),
+            "contract": warm_past_wal_wrap(
+                lambda: warm_contract(1), os.path.join(d, "contract-w.db")
+            ),
         }
         for name, saver, path in (
             ("FencedSqliteSaver", fenced, "fenced-w.db"),
@@ -302,6 +381,9 @@ def bench_writes(d: str, s: Settings, aio: AsyncRunner, stack: ExitStack) -> dic
 
     contenders = {
         "floor": floor_writer(floor_conn, "bench", payload),
+        "contract.put": contract_writer(contract, chains["contract"], writes=False),
+        "contract.put_writes": contract_writer(contract, chains["contract-writes"], writes=True),
+        "contract.aput": contract_writer(contract, chains["contract-aput"], aio=aio),
         "fenced.put": put_writer(fenced, chains["fenced"]),
         "fenced.put+token": put_writer(fenced, chains["fenced-token"]),
         "fenced.aput": aput_writer(fenced, chains["fenced-aput"], aio),
@@ -330,10 +412,13 @@ def bench_writes(d: str, s: Settings, aio: AsyncRunner, stack: ExitStack) -> dic
     rows = [
         ("put", "FencedSqliteSaver", "fenced.put", 1.2),
         ("put", "SqliteSaver", "lg.put", None),
+        ("put", "contract rows, raw sqlite3", "contract.put", None),
         ("put_writes", "FencedSqliteSaver", "fenced.put_writes", 1.2),
         ("put_writes", "SqliteSaver", "lg.put_writes", None),
+        ("put_writes", "contract rows, raw sqlite3", "contract.put_writes", None),
         ("aput", "FencedSqliteSaver", "fenced.aput", 2.0),
         ("aput", "AsyncSqliteSaver", "lga.aput", None),
+        ("aput", "contract rows + our hop", "contract.aput", None),
         ("(hop)", "asyncio.to_thread, no I/O", "hop", None),
         ("claim", "FencedSqliteSaver", "fenced.claim", 2.0),
         ("release", "FencedSqliteSaver", "fenced.release", 2.0),
@@ -362,6 +447,17 @@ def bench_writes(d: str, s: Settings, aio: AsyncRunner, stack: ExitStack) -> dic
         spread(samples["lga.aput"], samples["fenced.aput"]),
         ">= 1.30",
         verdict(speedup, 1.3, at_least=True),
+    )
+    yardstick = paired_ratio(samples["lga.aput"], samples["contract.aput"])
+    table.add(
+        "aput",
+        "AsyncSqliteSaver / contract",
+        "-",
+        f"{yardstick:.2f}",
+        "speedup",
+        spread(samples["lga.aput"], samples["contract.aput"]),
+        "info",
+        "-",
     )
     # The fence adds one indexed read to a commit (a few us), far below the
     # noise of batches of fsyncs, so it gets its own op-by-op alternation.

@@ -24,6 +24,8 @@ EXPECTED = {
         "READS:",
         "STATEMENTS per list()",
         "floor: raw sqlite3",
+        "contract rows, raw sqlite3",
+        "contract rows + our hop",
         "FencedSqliteSaver",
         "SqliteSaver",
         "AsyncSqliteSaver",
@@ -94,6 +96,8 @@ EXPECTED = {
     "bench_syncs.py": [
         "ours syncs",
         "stock syncs",
+        "contract/stock",
+        "contract floor",
         "syncs per 5-node chain invoke",
         "syncs per 6-way fan-out invoke",
         "fsync +2 ms",
