@@ -199,9 +199,10 @@ def contract_writer(
             rows.commit(thread_id, "", (), row)
         return perf() - t0
 
-    hop = Hop(1, "contract")
+    hop = Hop(1, "contract") if aio is not None else None  # its worker exits with the process
 
     async def hopped(puts: list[Any]) -> float:
+        assert hop is not None
         t0 = perf()
         for row in puts:
             await hop.run(functools.partial(rows.commit, thread_id, "", (), row))

@@ -152,8 +152,11 @@ class ContractFloor(InMemorySaver):
         """Keep checkpoints in memory; commit each put's contract rows to `path` too."""
         super().__init__()
         self.rows = ContractRows(path)
-        self._pending: dict[tuple[str, str, str], list[Any]] = {}
-        self._put_done: set[tuple[str, str, str]] = set()  # parents whose child was put
+        # Keyed by (thread, namespace, checkpoint id): the writes waiting for
+        # the put of that checkpoint's child, and the parents put already
+        # (one entry per put: a benchmark's few thousand).
+        self._pending: dict[tuple[Any, ...], list[Any]] = {}
+        self._put_done: set[tuple[Any, ...]] = set()
         self._waiting = 0
         self._lock = threading.Lock()
 
@@ -216,9 +219,9 @@ class ContractFloor(InMemorySaver):
             metadata.get("step"),
         )
         with self._lock:
-            writes = self._pending.pop(key, [])  # type: ignore[arg-type]
+            writes = self._pending.pop(key, [])
             self.rows.commit(key[0], key[1], [w for w, _ in writes], row, _run_id(config))
-            self._put_done.add(key)  # type: ignore[arg-type]
+            self._put_done.add(key)
         for _, done in writes:
             done.set()
         return stored
