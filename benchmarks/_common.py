@@ -27,6 +27,7 @@ from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import orjson
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint
 
 from langgraph_fenced_sqlite import FencedSqliteSaver, schema
@@ -318,6 +319,23 @@ class ContractRows:
     def close(self) -> None:
         """Close the file."""
         self.conn.close()
+
+    @staticmethod
+    def checkpoint_row(
+        serde: Any, checkpoint: Mapping[str, Any], metadata: Mapping[str, Any], parent_id: Any
+    ) -> tuple[str, str | None, str, str, bytes, str, Any]:
+        """Encode a put's checkpoint as `commit` takes it (JSON texts, values by `serde`)."""
+        envelope = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        values_type, blob = serde.dumps_typed(checkpoint["channel_values"])
+        return (
+            checkpoint["id"],
+            parent_id,
+            orjson.dumps(envelope, option=orjson.OPT_SORT_KEYS).decode(),
+            values_type,
+            blob,
+            orjson.dumps(metadata, option=orjson.OPT_SORT_KEYS, default=str).decode(),
+            metadata.get("step"),
+        )
 
     def commit(
         self,

@@ -26,7 +26,6 @@ import cProfile
 import functools
 import io
 import itertools
-import json
 import os
 import pstats
 import random
@@ -164,18 +163,9 @@ def contract_writer(
 
     def encode() -> tuple[str, str | None, str, str, bytes, str, Any]:
         conf, checkpoint, metadata, _ = chain.next()
-        envelope = {k: v for k, v in checkpoint.items() if k != "channel_values"}
-        values_type, blob = serde.dumps_typed(checkpoint["channel_values"])
         chain.advance({"configurable": {"checkpoint_id": checkpoint["id"]}})
-        return (
-            checkpoint["id"],
-            conf["configurable"].get("checkpoint_id"),
-            json.dumps(envelope, sort_keys=True, separators=(",", ":")),
-            values_type,
-            blob,
-            json.dumps(metadata, sort_keys=True, separators=(",", ":")),
-            metadata["step"],
-        )
+        parent = conf["configurable"].get("checkpoint_id")
+        return ContractRows.checkpoint_row(serde, checkpoint, metadata, parent)
 
     cell = ("state", *serde.dumps_typed({"text": chain.value}))
     if writes:

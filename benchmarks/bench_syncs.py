@@ -57,7 +57,6 @@ from langgraph.types import Send
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fsync_shim  # noqa: E402
-import orjson  # noqa: E402
 from _common import ContractRows  # noqa: E402
 
 from langgraph_fenced_sqlite import FencedSqliteSaver  # noqa: E402
@@ -207,17 +206,7 @@ class ContractFloor(InMemorySaver):
         stored = super().put(config, checkpoint, metadata, new_versions)
         conf = config["configurable"]
         key = (conf["thread_id"], conf.get("checkpoint_ns", ""), conf.get("checkpoint_id"))
-        envelope = {k: v for k, v in checkpoint.items() if k != "channel_values"}
-        values_type, blob = self.serde.dumps_typed(checkpoint["channel_values"])
-        row = (
-            checkpoint["id"],
-            key[2],
-            orjson.dumps(envelope, option=orjson.OPT_SORT_KEYS).decode(),
-            values_type,
-            blob,
-            orjson.dumps(metadata, option=orjson.OPT_SORT_KEYS, default=str).decode(),
-            metadata.get("step"),
-        )
+        row = ContractRows.checkpoint_row(self.serde, checkpoint, metadata, key[2])
         with self._lock:
             writes = self._pending.pop(key, [])
             self.rows.commit(key[0], key[1], [w for w, _ in writes], row, _run_id(config))
