@@ -30,7 +30,8 @@ from typing import Any, TypeVar
 import orjson
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint
 
-from langgraph_fenced_sqlite import FencedSqliteSaver, schema
+from langgraph_fenced_sqlite import FencedSqliteSaver
+from langgraph_fenced_sqlite.sqlite import schema
 
 T = TypeVar("T")
 

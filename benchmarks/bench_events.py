@@ -52,8 +52,9 @@ from _common import (
     verdict,
 )
 
-from langgraph_fenced_sqlite import FencedSqliteSaver, RetentionPolicy, StoreBusy, doorbell
-from langgraph_fenced_sqlite.watch import _WAIT_SLICE as WAIT_SLICE
+from langgraph_fenced_sqlite import FencedSqliteSaver, RetentionPolicy, StoreBusy
+from langgraph_fenced_sqlite.core.watch import _WAIT_SLICE as WAIT_SLICE
+from langgraph_fenced_sqlite.sqlite import doorbell
 
 BUSY_TIMEOUT = 5.0
 

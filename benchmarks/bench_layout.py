@@ -84,7 +84,7 @@ SCENARIOS = ("256B x1", "4KB x1", "256B x16", "4KB x16")
 
 def use_layout(name: str) -> None:
     """Make the saver build layout `name` in new files (patches `schema.MIGRATIONS`)."""
-    from langgraph_fenced_sqlite import schema
+    from langgraph_fenced_sqlite.sqlite import schema
 
     replacement = LAYOUTS[name]
     if replacement is None:

@@ -67,7 +67,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from langgraph_fenced_sqlite import FencedSqliteSaver
-from langgraph_fenced_sqlite.hop import Hop
+from langgraph_fenced_sqlite.core.hop import Hop
 
 perf = time.perf_counter
 INSERT_FLOOR = "INSERT INTO rows VALUES (?, ?, ?, ?)"
@@ -985,7 +985,7 @@ def profile(d: str, s: Settings, value: str, payload: bytes, aio: AsyncRunner) -
 
 def profile_list(d: str, s: Settings) -> None:
     """Show where `list(limit=10)` spends its time at full history, and a faster query."""
-    from langgraph_fenced_sqlite import schema
+    from langgraph_fenced_sqlite.sqlite import schema
 
     path = os.path.join(d, f"fenced-r{s.history}.db")
     fenced = FencedSqliteSaver(path)

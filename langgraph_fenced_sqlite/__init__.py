@@ -5,9 +5,12 @@ Public names only; see README.md and docs/semantics.md for what they promise.
 
 from typing import TYPE_CHECKING, Any
 
-from .claims import TOKEN_KEY, Claim, claim_live
 from .clock import Clock, ManualClock, SystemClock
-from .doctor import Check, Diagnosis, diagnose
+from .core.lease import AsyncLease, Lease
+from .core.serde import DataOnlySerializer
+from .core.state_view import ChannelChange, CheckpointDiff, Message, ToolCall, diff_channels
+from .core.status import THREAD_STATES, Failure, ThreadStatus, Waiting
+from .core.watch import AsyncEventWatch, EventWatch
 from .errors import (
     CheckpointConflict,
     CheckpointNotFound,
@@ -31,19 +34,16 @@ from .errors import (
     WrongProcess,
     WrongThread,
 )
-from .events import Event
-from .importer import import_sqlitesaver
-from .lease import AsyncLease, Lease
-from .maintenance import SweepResult, VacuumReport
-from .retention import PruneResult, RetentionPolicy, Retraction
-from .saver import FencedSqliteSaver
-from .serde import DataOnlySerializer
-from .state_view import ChannelChange, CheckpointDiff, Message, ToolCall, diff_channels
-from .status import THREAD_STATES, Failure, ThreadStatus, Waiting
-from .watch import AsyncEventWatch, EventWatch
+from .sqlite.claims import TOKEN_KEY, Claim, claim_live
+from .sqlite.events import Event
+from .sqlite.maintenance import SweepResult, VacuumReport
+from .sqlite.retention import PruneResult, RetentionPolicy, Retraction
+from .sqlite.saver import FencedSqliteSaver
+from .tools.doctor import Check, Diagnosis, diagnose
+from .tools.importer import import_sqlitesaver
 
 if TYPE_CHECKING:
-    from .runner import FencedRunner
+    from .runner.runner import FencedRunner
 
 __all__ = [
     "THREAD_STATES",
@@ -112,7 +112,7 @@ def __getattr__(name: str) -> Any:
     would otherwise pay at import.
     """
     if name == "FencedRunner":
-        from .runner import FencedRunner
+        from .runner.runner import FencedRunner
 
         globals()[name] = FencedRunner
         return FencedRunner

@@ -1,4 +1,4 @@
-"""`python -m langgraph_fenced_sqlite`: the `lgfs` command line (see `cli.py`)."""
+"""`python -m langgraph_fenced_sqlite`: the `lgfs` command line (see `cli/main.py`)."""
 
 import sys
 

@@ -34,8 +34,8 @@ from langgraph.graph import START, StateGraph
 from langgraph.types import Command, interrupt
 
 from langgraph_fenced_sqlite import FencedRunner, FencedSqliteSaver, ManualClock
-from langgraph_fenced_sqlite.checksums import checksum
-from langgraph_fenced_sqlite.schema import CHECKSUM_FUNCTION, MIGRATIONS
+from langgraph_fenced_sqlite.core.checksums import checksum
+from langgraph_fenced_sqlite.sqlite.schema import CHECKSUM_FUNCTION, MIGRATIONS
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 DAY = 86400.0
@@ -317,7 +317,7 @@ def user_version(path: str) -> int:
 
 def follow_bound(monkeypatch: Any, seconds: float) -> None:
     """Let a write awaiting its step's put wait exactly `seconds` (whatever the disk's speed)."""
-    from langgraph_fenced_sqlite import groupcommit
+    from langgraph_fenced_sqlite.sqlite import groupcommit
 
     monkeypatch.setattr(groupcommit, "FOLLOW_MIN_S", seconds)
     monkeypatch.setattr(groupcommit, "FOLLOW_MAX_S", seconds)

@@ -176,8 +176,8 @@ def reseal(conn: Any) -> None:
     For tests that plant a hostile row on purpose and test what lies behind
     the checksum (a forger who knows the format recomputes it).
     """
-    from langgraph_fenced_sqlite import schema
-    from langgraph_fenced_sqlite.checksums import checksum
+    from langgraph_fenced_sqlite.core.checksums import checksum
+    from langgraph_fenced_sqlite.sqlite import schema
 
     conn.create_function(schema.CHECKSUM_FUNCTION, -1, checksum, deterministic=True)
     for statement in schema.BACKFILL_CHECKSUMS:

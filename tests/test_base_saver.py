@@ -17,7 +17,7 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_fenced_sqlite import FencedSqliteSaver, InvalidArgument, UndecodableRow
-from langgraph_fenced_sqlite.base_saver import StoredWrite
+from langgraph_fenced_sqlite.core.saver import StoredWrite
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

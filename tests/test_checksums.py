@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from langgraph_fenced_sqlite.checksums import (
+from langgraph_fenced_sqlite.core.checksums import (
     checkpoint_checksum,
     checksum,
     event_checksum,

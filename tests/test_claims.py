@@ -380,7 +380,7 @@ def test_the_one_cell_fence_agrees_with_check_fence(
     open_store: Any, clock: ManualClock, require_claim: bool
 ) -> None:
     """`next_seq_if_fenced` gives `check_fence`'s next seq exactly when it lets the write land."""
-    from langgraph_fenced_sqlite import claims
+    from langgraph_fenced_sqlite.sqlite import claims
 
     store = open_store(require_claim=require_claim)
     conn = store._engine._conn

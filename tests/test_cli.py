@@ -27,7 +27,7 @@ from langgraph.graph import START, StateGraph
 from langgraph.types import Command, interrupt
 
 from langgraph_fenced_sqlite import FencedSqliteSaver, ManualClock
-from langgraph_fenced_sqlite.cli import EXIT_CODES, build_parser, main
+from langgraph_fenced_sqlite.cli.main import EXIT_CODES, build_parser, main
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 COMMANDS = (
@@ -498,7 +498,8 @@ def test_doctor_exits_non_zero_on_a_corrupt_index(copy: str) -> None:
 
 def test_doctor_checks_the_pragmas_the_engine_sets(demo: str, cli: Any, monkeypatch: Any) -> None:
     """Doctor's pragma checks are `schema.PRAGMAS`: one more there is one more checked."""
-    from langgraph_fenced_sqlite import diagnose, schema
+    from langgraph_fenced_sqlite import diagnose
+    from langgraph_fenced_sqlite.sqlite import schema
 
     checks = diagnose(demo).checks
     assert [c.name for c in checks] == [n for n, _ in schema.PRAGMAS] + ["integrity", "claims"]
@@ -528,7 +529,7 @@ def test_doctor_reports_a_pragma_that_differs(demo: str, cli: Any, monkeypatch: 
 
 def test_exit_codes_come_from_error_classes_not_codes_or_messages() -> None:
     from langgraph_fenced_sqlite import errors
-    from langgraph_fenced_sqlite.cli_io import (
+    from langgraph_fenced_sqlite.cli.io import (
         EXIT_BY_CLASS,
         CliError,
         NotFound,
@@ -656,7 +657,7 @@ def test_read_commands_refuse_an_older_file_unchanged_and_migrate_upgrades_it(
     must not do that by accident. `lgfs doctor` reports the older schema as
     a problem (exit 1), and only `lgfs migrate` upgrades the file.
     """
-    from langgraph_fenced_sqlite.schema import SCHEMA_VERSION
+    from langgraph_fenced_sqlite.sqlite.schema import SCHEMA_VERSION
 
     path = str(tmp_path / "v3.db")
     make_v3_file(demo, path)
@@ -720,7 +721,7 @@ def test_commands_that_write_refuse_an_older_file_unchanged_as_reads_do(
     writable, which migrated it on the way: the workers still on the older
     version would then refuse it, from one operator's `prune --dry-run`.
     """
-    from langgraph_fenced_sqlite.schema import SCHEMA_VERSION
+    from langgraph_fenced_sqlite.sqlite.schema import SCHEMA_VERSION
 
     path = str(tmp_path / "v3.db")
     make_v3_file(demo, path)

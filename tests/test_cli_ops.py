@@ -27,7 +27,7 @@ from conftest import dump
 from langgraph.types import Command
 
 from langgraph_fenced_sqlite import FencedSqliteSaver
-from langgraph_fenced_sqlite.cli import main
+from langgraph_fenced_sqlite.cli.main import main
 
 # The six-thread file (read-only use), and `ops`, a private copy to change.
 ops_master, ops = file_fixtures(make_ops_file, "ops_master", "ops", "ops.db")

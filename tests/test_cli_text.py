@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from langgraph_fenced_sqlite.cli_text import Cell, Fit, View, cells, cut, table, terminal_width
+from langgraph_fenced_sqlite.cli.text import Cell, Fit, View, cells, cut, table, terminal_width
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from langgraph_fenced_sqlite.cli import EXIT_CODES, build_parser
+from langgraph_fenced_sqlite.cli.main import EXIT_CODES, build_parser
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

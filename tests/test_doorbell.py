@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from langgraph_fenced_sqlite.doorbell import Listener, Ringer, bell_path
+from langgraph_fenced_sqlite.sqlite.doorbell import Listener, Ringer, bell_path
 
 
 def test_ring_from_another_process_wakes_a_listener(tmp_path) -> None:
@@ -25,7 +25,7 @@ def test_ring_from_another_process_wakes_a_listener(tmp_path) -> None:
     try:
         assert listener.wait(0.05) is False  # nothing rang yet
         code = (
-            "import sys; from langgraph_fenced_sqlite.doorbell import Ringer; "
+            "import sys; from langgraph_fenced_sqlite.sqlite.doorbell import Ringer; "
             "r = Ringer(sys.argv[1]); assert not r.mute; r.ring(); r.close()"
         )
         subprocess.run([sys.executable, "-c", code, db], check=True, timeout=60)
@@ -135,7 +135,7 @@ async def test_await_ring_wakes_for_another_process_and_ends_on_close(tmp_path) 
     listener = Listener.open(db)
     assert listener is not None
     code = (
-        "import sys; from langgraph_fenced_sqlite.doorbell import Ringer; "
+        "import sys; from langgraph_fenced_sqlite.sqlite.doorbell import Ringer; "
         "r = Ringer(sys.argv[1]); r.ring(); r.close()"
     )
     waiting = asyncio.ensure_future(listener.await_ring(3600))
@@ -246,7 +246,7 @@ def test_the_bell_is_made_by_the_first_commit_and_closed_with_the_store(tmp_path
 
 def test_a_bell_nobody_listens_to_is_dropped_and_comes_back(tmp_path) -> None:
     """A listener opened after the last one closed (and its bell was dropped) still hears."""
-    from langgraph_fenced_sqlite import doorbell
+    from langgraph_fenced_sqlite.sqlite import doorbell
 
     db = str(tmp_path / "x.db")
     first = Listener.open(db)

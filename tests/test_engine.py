@@ -35,7 +35,7 @@ from langgraph_fenced_sqlite import (
     WrongProcess,
     WrongThread,
 )
-from langgraph_fenced_sqlite import schema as lgfs_schema
+from langgraph_fenced_sqlite.sqlite import schema as lgfs_schema
 
 
 def _config(thread_id: str = "t") -> dict[str, Any]:

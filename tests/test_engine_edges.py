@@ -27,7 +27,7 @@ from langgraph_fenced_sqlite import (
     UnsupportedFormat,
     WrongProcess,
 )
-from langgraph_fenced_sqlite import schema as lgfs_schema
+from langgraph_fenced_sqlite.sqlite import schema as lgfs_schema
 
 BOUND = 30.0
 # The WAL size the store keeps to after a checkpoint (schema.JOURNAL_SIZE_LIMIT).

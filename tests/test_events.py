@@ -360,7 +360,7 @@ def test_put_and_write_events_store_the_text_dumps_json_gives(
 ) -> None:
     """An event's stored text is `dumps_json`'s of its data, plain ASCII or not (the fast
     judgement of `PLAIN` that put and put_writes make agrees with `json_kind`)."""
-    from langgraph_fenced_sqlite.stored_json import dumps_json
+    from langgraph_fenced_sqlite.core.stored_json import dumps_json
 
     config: dict[str, Any] = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
     if run_id is not None:
@@ -407,8 +407,8 @@ def test_checkpoint_event_text_is_the_dumps_json_of_its_dict() -> None:
     """The text written without a dict is exactly what `dumps_json` writes of it."""
     from enum import IntEnum
 
-    from langgraph_fenced_sqlite.events import checkpoint_event_text
-    from langgraph_fenced_sqlite.stored_json import dumps_json
+    from langgraph_fenced_sqlite.core.stored_json import dumps_json
+    from langgraph_fenced_sqlite.sqlite.events import checkpoint_event_text
 
     class Step(IntEnum):
         ONE = 1
@@ -435,8 +435,8 @@ def test_checkpoint_event_text_is_the_dumps_json_of_its_dict() -> None:
 
 def test_writes_event_text_is_the_dumps_json_of_its_dict() -> None:
     """As for puts: the task id, path and channel names, escaped or not."""
-    from langgraph_fenced_sqlite.events import writes_event_text
-    from langgraph_fenced_sqlite.stored_json import dumps_json
+    from langgraph_fenced_sqlite.core.stored_json import dumps_json
+    from langgraph_fenced_sqlite.sqlite.events import writes_event_text
 
     names = [t for t in _TEXTS if t] + [_Str("sub")]
     for text in names:

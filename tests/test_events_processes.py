@@ -313,7 +313,7 @@ def test_without_a_bell_watchers_poll_and_see_every_commit(
     watched: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Where no bell can be had (as without inotify), watch() polls and misses nothing."""
-    from langgraph_fenced_sqlite import doorbell
+    from langgraph_fenced_sqlite.sqlite import doorbell
 
     monkeypatch.setattr(doorbell, "_LIBC", None)  # as on a system without inotify
     assert doorbell.Listener.open(watched[0].path) is None

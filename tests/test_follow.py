@@ -30,7 +30,8 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
-from langgraph_fenced_sqlite import FencedSqliteSaver, StaleClaim, groupcommit
+from langgraph_fenced_sqlite import FencedSqliteSaver, StaleClaim
+from langgraph_fenced_sqlite.sqlite import groupcommit
 
 
 def _config(thread_id: str, checkpoint_id: str | None = None, **extra: Any) -> dict[str, Any]:

@@ -243,7 +243,7 @@ def test_reads_find_their_rows_without_a_temporary_table(open_store: Any) -> Non
     page's keys reach the checkpoints' and the writes' joins as co-routines, not
     materialized tables (a plain JOIN materializes them: about 15k CPU
     instructions a page)."""
-    from langgraph_fenced_sqlite import schema
+    from langgraph_fenced_sqlite.sqlite import schema
 
     saver = open_store()
     saver.put(_conf("t"), empty_checkpoint(), {"source": "loop", "step": 0}, {})

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from langgraph_fenced_sqlite import FencedSqliteSaver, StoreClosed
-from langgraph_fenced_sqlite.hop import Hop, HopClosed, on_worker
+from langgraph_fenced_sqlite.core.hop import Hop, HopClosed, on_worker
 
 BOUND = 10.0
 
@@ -180,7 +180,7 @@ def test_an_async_call_after_close_is_store_closed(db_path: str) -> None:
 
 _EXIT_MID_CALL = """
 import asyncio, sys, time
-from langgraph_fenced_sqlite.hop import Hop
+from langgraph_fenced_sqlite.core.hop import Hop
 
 hop = Hop(2, "t")
 

@@ -33,7 +33,7 @@ from langgraph_fenced_sqlite import (
     UnsupportedFormat,
     import_sqlitesaver,
 )
-from langgraph_fenced_sqlite.checksums import checksum
+from langgraph_fenced_sqlite.core.checksums import checksum
 
 THREADS = ("done", "waiting", "forked")
 

@@ -25,8 +25,8 @@ import pytest
 from _ops import lgfs, same_ids, write_threads
 
 from langgraph_fenced_sqlite import FencedSqliteSaver, ManualClock, RetentionPolicy
-from langgraph_fenced_sqlite.cli import main
-from langgraph_fenced_sqlite.cli_pg import redacted
+from langgraph_fenced_sqlite.cli.main import main
+from langgraph_fenced_sqlite.cli.stores import redacted
 from langgraph_fenced_sqlite.postgres import FencedPostgresSaver, sql
 from langgraph_fenced_sqlite.testing._helpers import plain_config, values_checkpoint
 
@@ -367,7 +367,7 @@ def test_doctor_reads_back_every_row_of_a_postgresql_store(
     copy = pg_server.fresh_dsn()  # damage a copy, not the module's store
     with FencedPostgresSaver.from_conn_string(dsn) as src:
         with FencedPostgresSaver.from_conn_string(copy) as dst:
-            from langgraph_fenced_sqlite.transfer import copy_threads
+            from langgraph_fenced_sqlite.tools.transfer import copy_threads
 
             dst.setup()
             copy_threads(src, dst, ["waiting", "done"])

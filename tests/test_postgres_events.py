@@ -24,9 +24,9 @@ from langgraph_fenced_sqlite import (
     ReplayUnavailable,
     StaleClaim,
     ThreadBusy,
-    runqueue,
 )
 from langgraph_fenced_sqlite.postgres import sql
+from langgraph_fenced_sqlite.runner import queue as runqueue
 
 CHILD = str(Path(__file__).with_name("_pg_child.py"))
 

@@ -372,9 +372,17 @@ def test_only_store_neutral_methods_are_inherited_from_the_sqlite_mixins() -> No
     reads the SQLite engine would otherwise be inherited as it is, and fail
     on PostgreSQL with an AttributeError instead of being missing.
     """
-    from langgraph_fenced_sqlite.api_inspect import InspectionAPI
-    from langgraph_fenced_sqlite.api_threads import ThreadsAPI
-    from langgraph_fenced_sqlite.postgres import FencedPostgresSaver, api_inspect, api_threads
+    from langgraph_fenced_sqlite.postgres import (
+        FencedPostgresSaver,
+    )
+    from langgraph_fenced_sqlite.postgres import (
+        saver_inspect as api_inspect,
+    )
+    from langgraph_fenced_sqlite.postgres import (
+        saver_threads as api_threads,
+    )
+    from langgraph_fenced_sqlite.sqlite.saver_inspect import InspectionAPI
+    from langgraph_fenced_sqlite.sqlite.saver_threads import ThreadsAPI
 
     for sqlite_mixin, neutral in (
         (InspectionAPI, api_inspect.STORE_NEUTRAL),

@@ -27,8 +27,9 @@ from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
-from langgraph_fenced_sqlite import CheckpointConflict, StaleClaim, groupcommit
+from langgraph_fenced_sqlite import CheckpointConflict, StaleClaim
 from langgraph_fenced_sqlite.postgres import send as pg_send
+from langgraph_fenced_sqlite.sqlite import groupcommit
 from langgraph_fenced_sqlite.testing.postgres_server import round_trips
 
 

@@ -31,8 +31,8 @@ from langgraph_fenced_sqlite import (
     StaleClaim,
     TenantMismatch,
     ThreadBusy,
-    runqueue,
 )
+from langgraph_fenced_sqlite.runner import queue as runqueue
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_KINDS = (

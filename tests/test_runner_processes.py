@@ -84,7 +84,7 @@ with open_store(db) as saver:
         else:
             raise SystemExit("the thread was not busy")
     if os.environ.get("LGFS_TEST_BACKOFF"):  # an enqueue's poll, made as slow as asked
-        from langgraph_fenced_sqlite import runqueue
+        from langgraph_fenced_sqlite.runner import queue as runqueue
         runqueue._BACKOFF_MIN = runqueue._BACKOFF_MAX = float(os.environ["LGFS_TEST_BACKOFF"])
     refusals = []
     begin_run = saver.begin_run

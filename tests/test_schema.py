@@ -29,7 +29,7 @@ from langgraph_fenced_sqlite import (
     StoreError,
     UnsupportedFormat,
 )
-from langgraph_fenced_sqlite.schema import MIGRATIONS, SCHEMA_VERSION
+from langgraph_fenced_sqlite.sqlite.schema import MIGRATIONS, SCHEMA_VERSION
 from langgraph_fenced_sqlite.testing._helpers import plain_config, values_checkpoint
 
 
@@ -147,7 +147,8 @@ def test_a_migration_that_fails_changes_nothing(v3_file: tuple[str, dict[str, An
 _KILL_MIDWAY = textwrap.dedent(
     """
     import os, signal, sys
-    from langgraph_fenced_sqlite import FencedSqliteSaver, schema
+    from langgraph_fenced_sqlite import FencedSqliteSaver
+    from langgraph_fenced_sqlite.sqlite import schema
 
     class KillAfter(tuple):
         # The engine runs a step's statements in order: die after `n` of them.

@@ -44,7 +44,7 @@ from langgraph.types import Interrupt, Send
 from pydantic import BaseModel
 
 from langgraph_fenced_sqlite import DataOnlySerializer, FencedSqliteSaver, SerializationError
-from langgraph_fenced_sqlite.stored_json import dumps_json, loads_json
+from langgraph_fenced_sqlite.core.stored_json import dumps_json, loads_json
 from langgraph_fenced_sqlite.testing.cases_input import hostile_payloads
 
 

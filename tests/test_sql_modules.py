@@ -1,6 +1,6 @@
 """Each store's SQL module names each statement once.
 
-Both stores keep all their SQL in one module (`schema.py`, `postgres/sql.py`),
+Both stores keep all their SQL in one module (`sqlite/schema.py`, `postgres/sql.py`),
 and a second assignment of a name silently replaces the first for every
 caller (ruff does not flag it): two branches once each added a
 `READ_SNAPSHOT`, and the later one turned every one-round-trip read into two.
@@ -17,7 +17,9 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "langgraph_fenced_sqlite"
 
 
-@pytest.mark.parametrize("module", ["schema.py", "postgres/sql.py", "postgres/sql_functions.py"])
+@pytest.mark.parametrize(
+    "module", ["sqlite/schema.py", "postgres/sql.py", "postgres/sql_functions.py"]
+)
 def test_every_statement_name_is_assigned_once(module: str) -> None:
     """No module-level name of a store's SQL module is assigned twice."""
     tree = ast.parse((PACKAGE / module).read_text())

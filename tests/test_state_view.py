@@ -11,8 +11,8 @@ from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
 from langgraph_fenced_sqlite import FencedSqliteSaver, diff_channels
-from langgraph_fenced_sqlite.serde import TaggedValue
-from langgraph_fenced_sqlite.state_view import as_message, is_internal_channel, messages_of
+from langgraph_fenced_sqlite.core.serde import TaggedValue
+from langgraph_fenced_sqlite.core.state_view import as_message, is_internal_channel, messages_of
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from langgraph_fenced_sqlite import (
     Waiting,
     claim_live,
 )
-from langgraph_fenced_sqlite.status import judge
+from langgraph_fenced_sqlite.core.status import judge
 
 
 @pytest.fixture(scope="module")

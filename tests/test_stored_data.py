@@ -14,11 +14,12 @@ from conftest import reseal
 from hypothesis import given
 from hypothesis import strategies as st
 
-from langgraph_fenced_sqlite import FencedSqliteSaver, InvalidArgument, UndecodableRow, stored_json
-from langgraph_fenced_sqlite.checksums import checksum
+from langgraph_fenced_sqlite import FencedSqliteSaver, InvalidArgument, UndecodableRow
+from langgraph_fenced_sqlite.core import stored_json
+from langgraph_fenced_sqlite.core.checksums import checksum
+from langgraph_fenced_sqlite.core.stored_json import dumps_json, loads_json
 from langgraph_fenced_sqlite.errors import SerializationError
-from langgraph_fenced_sqlite.schema import MIGRATIONS
-from langgraph_fenced_sqlite.stored_json import dumps_json, loads_json
+from langgraph_fenced_sqlite.sqlite.schema import MIGRATIONS
 from langgraph_fenced_sqlite.testing._helpers import plain_config, values_checkpoint
 
 # stored_json.MAX_JSON_DEPTH, the documented bound (checked below).
@@ -392,7 +393,7 @@ def test_list_rebuilds_user_types_as_get_tuple_does_and_names_refused_ones(
     not allow them gets get_tuple's error, every time, then reads other threads."""
     from _user_types import Color, Order, Point
 
-    from langgraph_fenced_sqlite.serde import DataOnlySerializer, TaggedValue
+    from langgraph_fenced_sqlite.core.serde import DataOnlySerializer, TaggedValue
 
     allowed = [Color, Order, Point]
     writer = open_store(allowed_types=allowed)
@@ -492,7 +493,7 @@ def test_pending_writes_come_back_in_task_path_task_id_idx_order(open_store: Any
 def test_sort_writes_orders_mixed_cell_types_as_sqlite_does() -> None:
     """Damaged rows may hold NULL, numbers, text or blobs in a sort column; the
     Python sort then orders them as SQLite's ORDER BY does instead of failing."""
-    from langgraph_fenced_sqlite.checkpoints import sort_writes
+    from langgraph_fenced_sqlite.sqlite.checkpoints import sort_writes
 
     paths: list[Any] = ["b", None, 3, b"\x00", "a", 1.5, b"a"]
     rows = [("task", "c", "t", b"", p, i, 0) for i, p in enumerate(paths)]
@@ -656,7 +657,7 @@ def test_metadata_from_the_config_is_stored_as_json_writes_it(
 def test_identity_adapters_bind_the_same_values_and_keep_the_applications() -> None:
     """The package registers adapters for bytes and None (a faster bind, see
     connection.py); they change nothing bound, and never replace an application's."""
-    from langgraph_fenced_sqlite.connection import install_identity_adapters
+    from langgraph_fenced_sqlite.sqlite.connection import install_identity_adapters
 
     key = (type(None), sqlite3.PrepareProtocol)
     saved = dict(sqlite3.adapters)

@@ -20,7 +20,7 @@ from langgraph.types import Command
 
 from langgraph_fenced_sqlite import FencedSqliteSaver
 from langgraph_fenced_sqlite.errors import InvalidArgument, ThreadBusy
-from langgraph_fenced_sqlite.transfer import copy_threads
+from langgraph_fenced_sqlite.tools.transfer import copy_threads
 
 BUSY = "chat-5"  # claimed live on the source by worker-7
 
@@ -255,7 +255,7 @@ def test_cli_copy_to_errors_are_one_line_and_coded(
 ) -> None:
     # In-process `main` (the subprocess tests above run the real command):
     # the same parser and error converter, without a second of start-up each.
-    from langgraph_fenced_sqlite.cli import main
+    from langgraph_fenced_sqlite.cli.main import main
 
     monkeypatch.delenv("LGFS_PATH", raising=False)
     monkeypatch.chdir(tmp_path)

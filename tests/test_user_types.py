@@ -31,7 +31,7 @@ from langgraph_fenced_sqlite import (
     SerializationError,
     UndecodableRow,
 )
-from langgraph_fenced_sqlite.serde import TaggedValue
+from langgraph_fenced_sqlite.core.serde import TaggedValue
 
 TESTS = str(pathlib.Path(__file__).resolve().parent)
 CONFIG: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}

@@ -25,7 +25,7 @@ from langgraph.graph import START, StateGraph
 from typing_extensions import TypedDict
 
 from langgraph_fenced_sqlite import FencedRunner, FencedSqliteSaver, InvalidArgument
-from langgraph_fenced_sqlite.stored_json import MAX_JSON_DEPTH
+from langgraph_fenced_sqlite.core.stored_json import MAX_JSON_DEPTH
 
 S = "\ud800"  # a lone surrogate: a valid Python str that is not valid UTF-8
 BIG = 2**63  # one more than SQLite's largest INTEGER
@@ -382,9 +382,9 @@ def test_graph_config_metadata_reads_as_langgraph_reads_it(meta: Any) -> None:
     """A config's metadata, read in C where it can be, gives LangGraph's run id and metadata."""
     from langgraph.checkpoint.base import get_serializable_checkpoint_metadata
 
-    from langgraph_fenced_sqlite import checkpoints as cps
-    from langgraph_fenced_sqlite.serde import DataOnlySerializer
-    from langgraph_fenced_sqlite.stored_json import dumps_json
+    from langgraph_fenced_sqlite.core.serde import DataOnlySerializer
+    from langgraph_fenced_sqlite.core.stored_json import dumps_json
+    from langgraph_fenced_sqlite.sqlite import checkpoints as cps
 
     config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "user": "u"}}
     if meta is not None:

@@ -45,6 +45,7 @@ import psycopg.conninfo
 from psycopg import errors as pg_errors
 from psycopg.rows import tuple_row
 
+from ..core.hop import ASYNC_WORKERS, Hop, HopClosed
 from ..errors import (
     FencedSqliteError,
     ReadOnlyStore,
@@ -55,8 +56,7 @@ from ..errors import (
     WrongThread,
     bad_argument,
 )
-from ..groupcommit import DONE, Key, _for_job
-from ..hop import ASYNC_WORKERS, Hop, HopClosed
+from ..sqlite.groupcommit import DONE, Key, _for_job
 from . import sql
 from .listeners import IdleListeners
 from .native import NativeConns

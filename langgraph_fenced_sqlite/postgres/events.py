@@ -17,11 +17,11 @@ import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any
 
-from ..checksums import checksum
+from ..core.checksums import checksum
+from ..core.status import RUN_ENDS
+from ..core.stored_json import dumps_json
 from ..errors import ReplayUnavailable
-from ..events import Event, NewEvent, decode_event
-from ..status import RUN_ENDS
-from ..stored_json import dumps_json
+from ..sqlite.events import Event, NewEvent, decode_event
 from . import sql
 from .connection import Execute, Send
 

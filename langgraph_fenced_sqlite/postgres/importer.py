@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.rows import dict_row, tuple_row
 
+from ..core.serde import DataOnlySerializer
+from ..core.validation import check_name
 from ..errors import SerializationError, StoreError, UnsupportedFormat
-from ..importer import ImportReport, WriteRow, _Importer, import_serde
-from ..serde import DataOnlySerializer
-from ..validation import check_name
+from ..tools.importer import ImportReport, WriteRow, _Importer, import_serde
 from . import sql
 from .connection import describe
 from .saver import without_password
 
 if TYPE_CHECKING:
-    from ..saver import FencedSqliteSaver
+    from ..sqlite.saver import FencedSqliteSaver
     from .saver import FencedPostgresSaver
 
 __all__ = ["check_postgressaver", "import_postgressaver", "require_postgressaver"]

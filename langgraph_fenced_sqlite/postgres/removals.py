@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from ..api_threads import last_activity
-from ..claims import claim_live
 from ..errors import CheckpointConflict
-from ..events import NewEvent
-from ..maintenance import is_inactive
-from ..retention import (
+from ..sqlite.claims import claim_live
+from ..sqlite.events import NewEvent
+from ..sqlite.maintenance import is_inactive
+from ..sqlite.retention import (
     PruneResult,
     RetentionPolicy,
     Retraction,
@@ -26,7 +25,8 @@ from ..retention import (
     retracted_event,
     skeleton_node,
 )
-from ..subgraph_runs import parents_of, past_namespaces_by
+from ..sqlite.saver_threads import last_activity
+from ..sqlite.subgraph_runs import parents_of, past_namespaces_by
 from . import sql
 from .events import append, raise_floor
 from .txns import fence

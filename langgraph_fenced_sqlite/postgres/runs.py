@@ -33,13 +33,14 @@ from typing import Any
 from psycopg.rows import tuple_row
 from psycopg.types.numeric import Int8
 
-from ..checkpoints import EncodedWrite
-from ..checksums import checksum
-from ..claims import Claim, claim_live
+from ..core.checksums import checksum
+from ..core.stored_json import dumps_json
 from ..errors import TenantMismatch, ThreadBusy
-from ..events import NewEvent
-from ..retention import retracted_event
-from ..runs import (
+from ..sqlite.checkpoints import EncodedWrite
+from ..sqlite.claims import Claim, claim_live
+from ..sqlite.events import NewEvent
+from ..sqlite.retention import retracted_event
+from ..sqlite.runs import (
     OPERATOR_RELEASED,
     OPERATOR_TOOK_OVER,
     RUN_STRATEGIES,
@@ -47,7 +48,6 @@ from ..runs import (
     started_event,
     superseded_data,
 )
-from ..stored_json import dumps_json
 from . import removals, sql, txns
 from .connection import Execute, Send
 from .events import append

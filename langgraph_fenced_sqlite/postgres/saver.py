@@ -30,19 +30,19 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from .. import checkpoints as cps
-from ..base_saver import FencedSaverBase, next_cursor, page_args, store_options
 from ..clock import Clock, read_now, to_seconds
+from ..core.saver import FencedSaverBase, next_cursor, page_args, store_options
+from ..core.serde import TypeKey
+from ..core.validation import check_name, config_target
 from ..errors import SchemaTooOld, UnsupportedFormat, bad_argument
-from ..serde import TypeKey
-from ..validation import check_name, config_target
+from ..sqlite import checkpoints as cps
 from . import sql, txns
-from .api_claims import PgClaimsAPI
-from .api_events import PgEventsAPI
-from .api_retention import PgRetentionAPI
-from .api_threads import PgReadAPI
 from .connection import PgConnection
 from .runs import LatestRoots
+from .saver_claims import PgClaimsAPI
+from .saver_events import PgEventsAPI
+from .saver_retention import PgRetentionAPI
+from .saver_threads import PgReadAPI
 
 __all__ = ["DatabaseClock", "FencedPostgresSaver"]
 

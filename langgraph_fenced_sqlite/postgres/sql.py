@@ -26,7 +26,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from ..stored_json import dumps_json
+from ..core.stored_json import dumps_json
 from .sql_functions import BEGIN_RUN, FENCED_WRITES, ONE_WRITE, UNFENCED
 
 # The SQLSTATE `lgfs_refuse` raises (migration 4): a batch that refused itself.

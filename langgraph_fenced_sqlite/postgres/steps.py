@@ -20,8 +20,8 @@ import threading
 import time
 from typing import Any
 
-from .. import groupcommit
-from ..groupcommit import DONE, PENDING, RUNNING, FollowPolicy, Key
+from ..sqlite import groupcommit
+from ..sqlite.groupcommit import DONE, PENDING, RUNNING, FollowPolicy, Key
 
 __all__ = ["Step", "Steps"]
 

@@ -23,7 +23,9 @@ from typing import Any
 from langgraph.checkpoint.base import WRITES_IDX_MAP
 from psycopg.types.numeric import Int8
 
-from ..checkpoints import (
+from ..core.checksums import checksum
+from ..errors import StaleClaim, ThreadBusy
+from ..sqlite.checkpoints import (
     EncodedCheckpoint,
     EncodedWrite,
     Row,
@@ -32,10 +34,8 @@ from ..checkpoints import (
     needs_version_check,
     stored_put,
 )
-from ..checksums import checksum
-from ..claims import Claim, check_unfenced, claim_live
-from ..errors import StaleClaim, ThreadBusy
-from ..events import (
+from ..sqlite.claims import Claim, check_unfenced, claim_live
+from ..sqlite.events import (
     NewEvent,
     checkpoint_event_data,
     checkpoint_event_text,

@@ -41,7 +41,7 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from ..errors import StoreError
-from ..events import Event
+from ..sqlite.events import Event
 from . import events, sql
 
 __all__ = ["SLICE", "PgEventPoller"]

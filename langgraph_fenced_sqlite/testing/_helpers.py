@@ -20,7 +20,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
-from ..claims import TOKEN_KEY, Claim
+from ..sqlite.claims import TOKEN_KEY, Claim
 from .harness import ContractEnv, raw
 
 # --- cases 1-7, 29, 30 (cases_store, cases_input) --------------------------------------
@@ -231,8 +231,8 @@ def plant(path: str, sql: str, params: tuple[Any, ...] = (), *, reseal: bool = F
         reseal: Then give every row a valid checksum again, as a forger who
             knows the format would: what lies behind the checksum is tested.
     """
-    from .. import schema
-    from ..checksums import checksum
+    from ..core.checksums import checksum
+    from ..sqlite import schema
 
     conn = sqlite3.connect(path)
     try:

@@ -16,7 +16,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
 from ..errors import ReplayUnavailable, StaleClaim
-from ..retention import PruneResult, RetentionPolicy
+from ..sqlite.retention import PruneResult, RetentionPolicy
 from ._helpers import event_seqs as _seqs
 from ._helpers import put_step as _put
 from ._helpers import raises as _raises

@@ -286,7 +286,7 @@ def case_hostile_rows_raise_undecodable_and_run_nothing(env: ContractEnv) -> Non
 
 
 def _encoded(value: Any) -> tuple[str, bytes]:
-    from ..serde import DataOnlySerializer
+    from ..core.serde import DataOnlySerializer
 
     return DataOnlySerializer().dumps_typed(value)
 

@@ -14,7 +14,6 @@ from langgraph.checkpoint.base import ERROR, INTERRUPT, RESUME, SCHEDULED, WRITE
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Interrupt, Send
 
-from .. import schema
 from ..errors import (
     CheckpointNotFound,
     ReplayUnavailable,
@@ -24,6 +23,7 @@ from ..errors import (
     ThreadBusy,
     UnsupportedFormat,
 )
+from ..sqlite import schema
 from ._helpers import AnyCall as _Call
 from ._helpers import dump as _dump
 from ._helpers import expect_error as _expect
@@ -140,7 +140,7 @@ def case_other_applications_database_is_refused_unchanged(env: ContractEnv) -> N
 
 def _open_at(env: ContractEnv, path: str) -> None:
     """Open (and close) a store on a path other than the env's file."""
-    from ..saver import FencedSqliteSaver
+    from ..sqlite.saver import FencedSqliteSaver
 
     FencedSqliteSaver(path, clock=env.clock).close()
 

@@ -23,10 +23,10 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Annotated, Any, Protocol, TypedDict
 
-from ..claims import Claim
 from ..clock import ManualClock
 from ..errors import FencedSqliteError
-from ..saver import FencedSqliteSaver
+from ..sqlite.claims import Claim
+from ..sqlite.saver import FencedSqliteSaver
 
 __all__ = ["COMMANDS", "Child", "ChainState", "build_chain_graph", "spawn", "write_flag"]
 

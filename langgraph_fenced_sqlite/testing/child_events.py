@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import ReplayUnavailable
-from ..saver import FencedSqliteSaver
+from ..sqlite.saver import FencedSqliteSaver
 
 __all__ = ["COMMANDS", "LineReader", "run_child", "spawn"]
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..clock import ManualClock
-from ..saver import FencedSqliteSaver
+from ..sqlite.saver import FencedSqliteSaver
 
 __all__ = [
     "CAPABILITIES",

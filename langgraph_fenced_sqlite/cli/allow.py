@@ -1,0 +1,74 @@
+"""The CLI's allow-list: the saver's `allowed_types`/`allowed_modules` as options.
+
+Invariant: every `lgfs` command reads with the same allow-list the app's saver
+uses (`--allow-type MODULE:NAME`, `--allow-module PKG`, or `$LGFS_ALLOW`), and a
+value outside it is shown as tagged data (`TaggedValue`: type name and fields),
+built without importing or calling anything; only the importer, which writes
+what it reads, refuses such a value instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import TypeVar
+
+from ..core.serde import DataOnlySerializer
+from .io import CliError
+
+__all__ = ["ALLOW_ENV", "add_allow_options", "allow_from_args", "cli_serde"]
+
+_P = TypeVar("_P", bound=argparse.ArgumentParser)
+
+ALLOW_ENV = "LGFS_ALLOW"  # "myapp, other.mod:Thing": packages, or MODULE:NAME types
+
+# Set once per `main()` call from its arguments; `_open` reads it.
+_allow: tuple[tuple[tuple[str, str], ...], tuple[str, ...]] = ((), ())
+
+
+def add_allow_options(parser: _P) -> _P:
+    """Add `--allow-type` and `--allow-module` to `parser` (a parent of every command)."""
+    parser.add_argument(
+        "--allow-type",
+        action="append",
+        metavar="MODULE:NAME",
+        help=f"rebuild values of this class (the saver's allowed_types; also ${ALLOW_ENV})",
+    )
+    parser.add_argument(
+        "--allow-module",
+        action="append",
+        metavar="PKG",
+        help="rebuild values of classes in this package (the saver's allowed_modules)",
+    )
+    return parser
+
+
+def allow_from_args(args: argparse.Namespace) -> None:
+    """Take the allow-list from `$LGFS_ALLOW` plus the parsed options.
+
+    Raises:
+        CliError: an entry is not `MODULE:NAME` or not a module name.
+    """
+    global _allow
+    entries = [e.strip() for e in os.environ.get(ALLOW_ENV, "").split(",") if e.strip()]
+    types = [e for e in entries if ":" in e] + list(getattr(args, "allow_type", None) or [])
+    modules = [e for e in entries if ":" not in e] + list(getattr(args, "allow_module", None) or [])
+    keys = []
+    for entry in types:
+        module, _, name = entry.partition(":")
+        if not (module and name):
+            raise CliError("usage", f"--allow-type {entry!r}: expected MODULE:NAME")
+        keys.append((module, name))
+    DataOnlySerializer(keys, allowed_modules=modules)  # refuses a malformed entry, naming it
+    _allow = (tuple(keys), tuple(modules))
+
+
+def cli_serde(unknown: str = "tag") -> DataOnlySerializer:
+    """Return a serializer with the CLI's allow-list.
+
+    Args:
+        unknown: `"tag"` for commands that display (a value outside the list
+            is shown as type and fields); `"refuse"` for the importer.
+    """
+    types, modules = _allow
+    return DataOnlySerializer(types, allowed_modules=modules, unknown=unknown)

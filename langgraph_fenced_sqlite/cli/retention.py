@@ -1,0 +1,151 @@
+"""`lgfs prune` and `lgfs vacuum`: retention an operator can run.
+
+Invariant: as in `cli.py`, nothing here judges: which checkpoints go is
+`prune`'s / `sweep`'s, and whether a vacuum may run is `vacuum`'s. A command
+that removes data first reports the real operation's dry run, and does it
+only with `--yes` (or a yes at a terminal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Callable, Sequence
+
+from ..sqlite.retention import PruneResult, RetentionPolicy
+from .io import CliError, Out, confirm, count, duration, find_thread, plural
+from .stores import open_store
+
+__all__ = ["add_prune_command", "add_vacuum_command", "cmd_prune", "cmd_vacuum"]
+
+_Register = Callable[..., argparse.ArgumentParser]
+
+
+def cmd_prune(args: argparse.Namespace, out: Out) -> int:
+    """`prune THREAD...` by a policy, or `prune --all`: a sweep (`--yes` needed)."""
+    given = (args.keep, args.max_age, args.max_events, args.keep_subgraph_runs)
+    if args.all == bool(args.threads):
+        raise CliError("usage", "prune: name THREADs, or pass --all (not both)")
+    if args.inactive_for is not None and not args.all:
+        raise CliError("usage", "prune: --inactive-for selects threads for --all only")
+    if args.all and all(g is None for g in given):
+        # A sweep with no option keeps what each thread needs to go on.
+        policy = RetentionPolicy(max_checkpoints=0, max_subgraph_runs=0)
+    elif all(g is None for g in given):
+        raise CliError(
+            "usage", "prune: give --keep, --max-age, --max-events or --keep-subgraph-runs"
+        )
+    else:
+        policy = RetentionPolicy(*given)
+    if args.all:
+        return _sweep(args, out, policy)
+    with open_store(args.path) as saver:
+        for thread_id in args.threads:
+            find_thread(saver, thread_id)
+        results = saver.prune(args.threads, strategy=policy, dry_run=True)
+        if not args.dry_run and any(_removes(r) for r in results):
+            confirm(args, f"prune would remove {_what(results, ' and ')}")
+            results = saver.prune(args.threads, strategy=policy)
+    verb = "would remove" if args.dry_run else "removed"
+    docs = [{**dataclasses.asdict(r), "dry_run": args.dry_run} for r in results]
+    out.document(
+        docs,
+        lambda: "\n".join(f"{r.thread_id}: {verb} {_what([r])} (floor {r.floor})" for r in results),
+    )
+    return 0
+
+
+def _removes(result: PruneResult) -> bool:
+    # Orphan writes alone are worth a prune: `doctor` counts them for it to remove.
+    return bool(result.checkpoints or result.events_removed or result.writes_removed)
+
+
+def _what(results: Sequence[PruneResult], last: str = ", ") -> str:
+    # "2 checkpoints, 3 events", and orphan writes only when there are some.
+    n_wr = sum(r.writes_removed for r in results)
+    parts = [
+        plural(sum(len(r.checkpoints) for r in results), "checkpoint"),
+        plural(sum(r.events_removed for r in results), "event"),
+        *([plural(n_wr, "write")] if n_wr else []),
+    ]
+    return ", ".join(parts[:-1]) + last + parts[-1]
+
+
+def _sweep(args: argparse.Namespace, out: Out, policy: RetentionPolicy) -> int:
+    """`prune --all`: dry-run the sweep, ask, sweep thread by thread, report."""
+    with open_store(args.path) as saver:
+        plan = saver.sweep(policy, inactive_for=args.inactive_for, dry_run=True)
+        done = plan
+        touched = [r for r in plan.pruned if _removes(r)]
+        if not args.dry_run and touched:
+            where = plural(len(touched), "thread")
+            confirm(args, f"prune --all would remove {_what(touched, ' and ')} from {where}")
+            done = saver.sweep(policy, inactive_for=args.inactive_for)
+    verb = "would remove" if args.dry_run else "removed"
+    doc = {**dataclasses.asdict(done), "dry_run": args.dry_run}
+
+    def text() -> str:
+        lines = [
+            f"{r.thread_id}: {verb} {_what([r])} (floor {r.floor})"
+            for r in done.pruned
+            if _removes(r)
+        ]
+        lines.append(
+            ("" if lines else "nothing to remove; ")
+            + f"swept {plural(len(done.pruned), 'thread')}"
+            + (f"; left alone under a live claim: {', '.join(done.busy)}" if done.busy else "")
+        )
+        lines += [f"skipped (does not decode): {e['message']}" for e in done.errors]
+        return "\n".join(lines)
+
+    out.document(doc, text)
+    return 1 if done.errors else 0
+
+
+def cmd_vacuum(args: argparse.Namespace, out: Out) -> int:
+    """`vacuum`: reclaim free space; refused while a writer is active unless `--force`."""
+    with open_store(args.path) as saver:
+        report = saver.vacuum(force=args.force)
+    freed = report.bytes_before - report.bytes_after
+    out.document(
+        {**dataclasses.asdict(report), "bytes_reclaimed": freed},
+        lambda: (
+            f"vacuumed {report.path}: {report.bytes_before} -> {report.bytes_after} bytes "
+            f"({freed} reclaimed)"
+        ),
+    )
+    return 0
+
+
+def add_prune_command(command: _Register, path_only: Callable, yes: Callable) -> None:
+    """Register `prune` through `cli.build_parser`'s helpers."""
+    p = command("prune", cmd_prune, "remove old checkpoints and events of threads")
+    path_only(p)
+    p.add_argument("threads", metavar="THREAD", nargs="*", help="thread ids (or --all)")
+    p.add_argument("--all", action="store_true", help="sweep every thread, one at a time")
+    p.add_argument(
+        "--inactive-for",
+        type=duration,
+        metavar="DURATION",
+        help="with --all: only threads not written for DURATION, e.g. 30d",
+    )
+    p.add_argument("--keep", type=count(0), metavar="N", help="keep the N newest checkpoints")
+    p.add_argument("--max-age", type=duration, metavar="DURATION", help="e.g. 30s, 15m, 2h, 7d")
+    p.add_argument("--max-events", type=count(0), metavar="N", help="keep the N newest events")
+    p.add_argument(
+        "--keep-subgraph-runs",
+        type=count(0),
+        metavar="N",
+        help="keep N past subgraph runs' namespaces, remove older ones",
+    )
+    p.add_argument("--dry-run", action="store_true", help="only report what would be removed")
+    yes(p)
+
+
+def add_vacuum_command(command: _Register, path_only: Callable) -> None:
+    """Register `vacuum` through `cli.build_parser`'s helpers."""
+    p = command("vacuum", cmd_vacuum, "reclaim free space (refused while a writer is active)")
+    path_only(p)
+    p.add_argument(
+        "--force", action="store_true", help="vacuum despite live claims or a held write lock"
+    )

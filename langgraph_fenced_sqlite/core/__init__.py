@@ -1,0 +1,1 @@
+"""What the contract decides, written once for both stores."""

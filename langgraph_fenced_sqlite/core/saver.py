@@ -1,0 +1,502 @@
+"""LangGraph's checkpointer methods as both stores offer them, over a few primitives.
+
+Invariant: each public method checks its arguments and encodes outside any
+transaction (the same checks, encoders and errors on either store), then
+calls one store primitive that runs one transaction; rows come back decoded,
+checksums checked, by the shared `checkpoints.decode_tuple`, so both stores
+store, refuse and rebuild the same values. `list`/`alist` fetch a page per
+transaction and yield outside it (one `_Paging` drives both), so a caller may
+use the saver inside the loop. The primitives live in each saver's module
+(`saver.FencedSqliteSaver`, `postgres.saver.FencedPostgresSaver`).
+"""
+
+from __future__ import annotations
+
+import builtins
+import random
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from typing_extensions import Self
+
+from ..clock import Clock
+from ..errors import bad_argument
+from ..sqlite import checkpoints as cps
+from ..sqlite.claims import token_from_config
+from .delta_history import DeltaWalk
+from .serde import DataOnlySerializer, TypeKey, schema_classes, schema_types
+from .twins import async_twin
+from .validation import (
+    check_before,
+    check_checkpoint,
+    check_config,
+    check_filter,
+    check_limit,
+    check_name,
+    check_writes,
+    conf_target,
+    config_target,
+)
+
+__all__ = ["FencedSaverBase", "StoredWrite", "list_query", "store_options"]
+
+_PAGE = 100
+
+# `list` is a method of the saver, so annotations in its body name the builtin this way.
+_list = builtins.list
+# A page cursor (the last row's checkpoint_id, thread_id, checkpoint_ns), or a checkpoint's key.
+_Cursor = tuple[str, str, str]
+
+
+class StoredWrite(NamedTuple):
+    """One pending write as stored, with what `CheckpointTuple.pending_writes` leaves out."""
+
+    task_id: str
+    """The task that wrote it."""
+    task_path: str
+    """The task's path ("" when LangGraph gave none)."""
+    idx: int
+    """Its index among the task's writes (negative for special channels)."""
+    channel: str
+    """The channel written."""
+    value: Any
+    """The decoded value."""
+
+
+class FencedSaverBase(BaseCheckpointSaver[str]):
+    """LangGraph's `BaseCheckpointSaver` methods, written once for both fenced stores.
+
+    A store implements the `_`-prefixed primitives below and its own
+    opening, `setup` and `close`; its other halves are mixins listed before
+    this class.
+    """
+
+    _engine: Any  # the store's engine: `closed`, `readonly`, and `arun` for async twins
+    require_claim: bool
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called."""
+        return bool(self._engine.closed)
+
+    @property
+    def readonly(self) -> bool:
+        """Whether the saver was opened with `readonly=True` (its writes raise `ReadOnlyStore`)."""
+        return bool(self._engine.readonly)
+
+    def close(self) -> None:
+        """Close the store (each store defines it); twice is fine."""
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Async twin of `close` (each store defines it)."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def for_graph(self, graph: Any) -> Self:
+        """Return this saver allowing the types `graph`'s schemas declare.
+
+        LangGraph hands a graph's schema types to its checkpointer only under
+        `LANGGRAPH_STRICT_MSGPACK=true`; this does the same derivation in any
+        mode: `builder.compile(checkpointer=saver.for_graph(builder))`. The
+        schema classes are registered as objects, so they are rebuilt with no
+        import (classes defined inside a function too). The result shares
+        this saver's connection (closing either closes both) and its
+        serializer's registry; `FencedRunner` uses it so that a worker that
+        only resumes rebuilds the graph's state types.
+
+        Args:
+            graph: A `StateGraph` builder or its compiled graph.
+
+        Raises:
+            InvalidArgument: `graph` is neither.
+        """
+        extra: _list[Any] = [*schema_types(graph), *schema_classes(graph).values()]
+        return self.with_allowlist(extra)  # type: ignore[return-value]
+
+    # --- reads ---------------------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Fetch a checkpoint (the latest, by commit order, if no id is given).
+
+        Returns:
+            The tuple with pending writes in `writes_sort_key` order, or None.
+        """
+        thread_id, ns, cid = config_target(config)
+        return self._read_tuple(thread_id, ns, cid)
+
+    aget_tuple = async_twin(get_tuple)
+
+    def pending_writes(self, config: RunnableConfig) -> _list[StoredWrite]:
+        """Return a checkpoint's pending writes with their task path and index.
+
+        The writes `get_tuple` returns, in the same order, with what
+        LangGraph's `(task_id, channel, value)` leaves out: what a copy
+        between stores (`copy_threads`) needs to store them again as they were.
+
+        Args:
+            config: The thread, namespace and checkpoint id (the latest, by
+                commit order, if no id is given).
+
+        Returns:
+            The writes, or [] when there is no such checkpoint.
+
+        Raises:
+            UndecodableRow: a write is damaged or does not decode.
+        """
+        thread_id, ns, cid = config_target(config)
+        found = self._fetch_tuple("pending_writes", thread_id, ns, cid)
+        if found is None:
+            return []
+        row, writes = found
+        return [
+            StoredWrite(
+                w[0], w[4] or "", w[5], w[1], cps.decode_write(self.serde, row[0], row[2], w)
+            )
+            for w in writes
+        ]
+
+    apending_writes = async_twin(pending_writes)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """List checkpoints newest id first, as LangGraph's savers do.
+
+        Args:
+            config: Narrows to a thread (and namespace, and id) when given.
+            filter: Metadata keys and values that must all match.
+            before: Only checkpoints whose id is less than this one's.
+            limit: At most this many.
+
+        Yields:
+            Checkpoint tuples; no lock or transaction is held between them.
+        """
+        paging = _Paging(list_query(config, filter, before, limit))
+        while (step := paging.step()) is not None:
+            yield from paging.take(*self._list_page(*step))
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Async twin of `list`."""
+        paging = _Paging(list_query(config, filter, before, limit))
+        while (step := paging.step()) is not None:
+            for item in paging.take(*await self._alist_page(*step)):
+                yield item
+
+    def _list_page(
+        self, query: dict[str, Any], cursor: _Cursor | None, remaining: int | None
+    ) -> tuple[_list[CheckpointTuple], _Cursor | None]:
+        args, size = page_args(query, remaining)
+        page = self._read_page(args, cursor, size)
+        return page, next_cursor(page, size)
+
+    async def _alist_page(
+        self, query: dict[str, Any], cursor: _Cursor | None, remaining: int | None
+    ) -> tuple[_list[CheckpointTuple], _Cursor | None]:
+        """Async twin of `_list_page` (through the hop; a store may read natively)."""
+        page: tuple[_list[CheckpointTuple], _Cursor | None] = await self._engine.arun(
+            self._list_page, query, cursor, remaining
+        )
+        return page
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Walk the parent chain of `config`'s checkpoint for `DeltaChannel` (LangGraph beta).
+
+        The base class's result, read a page of ancestors at a time instead of
+        one `get_tuple` each (`delta_history.DeltaWalk`).
+
+        Args:
+            config: The checkpoint (the latest, by commit order, if no id is given).
+            channels: The channels to walk for.
+
+        Returns:
+            Per channel: its on-path writes, oldest first, and the nearest
+            ancestor's stored value as `seed`, if any.
+        """
+        walk = DeltaWalk(channels)
+        if not walk.channels:
+            return {}
+        walk.begin(self.get_tuple(config))
+        while (need := walk.need()) is not None:
+            kind, args = need
+            if kind == "page":
+                walk.take_page(_list(self.list(args[0], before=args[1], limit=args[2])), args[2])
+            else:
+                walk.take_tuple(self.get_tuple(args))
+        return walk.result()
+
+    aget_delta_channel_history = async_twin(get_delta_channel_history)
+
+    # --- writes --------------------------------------------------------------------------
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint, fenced by the config's token if it has one.
+
+        Returns:
+            The config of the stored checkpoint.
+
+        Raises:
+            StaleClaim: the config's token is not the thread's claim.
+            ThreadBusy: no token, and the thread has a live claim (or the
+                store requires claims).
+            CheckpointConflict: see docs/semantics.md §3 (version and identity).
+        """
+        enc, token, stored = self._encode_put(config, checkpoint, metadata)
+        self._put(enc, token)
+        return stored
+
+    aput = async_twin(put)
+
+    def _encode_put(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
+    ) -> tuple[cps.EncodedCheckpoint, int | None, RunnableConfig]:
+        """Check and encode `put`'s arguments: the row, the token, the config `put` returns."""
+        thread_id, ns, _ = config_target(config)
+        token = token_from_config(config)
+        envelope, plain, plain_md = check_checkpoint(checkpoint, metadata)
+        enc = cps.encode_checkpoint(
+            self.serde,
+            config,
+            checkpoint,
+            metadata,
+            thread_id,
+            ns,
+            plain_envelope=plain,
+            plain_metadata=plain_md,
+            envelope=envelope,
+        )
+        stored: RunnableConfig = {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
+        return enc, token, stored
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's pending writes for the config's checkpoint (fenced like `put`).
+
+        The checkpoint need not be stored yet (LangGraph sends writes first).
+        Regular writes are first-writer-wins per `(task_id, idx)`; the special
+        channels of `WRITES_IDX_MAP` are last-writer-wins within the fence.
+        """
+        args = self._encode_writes(config, writes, task_id, task_path)
+        if args is not None:
+            self._put_writes(*args)
+
+    aput_writes = async_twin(put_writes)
+
+    def _encode_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> tuple[_Cursor, _list[cps.EncodedWrite], int | None, str | None] | None:
+        """Check and encode `put_writes`' arguments: `_put_writes`' (None: nothing to store)."""
+        thread_id, ns, cid = config_target(config, need_id=True)
+        assert cid is not None
+        check_name(task_id, "task_id")
+        check_name(task_path, "task_path", allow_empty=True)
+        token = token_from_config(config)
+        encoded = cps.encode_writes(self.serde, check_writes(writes), task_id, task_path)
+        if not encoded:
+            return None
+        return (thread_id, ns, cid), encoded, token, cps.run_id_of(config)
+
+    def get_next_version(self, current: str | None, channel: None = None) -> str:
+        """Return the next channel version: a zero-padded counter plus a random suffix."""
+        if current is None:
+            current_v = 0
+        elif isinstance(current, int) and not isinstance(current, bool):
+            current_v = current
+        else:
+            head = current.split(".")[0] if isinstance(current, str) else ""
+            if not head.isdigit():
+                raise bad_argument("current", f"expected a channel version, got {current!r}")
+            current_v = int(head)
+        return f"{current_v + 1:032}.{random.random():016}"
+
+    # --- the store's primitives: checked, encoded arguments in, one transaction each ----
+
+    def _read_tuple(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
+    ) -> CheckpointTuple | None:
+        """Read and decode `get_tuple`'s checkpoint; a store may read it its own way."""
+        found = self._fetch_tuple("get_tuple", thread_id, checkpoint_ns, checkpoint_id)
+        return None if found is None else cps.decode_tuple(self.serde, *found)
+
+    def _read_page(
+        self, query: dict[str, Any], after_key: _Cursor | None, size: int
+    ) -> _list[CheckpointTuple]:
+        """Read and decode one page of `list`; a store may read it its own way."""
+        rows, writes = self._fetch_page(query, after_key, size)
+        return self._decode_page(rows, writes)
+
+    def _decode_page(
+        self, rows: _list[Any], writes: dict[Any, _list[Any]]
+    ) -> _list[CheckpointTuple]:
+        """Decode one page's rows with their writes (by checkpoint key)."""
+        return [cps.decode_tuple(self.serde, r, writes[(r[0], r[1], r[2])]) for r in rows]
+
+    def _fetch_tuple(
+        self, op: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
+    ) -> tuple[Any, _list[Any]] | None:
+        """Read one checkpoint row (the latest by commit if no id) and its write rows."""
+        raise NotImplementedError
+
+    def _fetch_page(
+        self, query: dict[str, Any], after_key: _Cursor | None, size: int
+    ) -> tuple[_list[Any], dict[Any, _list[Any]]]:
+        """Read one page of `list`'s rows, and their write rows by checkpoint key."""
+        raise NotImplementedError
+
+    def _put(self, enc: cps.EncodedCheckpoint, token: int | None) -> None:
+        raise NotImplementedError
+
+    def _put_writes(
+        self, key: _Cursor, encoded: _list[cps.EncodedWrite], token: int | None, run_id: str | None
+    ) -> None:
+        """Store `encoded` for the checkpoint `key`: (thread_id, checkpoint_ns, checkpoint_id)."""
+        raise NotImplementedError
+
+
+def page_args(query: dict[str, Any], remaining: int | None) -> tuple[dict[str, Any], int]:
+    """One page's query (`list`'s, less its limit) and size, `remaining` still to list."""
+    size = _PAGE if remaining is None else min(_PAGE, remaining)
+    return {k: v for k, v in query.items() if k != "limit"}, size
+
+
+def next_cursor(page: _list[CheckpointTuple], size: int) -> _Cursor | None:
+    """Where the page after `page` (of at most `size`) starts; None: it was the last."""
+    if len(page) < size:
+        return None
+    last = page[-1].config["configurable"]
+    return last["checkpoint_id"], last["thread_id"], last["checkpoint_ns"]
+
+
+class _Paging:
+    """Where one `list` call is: the one paging loop its sync and async drivers share."""
+
+    def __init__(self, query: dict[str, Any]) -> None:
+        self.query = query
+        self.cursor: _Cursor | None = None
+        self.remaining: int | None = query["limit"]
+        self.done = False
+
+    def step(self) -> tuple[dict[str, Any], _Cursor | None, int | None] | None:
+        """Return the arguments of the next page's fetch, or None when the listing is over."""
+        if self.done or (self.remaining is not None and self.remaining <= 0):
+            return None
+        return self.query, self.cursor, self.remaining
+
+    def take(self, page: _list[CheckpointTuple], cursor: _Cursor | None) -> _list[CheckpointTuple]:
+        """Record a fetched page and where the next starts; return the page."""
+        self.cursor = cursor
+        self.done = cursor is None
+        if self.remaining is not None:
+            self.remaining -= len(page)
+        return page
+
+
+def store_options(
+    serde: SerializerProtocol | None,
+    allowed_types: Iterable[TypeKey | type],
+    allowed_modules: Iterable[str] | str,
+    clock: Clock | None,
+    require_claim: bool,
+) -> SerializerProtocol:
+    """Check the options both stores' `__init__` take; return the serializer to use.
+
+    Raises:
+        InvalidArgument: an option is wrong (the message names it).
+    """
+    if not isinstance(require_claim, bool):
+        raise bad_argument("require_claim", "expected a bool")
+    if clock is not None and not isinstance(clock, Clock):
+        raise bad_argument("clock", "expected a Clock (with now() and monotonic())")
+    if serde is None:
+        return DataOnlySerializer(allowed_types, allowed_modules=allowed_modules)
+    if allowed_types or allowed_modules:
+        which = "allowed_types" if allowed_types else "allowed_modules"
+        raise bad_argument(which, "give it only with the default serializer")
+    return serde
+
+
+def list_query(
+    config: RunnableConfig | None,
+    filter: dict[str, Any] | None,
+    before: RunnableConfig | None,
+    limit: int | None,
+) -> dict[str, Any]:
+    """Check `list`'s arguments; return them as the query builders' keywords (and `limit`).
+
+    Both stores' `list` call this, so they accept and refuse the same arguments.
+    """
+    thread_id = ns = cid = None
+    if config is not None:
+        conf = check_config(config)
+        if conf.get("thread_id") is not None:
+            thread_id, _, cid = conf_target(conf)
+        if conf.get("checkpoint_ns") is not None:
+            ns = check_name(
+                conf["checkpoint_ns"],
+                'config["configurable"]["checkpoint_ns"]',
+                allow_empty=True,
+            )
+    return {
+        "thread_id": thread_id,
+        "checkpoint_ns": ns,
+        "checkpoint_id": cid,
+        "metadata_filter": check_filter(filter),
+        "before_id": check_before(before),
+        "limit": check_limit(limit),
+    }

@@ -1,0 +1,207 @@
+"""The deletion half of `FencedPostgresSaver`: its primitives behind `RemovalsBase`
+(deletion, copies, prunes by strategy or `RetentionPolicy`, sweeps, retraction),
+and an operator's `vacuum`.
+
+Invariant: each primitive gets arguments `RemovalsBase` has checked and runs
+one transaction from `removals.py` that fences every thread it changes
+before changing any; the first refusal changes nothing. A dry run is the
+real prune, rolled back. Mixed into `FencedPostgresSaver`, which provides
+`_engine`, `_now`, `_notify` and `require_claim`.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable
+from typing import Any
+
+from ..core.saver_retention import RemovalsBase
+from ..core.twins import async_twin
+from ..core.validation import check_bool
+from ..sqlite.maintenance import VacuumReport
+from ..sqlite.retention import PruneResult, RetentionPolicy, Retraction
+from . import removals, sql
+from .half import PgHalf
+
+__all__ = ["PgRetentionAPI"]
+
+_list = builtins.list
+
+
+class PgRetentionAPI(RemovalsBase, PgHalf):
+    """LangGraph's deletion capabilities, fenced (see `RemovalsBase`), on PostgreSQL."""
+
+    def _delete_thread(self, thread_id: str) -> None:
+        self._engine.run("delete_thread", lambda cur: removals.delete_thread(cur, thread_id))
+
+    def _delete_for_runs(self, run_ids: _list[str], token: int | None) -> None:
+        now = self._now()
+        self._engine.run(
+            "delete_for_runs",
+            lambda cur: removals.delete_for_runs(
+                cur, run_ids, token, now=now, require_claim=self.require_claim, notify=self._notify
+            ),
+        )
+
+    def _copy_thread(self, source: str, target: str, token: int | None) -> None:
+        now = self._now()
+        self._engine.run(
+            "copy_thread",
+            lambda cur: removals.copy_thread(
+                cur,
+                source,
+                target,
+                token,
+                now=now,
+                require_claim=self.require_claim,
+                notify=self._notify,
+            ),
+        )
+
+    def _prune_plan(self, strategy: str | RetentionPolicy) -> str | RetentionPolicy:
+        return strategy
+
+    def _prune(
+        self, thread_ids: _list[str], plan: str | RetentionPolicy, dry_run: bool, token: int | None
+    ) -> _list[PruneResult]:
+        now = self._now()
+        if isinstance(plan, RetentionPolicy):
+            # No claim needed, so one transaction per thread, as on SQLite.
+            policy = plan
+
+            def one(thread_id: str) -> PruneResult:
+                done: PruneResult = self._rolled_back_if(
+                    dry_run,
+                    "prune",
+                    lambda cur: removals.prune_policy(
+                        cur, thread_id, policy, token, now=now, notify=self._notify
+                    ),
+                )
+                return done
+
+            return [one(t) for t in thread_ids]
+
+        def job(cur: Any) -> _list[PruneResult]:
+            out = [
+                removals.prune(
+                    cur,
+                    t,
+                    plan,
+                    token,
+                    now=now,
+                    require_claim=self.require_claim,
+                    notify=self._notify,
+                )
+                for t in thread_ids
+            ]
+            if dry_run:
+                raise _DryRun(out)
+            return out
+
+        try:
+            return self._engine.run("prune", job)
+        except _DryRun as done:
+            return done.results
+
+    def _rolled_back_if(self, dry_run: bool, op: str, job: Callable[[Any], Any]) -> Any:
+        """Run `job` in one transaction; with `dry_run`, roll it back and return its result."""
+
+        def run(cur: Any) -> Any:
+            done = job(cur)
+            if dry_run:
+                raise _DryRun([done])
+            return done
+
+        try:
+            return self._engine.run(op, run)
+        except _DryRun as rolled_back:
+            return rolled_back.results[0]
+
+    def _sweep_thread_ids(self) -> _list[str]:
+        # A read (as on SQLite): `RemovalsBase.sweep` refused a read-only store already.
+        rows = self._engine.run(
+            "sweep", lambda cur: cur.execute(sql.SWEEP_THREAD_IDS).fetchall(), read_only=True
+        )
+        return [r[0] for r in rows]
+
+    def _sweep_thread(
+        self, thread_id: str, policy: RetentionPolicy, idle_for: float | None, dry_run: bool
+    ) -> PruneResult | str | None:
+        now = self._now()
+        done: PruneResult | str | None = self._rolled_back_if(
+            dry_run,
+            "sweep",
+            lambda cur: removals.sweep_thread(cur, thread_id, policy, now=now, idle_for=idle_for),
+        )
+        return done
+
+    def vacuum(self, *, force: bool = False) -> VacuumReport:
+        """Run a plain `VACUUM (ANALYZE)` of the store's tables; report their size before and after.
+
+        What it reclaims: dead rows (what `prune`, `delete_thread`,
+        `compact_events` and every update leave) become space the tables
+        reuse for new rows, and the planner's statistics are refreshed.
+        Empty pages at a table's end go back to the operating system, but
+        space in the middle stays with the table: the size falls only after
+        a prune that emptied whole pages at the end, and the first vacuum of
+        a table may even grow it a little (it creates the table's free-space
+        and visibility maps). PostgreSQL's autovacuum does the same work by
+        itself; this is for right after a large prune or sweep.
+
+        What it does not do: `VACUUM FULL`, which would give all of the space
+        back by rewriting each table under an ACCESS EXCLUSIVE lock, stopping
+        every writer and reader of the store meanwhile. A plain VACUUM lets
+        writers go on (to give back empty end pages it takes that lock only
+        when free, and lets go of it as soon as someone waits), so `force` is
+        accepted for the SQLite store's signature and changes nothing.
+
+        Runs outside any transaction (VACUUM cannot run in one), on a
+        connection of the pool or the store's connection in autocommit.
+
+        Args:
+            force: Accepted for `FencedSqliteSaver.vacuum`'s signature; a
+                plain VACUUM needs no forcing.
+
+        Returns:
+            `path` (the server and database), and the tables' total size in
+            bytes with their indexes and TOAST (`pg_total_relation_size`)
+            before and after.
+
+        Raises:
+            InvalidArgument: `force` is not a bool.
+            ReadOnlyStore: the store was opened with `readonly=True`.
+            StoreBusy: a lock wait (another VACUUM, an ALTER) passed the
+                connection's `lock_timeout`.
+            StoreError: the connection is inside a transaction of yours, or
+                the database failed.
+        """
+        check_bool(force, "force")
+        tables = {"tables": _list(sql.TABLES)}
+
+        def job(cur: Any) -> VacuumReport:
+            before = int(cur.execute(sql.STORE_BYTES, tables).fetchone()[0])
+            cur.execute(sql.VACUUM_TABLES)
+            after = int(cur.execute(sql.STORE_BYTES, tables).fetchone()[0])
+            return VacuumReport(self._engine.where, before, after)
+
+        return self._engine.run_outside_transaction("vacuum", job)
+
+    avacuum = async_twin(vacuum)
+
+    def _retract_turn(self, thread_id: str, token: int, run_id: str | None) -> Retraction:
+        now = self._now()
+        result: Retraction = self._engine.run(
+            "retract_turn",
+            lambda cur: removals.retract(
+                cur, thread_id, token, run_id, now=now, notify=self._notify
+            ),
+        )
+        return result
+
+
+class _DryRun(Exception):
+    """Raised inside a dry run's transaction so that it rolls back, carrying the report."""
+
+    def __init__(self, results: _list[PruneResult]) -> None:
+        super().__init__("dry run")
+        self.results = results

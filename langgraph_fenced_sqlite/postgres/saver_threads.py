@@ -1,0 +1,204 @@
+"""The threads of a PostgreSQL store: summaries, namespaces and statuses.
+
+Invariant: as in the SQLite store's `api_threads.py`, a thread's status is
+`status.judge`'s (through the SQLite saver's own `_judge`, inherited), from facts read
+in the same snapshot as its summary: `threads()` reads every thread's
+summary, the store's time and every status's facts in one REPEATABLE READ
+snapshot, four statements in one round trip whatever the number of threads
+(`_facts_batch`), and decodes outside it. Summaries are built
+by the SQLite store's `_summaries` from rows of the same columns, so both
+stores define activity, namespaces and errors once. Mixed into
+`FencedPostgresSaver`, which provides `_engine`, `_now` and `serde`.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Iterable
+from datetime import timedelta
+from typing import Any
+
+from ..core import status as st
+from ..core.status import ThreadStatus, check_states
+from ..core.validation import check_name
+from ..errors import UndecodableRow
+from ..sqlite.claims import ThreadRow
+from ..sqlite.events import decode_event
+from ..sqlite.saver_threads import ThreadsAPI, _summaries, inactive_for_seconds
+from . import sql
+from .connection import Execute, PgConnection, Send
+from .saver_inspect import PgInspectionAPI
+
+__all__ = ["STORE_NEUTRAL", "PgReadAPI", "PgThreadsAPI"]
+
+Cursor = Any
+# `list` is a method of the saver this class is mixed into.
+_list = builtins.list
+
+
+# Methods of `ThreadsAPI` this class inherits as they are: they read only through
+# the methods below (`_judge` applies `status.judge` to facts `_status_facts`
+# read). tests/test_postgres_threads.py checks that nothing else is inherited.
+STORE_NEUTRAL = ("_judge", "athread_status", "resolve_namespace")
+
+
+class PgThreadsAPI(ThreadsAPI):
+    """What a database's threads are: summaries, statuses (`status.judge`) and namespaces."""
+
+    _engine: PgConnection  # type: ignore[assignment]
+    serde: Any
+
+    def _now(self) -> float | None:
+        raise NotImplementedError  # the saver's
+
+    def threads(
+        self,
+        *,
+        status: str | Iterable[str] | None = None,
+        inactive_for: float | timedelta | None = None,
+    ) -> _list[dict[str, Any]]:
+        """Summarise every thread: counts, namespaces, latest step, claim, events, floor, status.
+
+        As `FencedSqliteSaver.threads` (the same keys, the same `status`
+        dicts, newest activity first), all from one snapshot, in one round
+        trip however many threads there are.
+
+        Args:
+            status: Only threads in this state (or these states), of `THREAD_STATES`.
+            inactive_for: Only threads not written for at least this long
+                (seconds or a timedelta, by the store's clock: the
+                database's unless the saver was given one).
+        """
+        states = check_states(status)  # `status` is the argument here, not the module
+        idle_for = inactive_for_seconds(inactive_for)
+        now, rows, facts = self._engine.run(
+            "threads", batch=_facts_batch(None, self._now()), read_only=True
+        )
+        out = []
+        for summary in _summaries(rows):
+            if idle_for is not None and summary["last_activity"] > now - idle_for:
+                continue
+            judged = self._judge(summary["thread_id"], facts.get(summary["thread_id"]), now)
+            if states is None or judged.state in states:
+                out.append({**summary, "status": judged.to_dict()})
+        return out
+
+    def thread_summary(self, thread_id: str) -> dict[str, Any] | None:
+        """Summarise one thread as `threads()` does (status included); None if there is none."""
+        check_name(thread_id, "thread_id")
+        batch = _facts_batch(thread_id, self._now())
+        now, rows, facts = self._engine.run("thread_summary", batch=batch, read_only=True)
+        found = _summaries(rows)
+        if not found:
+            return None
+        judged = self._judge(thread_id, facts.get(thread_id), now)
+        return {**found[0], "status": judged.to_dict()}
+
+    def thread_status(self, thread_id: str) -> ThreadStatus | None:
+        """Judge what a thread is doing: idle, running, interrupted or failed.
+
+        As `FencedSqliteSaver.thread_status`: reads the thread's claim, its
+        latest root checkpoint's pending writes and its latest run event in
+        one snapshot (one round trip), and applies the one rule (`status.judge`).
+
+        Returns:
+            None if the database has no such thread.
+        """
+        check_name(thread_id, "thread_id")
+        batch = _facts_batch(thread_id, self._now(), summaries=False)
+        now, _, facts = self._engine.run("thread_status", batch=batch, read_only=True)
+        if thread_id not in facts:
+            return None
+        return self._judge(thread_id, facts[thread_id], now)
+
+    def namespaces(self, thread_id: str) -> _list[str]:
+        """Return the checkpoint namespaces a thread has checkpoints in, sorted ("" first)."""
+        check_name(thread_id, "thread_id")
+        rows = self._engine.run(
+            "namespaces",
+            lambda cur: cur.execute(sql.THREAD_NAMESPACES, {"thread_id": thread_id}).fetchall(),
+            read_only=True,
+        )
+        return [r[0] for r in rows]
+
+
+# Both bases narrow the SQLite mixins' `_engine: Engine` to a `PgConnection`.
+class PgReadAPI(PgInspectionAPI, PgThreadsAPI):  # type: ignore[misc]
+    """Every read the SQLite saver offers for operators: history, inspection, threads."""
+
+
+_Read = tuple[float, _list[Any], dict[str, dict[str, Any]]]
+
+
+def _facts_batch(thread_id: str | None, at: float | None, *, summaries: bool = True) -> Send[_Read]:
+    """Read summaries, the store's time and status facts of every thread (or one): one round trip.
+
+    Four statements of one read-only snapshot (`PgConnection.run`'s
+    `read_only` batch): `THREAD_SUMMARIES` (none with `summaries=False`),
+    the time (`at`, a given clock's, or the server's), `STATUS_FACTS` and
+    the writes of each latest root checkpoint. The reader returns the
+    time, the summary rows and each thread's facts by id (no entry: no
+    such thread).
+    """
+    one: dict[str, Any] = {} if thread_id is None else {"thread_id": thread_id}
+    by_kind = {"kinds": sorted(st.RUN_EVENTS), **one}
+    single = thread_id is not None
+
+    def send(execute: Execute) -> Callable[[], _Read]:
+        listed = None
+        if summaries:
+            listed = execute(sql.THREAD_SUMMARY if single else sql.THREAD_SUMMARIES, one)
+        clock = execute(sql.GET_NOW, {"now": at})
+        facts = execute(sql.STATUS_FACTS_OF if single else sql.STATUS_FACTS, by_kind)
+        writes = execute(sql.LATEST_ROOT_WRITES_OF if single else sql.LATEST_ROOT_WRITES, one)
+
+        def finish() -> _Read:
+            of: dict[str, _list[Any]] = {}
+            for t, _ns, _cid, *write in writes.fetchall():
+                of.setdefault(t, []).append(tuple(write))
+            found = {row[0]: _status_facts(row, of.get(row[0], [])) for row in facts.fetchall()}
+            rows = [] if listed is None else listed.fetchall()
+            (now,) = clock.fetchall()[0]
+            return float(now), rows, found
+
+        return finish
+
+    return send
+
+
+def _status_facts(row: Any, writes: _list[Any]) -> dict[str, Any]:
+    """Make what a status is judged from of one `STATUS_FACTS` row and its latest's writes.
+
+    Unlike the SQLite store's, the thread row cannot hold a cell of the wrong
+    type (its columns are typed), so there is no `error` fact to give.
+    """
+    thread_id, next_seq, floor, holder, token, expires_at, run_id, incarnation = row[:8]
+    thread = ThreadRow(
+        int(next_seq),
+        int(floor),
+        holder,
+        None if token is None else int(token),
+        None if expires_at is None else float(expires_at),
+        run_id,
+        int(incarnation),
+    )
+    checkpoint = tuple(row[8:20])
+    latest = None if checkpoint[0] is None else (checkpoint, writes)
+    last_run = _last_run_event(thread_id, thread, tuple(row[20:28]), bool(row[28]))
+    return {"row": thread, "latest": latest, "last_run": last_run}
+
+
+def _last_run_event(thread_id: str, row: ThreadRow, cells: tuple[Any, ...], after: bool) -> Any:
+    """Return the thread's latest run lifecycle event (`status.RUN_EVENTS`), if still current.
+
+    The SQLite store's rule: a root checkpoint committed after it under
+    another token (or none: a graph run outside the runner, `after`) makes it
+    stale, and so does a damaged event, or one below the floor: None.
+    """
+    if cells[0] is None or int(cells[0]) < row.floor:
+        return None
+    try:
+        event = decode_event(thread_id, cells, row.incarnation)
+    except UndecodableRow:
+        return None
+    return None if after else event

@@ -1,0 +1,5 @@
+"""`FencedRunner`: compiled LangGraph graphs run under a claim on their thread."""
+
+from .runner import FencedRunner
+
+__all__ = ["FencedRunner"]

@@ -1,0 +1,174 @@
+"""An operator's maintenance: sweeping idle threads, reclaiming the file's free space.
+
+Invariant: a sweep is one transaction per thread, each deciding inside itself
+whether its thread still qualifies (no live claim, idle long enough), so a
+sweep never holds the write lock longer than one thread's prune and never
+prunes a thread that a run claimed meanwhile. `vacuum` runs with no
+transaction of its own (SQLite's VACUUM cannot run in one) and, unless
+forced, refuses while a writer is active: a live claim anywhere in the file,
+or another connection holding the write lock.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import StoreBusy, ThreadBusy
+from . import claims, retention, schema
+from .connection import is_busy
+from .retention import PruneResult, RetentionPolicy
+from .saver_threads import last_activity
+
+__all__ = ["SweepResult", "VacuumReport"]
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """What `sweep` did (or, with `dry_run`, would do).
+
+    Attributes:
+        pruned: One `PruneResult` per thread swept (those that removed
+            nothing included), in thread id order.
+        busy: Threads left alone because a live claim holds them.
+        errors: Threads left alone because a row of theirs does not decode
+            (each an `UndecodableRow` as a dict); the sweep goes on past them.
+    """
+
+    pruned: list[PruneResult] = field(default_factory=list)
+    busy: list[str] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class VacuumReport:
+    """What `vacuum` reclaimed.
+
+    Attributes:
+        path: The database file (on PostgreSQL: the server and database).
+        bytes_before: The file's size with its WAL, before (on PostgreSQL:
+            the store's tables with their indexes and TOAST).
+        bytes_after: The same, after (the WAL truncated unless a reader held
+            it; on PostgreSQL, smaller only where whole pages at a table's
+            end were emptied, see `FencedPostgresSaver.vacuum`).
+    """
+
+    path: str
+    bytes_before: int
+    bytes_after: int
+
+
+def is_inactive(activity: float, now: float, idle_for: float) -> bool:
+    """Whether a thread last written at `activity` has been idle `idle_for` seconds at `now`."""
+    return activity <= now - idle_for
+
+
+def thread_ids(conn: sqlite3.Connection) -> list[str]:
+    """Return the id of every thread a sweep visits (tombstones hold nothing to prune)."""
+    return [r[0] for r in conn.execute(schema.THREAD_IDS) if isinstance(r[0], str)]
+
+
+def sweep_thread_txn(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    policy: RetentionPolicy,
+    *,
+    now: float,
+    idle_for: float | None,
+    dry_run: bool,
+) -> PruneResult | str | None:
+    """Prune one thread by `policy` if it still qualifies, inside its own transaction.
+
+    Returns:
+        The prune's result; `"busy"` for a thread under a live claim; None
+        for a thread written within `idle_for` (or gone since the listing).
+
+    Raises:
+        UndecodableRow: a row of the thread is damaged (nothing changes).
+    """
+    row = claims.read_thread(conn, thread_id)
+    if row is None:
+        return None
+    if idle_for is not None:
+        last_cp, last_ev = conn.execute(schema.THREAD_ACTIVITY, (thread_id, thread_id)).fetchone()
+        if not is_inactive(last_activity(last_cp, last_ev), now, idle_for):
+            return None
+    if row.live(now):
+        return "busy"  # idle, yet claimed: someone may be about to write
+    return retention.prune_txn(conn, thread_id, policy, now=now, dry_run=dry_run)
+
+
+def file_bytes(path: str) -> int:
+    """Return the size of `path` plus its WAL (0 for what does not exist)."""
+    total = 0
+    for name in (path, path + "-wal"):
+        try:
+            total += os.path.getsize(name)
+        except OSError:
+            pass
+    return total
+
+
+def refuse_if_writer(conn: sqlite3.Connection, path: str, now: float) -> None:
+    """Refuse a vacuum while a writer is active: the write lock held, or a live claim.
+
+    Probes the write lock without waiting (`BEGIN IMMEDIATE` at a zero busy
+    timeout, rolled back at once; the connection's timeout is restored).
+
+    Raises:
+        StoreBusy: another connection holds the write lock.
+        ThreadBusy: a thread has a live claim (the first, by thread id).
+    """
+    (saved,) = conn.execute(schema.get_pragma("busy_timeout")).fetchone()
+    conn.execute(schema.set_pragma("busy_timeout", 0))
+    try:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise  # the engine names it (a StoreError), by its result code
+            raise StoreBusy(
+                "vacuum",
+                path,
+                0.0,
+                message=(
+                    f"vacuum on {path}: another connection holds the write lock (a writer "
+                    "is active); nothing was changed (force=True, `lgfs vacuum --force`, "
+                    "waits for it)"
+                ),
+            ) from exc
+        try:
+            for thread_id, *_ in conn.execute(schema.LIST_CLAIMS).fetchall():
+                row = claims.read_thread(conn, thread_id)
+                if row is not None and row.live(now):
+                    raise ThreadBusy(
+                        thread_id,
+                        row.holder,
+                        message=(
+                            f"vacuum on {path}: thread {thread_id!r} has a live claim "
+                            f"(holder {row.holder!r}), so a writer may be active; nothing "
+                            "was changed (force=True, `lgfs vacuum --force`, vacuums all the same)"
+                        ),
+                    )
+        finally:
+            conn.execute("ROLLBACK")
+    finally:
+        conn.execute(schema.set_pragma("busy_timeout", int(saved)))
+
+
+def vacuum_job(conn: sqlite3.Connection, path: str, *, now: float, force: bool) -> VacuumReport:
+    """Rebuild the file without its free pages, then truncate the WAL (no transaction open).
+
+    Raises:
+        StoreBusy: unless `force`, a writer holds the write lock; with
+            `force`, the lock was not had within the busy timeout.
+        ThreadBusy: unless `force`, a thread has a live claim.
+    """
+    before = file_bytes(path)
+    if not force:
+        refuse_if_writer(conn, path, now)
+    conn.execute(schema.VACUUM)
+    conn.execute(schema.WAL_CHECKPOINT_TRUNCATE).fetchone()
+    return VacuumReport(path, before, file_bytes(path))

@@ -1,0 +1,377 @@
+"""Run lifecycle transactions: a claim and its first event, an end event and its release.
+
+Invariant: a run's `run_started` event commits in the same transaction as its
+claim (with `run_superseded`, and the retraction for "rollback"), and its end
+event in the same transaction as its release, so running under a claim costs
+exactly two commits. A run that lost its claim records and releases nothing:
+the run that superseded it has already logged it. A tenant's call meets
+another tenant's thread only to refuse it (`TenantMismatch`, before any
+change). A cancel is recorded on the claim it is for, with its event, and
+read back by that claim's renewal. Runs inside a transaction the engine opened.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from ..errors import TenantMismatch
+from . import claims, events, retention, schema
+from .claims import Claim
+
+__all__ = ["RUN_STRATEGIES", "end_event", "started_event", "superseded_data"]
+
+# What a run does when its thread is busy: refuse, or take the thread over.
+RUN_STRATEGIES = ("reject", "enqueue", "interrupt", "rollback")
+_TAKE_OVER = frozenset({"interrupt", "rollback"})
+_SCAN_PAGE = 64  # events read per step when looking for a superseded run
+# LangGraph's channel for interrupt writes (its constant is private since 1.0).
+_INTERRUPT = "__interrupt__"
+
+
+def superseded_data(
+    run_id: str | None,
+    token: int,
+    holder: str | None,
+    was_live: bool,
+    by_run_id: str,
+    by_principal: str | None,
+    tenant: str | None,
+    strategy: str,
+) -> dict[str, Any]:
+    """Return the data of a `run_superseded` event (both stores): whose run, superseded by which.
+
+    Args:
+        run_id: The superseded run's id (None if no record of it is left).
+        token: The superseded claim's token.
+        holder: Its holder.
+        was_live: Whether it was live (else it had expired, its holder crashed).
+        by_run_id: The run taking the thread over.
+        by_principal: Who that run acts for.
+        tenant: That run's tenant.
+        strategy: That run's strategy (any, when the superseded claim had expired).
+    """
+    return {
+        "run_id": run_id,
+        "token": token,
+        "holder": holder,
+        "was_live": was_live,
+        "by_run_id": by_run_id,
+        "by_principal": by_principal,
+        "tenant": tenant,
+        "strategy": strategy,
+    }
+
+
+def started_event(
+    run_id: str, holder: str, strategy: str, tenant: str | None, principal: str | None
+) -> events.NewEvent:
+    """Return a run's `run_started` event (both stores), committed with its claim."""
+    data = {
+        "run_id": run_id,
+        "holder": holder,
+        "strategy": strategy,
+        "tenant": tenant,
+        "principal": principal,
+    }
+    return events.NewEvent("run_started", data)
+
+
+def end_event(
+    kind: str,
+    data: dict[str, Any],
+    *,
+    latest: tuple[str, int] | None,
+    static_interrupt: bool,
+) -> events.NewEvent:
+    """Return the event a run's end logs (both stores): an interrupted completion is named so.
+
+    A `run_completed` records the latest root checkpoint's id; if that
+    checkpoint has pending interrupts, or the graph stopped at a static
+    interrupt, it is logged as `run_interrupted` with their number.
+
+    Args:
+        kind: The end the runner reports (`run_completed`, `run_failed`, ...).
+        data: The event's data (copied, not changed).
+        latest: For `run_completed`: the latest root checkpoint's id and its
+            number of pending interrupt writes; None when there is none.
+        static_interrupt: The graph stopped at an `interrupt_before/after`.
+    """
+    data = dict(data)
+    if kind == "run_completed":
+        data["checkpoint_id"] = None if latest is None else latest[0]
+        if latest is not None and (latest[1] or static_interrupt):
+            kind, data["interrupts"] = "run_interrupted", latest[1]
+    return events.NewEvent(kind, data)
+
+
+def superseded_run_id(
+    conn: sqlite3.Connection, thread_id: str, token: int, incarnation: int
+) -> str | None:
+    """Return the run id a run logged under `token`, scanning back from the end.
+
+    The `run_started` event commits with its claim, so it is the first event
+    under that token: the scan stops at the first older token it meets.
+    `incarnation` is the thread's current one (the scan's positions are in it).
+    """
+    floor, next_seq = conn.execute(schema.GET_FLOOR, (thread_id,)).fetchone()
+    hi = next_seq - 1
+    while hi >= floor:
+        lo = max(floor, hi - _SCAN_PAGE + 1)
+        page = events.read_after(conn, thread_id, lo - 1, hi - lo + 1, incarnation)
+        for event in reversed(page):
+            if event.token == token and event.kind == "run_started":
+                run_id = event.data.get("run_id")
+                return run_id if isinstance(run_id, str) else None
+            if event.token is not None and event.token < token:
+                return None
+        hi = lo - 1
+    return None
+
+
+def check_tenant(conn: sqlite3.Connection, thread_id: str, tenant: str | None) -> bool:
+    """Refuse another tenant's thread; return whether the thread is `tenant`'s to adopt.
+
+    A call without a tenant may use any thread. A tenant's call may use its
+    own threads, and adopts a thread without a tenant that holds nothing yet
+    (no checkpoint, no event); one written without a tenant is refused, since
+    nothing says whose it is. A deleted thread keeps its tenant.
+
+    Raises:
+        TenantMismatch: the thread belongs to another tenant, or to none.
+    """
+    if tenant is None:
+        return False
+    row = conn.execute(schema.GET_TENANT, (thread_id,)).fetchone()
+    if row is None:
+        return True
+    owner, holds_data = claims.tenant_cells(thread_id, row[0], row[1])
+    if owner == tenant:
+        return False
+    if owner is None and not holds_data:
+        return True
+    raise TenantMismatch(thread_id, tenant, owner)
+
+
+def begin_run_txn(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    holder: str,
+    ttl: float,
+    *,
+    run_id: str,
+    strategy: str,
+    now: float,
+    tenant: str | None = None,
+    principal: str | None = None,
+) -> Claim:
+    """Claim the thread for a run (taking it over for interrupt/rollback) and log it.
+
+    The run's tenant (recorded on a thread it adopts) and principal are named
+    in `run_started` and `run_superseded`.
+
+    Raises:
+        TenantMismatch: the thread is another tenant's; nothing changes.
+        ThreadBusy: the thread has a live claim and the strategy does not
+            take over; nothing changes.
+    """
+    adopt = check_tenant(conn, thread_id, tenant)
+    before = claims.read_thread(conn, thread_id)
+    claim = claims.grant(
+        conn, thread_id, holder, ttl, now=now, force=strategy in _TAKE_OVER, run_id=run_id
+    )
+    if adopt:
+        conn.execute(schema.SET_TENANT, (tenant, thread_id))
+    new: list[events.NewEvent] = []
+    if before is not None and before.token is not None:
+        # A claim existed (live, or expired and left by a crashed holder): its
+        # holder is fenced off from now on. Log that from this side, since
+        # the superseded run can no longer write anything.
+        old_run = before.run_id
+        if old_run is None:
+            # A claim granted before the claim row recorded its run (schema
+            # 1 files): its `run_started` event, if compaction left it.
+            old_run = superseded_run_id(conn, thread_id, before.token, before.incarnation)
+        info = superseded_data(
+            old_run,
+            before.token,
+            before.holder,
+            before.live(now),
+            run_id,
+            principal,
+            tenant,
+            strategy,
+        )
+        if strategy == "rollback" and old_run is not None:
+            # Only the superseded run's own rows: nothing from an earlier turn,
+            # even when it had not written anything yet.
+            done = retention.retract_txn(conn, thread_id, claim.token, old_run, now=now)
+            info["retracted_checkpoints"] = len(done.checkpoints)
+            info["retracted_writes"] = done.writes
+        new.append(events.NewEvent("run_superseded", info))
+    new.append(started_event(run_id, holder, strategy, tenant, principal))
+    row = claims.read_thread(conn, thread_id)  # re-read: a retraction appended an event
+    assert row is not None
+    events.append(conn, thread_id, row, new, token=claim.token, now=now)
+    return claim
+
+
+def end_run_txn(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    token: int,
+    kind: str,
+    data: dict[str, Any],
+    *,
+    now: float,
+    static_interrupt: bool,
+    raise_stale: bool = False,
+) -> bool:
+    """Log a run's end and release its claim, if the claim is still its own.
+
+    A `run_completed` whose latest root checkpoint has pending interrupts (or
+    that stopped at a static interrupt) is logged as `run_interrupted`.
+
+    Returns:
+        False when the run was superseded (nothing logged or released).
+
+    Raises:
+        StaleClaim: with `raise_stale`, instead of returning False.
+    """
+    row = claims.read_thread(conn, thread_id)
+    if row is None or row.token != token:
+        # Superseded (or deleted): record nothing, release nothing.
+        if raise_stale:
+            raise claims.stale(conn, thread_id, token)
+        return False
+    latest = None
+    if kind == "run_completed":
+        found = conn.execute(schema.GET_LATEST_ID, (thread_id, "")).fetchone()
+        if found is not None:
+            channels = [
+                w[1] for w in conn.execute(schema.WRITES_OF_CHECKPOINT, (thread_id, "", found[0]))
+            ]
+            latest = (found[0], channels.count(_INTERRUPT))
+    event = end_event(kind, data, latest=latest, static_interrupt=static_interrupt)
+    events.append(conn, thread_id, row, [event], token=token, now=now)
+    claims.release(conn, thread_id, token)
+    return True
+
+
+def cancel_run_txn(
+    conn: sqlite3.Connection, thread_id: str, by: str, *, now: float, tenant: str | None = None
+) -> Claim | None:
+    """Ask the run holding the thread to stop, and log `cancel_requested`.
+
+    The request is recorded on the current claim (its renewal reads it) and
+    goes with it: a later claim never sees it.
+
+    Returns:
+        The claim asked to stop (live or expired), or None when nothing holds
+        the thread (nothing changes).
+
+    Raises:
+        TenantMismatch: the thread is another tenant's; nothing changes.
+    """
+    check_tenant(conn, thread_id, tenant)
+    found = conn.execute(schema.REQUEST_CANCEL, (by, thread_id)).fetchone()
+    if found is None:
+        return None
+    holder, token, expires_at = claims.claim_row(thread_id, *found[:3])
+    assert token is not None  # the statement only matches a claimed thread
+    row = claims.read_thread(conn, thread_id)
+    assert row is not None
+    data = {"run_id": row.run_id, "token": token, "holder": holder, "by": by, "tenant": tenant}
+    events.append(
+        conn, thread_id, row, [events.NewEvent("cancel_requested", data)], token=None, now=now
+    )
+    return Claim(thread_id, holder or "", token, expires_at or 0.0)
+
+
+def delete_unclaimed_txn(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    holder: str,
+    ttl: float,
+    *,
+    now: float,
+    tenant: str | None = None,
+) -> None:
+    """Claim the thread (refusing a live claim) and delete it, claim included.
+
+    Raises:
+        TenantMismatch: the thread is another tenant's; nothing is deleted.
+        ThreadBusy: the thread has a live claim; nothing is deleted.
+    """
+    check_tenant(conn, thread_id, tenant)
+    existed = claims.read_thread(conn, thread_id) is not None
+    claims.grant(conn, thread_id, holder, ttl, now=now, force=False)
+    retention.delete_thread_txn(conn, thread_id)
+    if not existed:
+        # The claim created the row; a thread that never existed has no
+        # reader to warn, so it leaves no tombstone behind.
+        conn.execute(schema.DELETE_THREAD_ROW, (thread_id,))
+
+
+# --- an operator's hand on a claim ------------------------------------------------------------
+
+OPERATOR_RELEASED = "claim_released_by_operator"
+OPERATOR_TOOK_OVER = "claim_taken_over"
+
+
+def _previous(row: claims.ThreadRow, operator: str, now: float) -> dict[str, Any]:
+    return {
+        "operator": operator,
+        "previous_holder": row.holder,
+        "previous_token": row.token,
+        "previous_run_id": row.run_id,
+        "was_live": row.live(now),
+    }
+
+
+def force_release_txn(
+    conn: sqlite3.Connection, thread_id: str, operator: str, *, now: float
+) -> Claim | None:
+    """End the thread's claim, whoever holds it, and log who did it, in one commit.
+
+    The released token is fenced off like a taken-over one: its holder's next
+    fenced write or renewal is `StaleClaim`, its release and end of run change
+    nothing (`end_run_txn` returns False). The event is unfenced (no token).
+
+    Returns:
+        The claim that was released, or None when the thread had none
+        (nothing changes, nothing is logged).
+    """
+    row = claims.read_thread(conn, thread_id)
+    if row is None or row.token is None:
+        return None
+    previous = Claim(thread_id, row.holder or "", row.token, row.expires_at or 0.0)
+    claims.release(conn, thread_id, row.token)
+    event = events.NewEvent(OPERATOR_RELEASED, _previous(row, operator, now))
+    events.append(conn, thread_id, row, [event], token=None, now=now)
+    return previous
+
+
+def operator_take_over_txn(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    holder: str,
+    operator: str,
+    ttl: float,
+    *,
+    now: float,
+) -> Claim:
+    """Take the thread over for `holder` (fencing off any holder) and log it, in one commit.
+
+    `holder` gets a new token until `now + ttl`; the `claim_taken_over`
+    event carries that token and names `operator`, the previous holder and
+    token (None when the thread had no claim).
+    """
+    before = claims.ensure_thread(conn, thread_id)
+    claim = claims.grant(conn, thread_id, holder, ttl, now=now, force=True)
+    data = {**_previous(before, operator, now), "holder": holder, "expires_at": claim.expires_at}
+    row = claims.read_thread(conn, thread_id)
+    assert row is not None
+    event = events.NewEvent(OPERATOR_TOOK_OVER, data)
+    events.append(conn, thread_id, row, [event], token=claim.token, now=now)
+    return claim

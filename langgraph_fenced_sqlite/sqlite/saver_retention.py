@@ -1,0 +1,186 @@
+"""The history-removing half of `FencedSqliteSaver`: deletion, retention, copying, retraction.
+
+Invariant: each method validates its arguments before the file is touched
+(`delete_thread`, `delete_for_runs`, `copy_thread` and `prune` in
+`RemovalsBase`, shared with the PostgreSQL store), then runs engine
+transactions from `retention.py`, in which every fence check comes before
+any change, so a refused call changes nothing. A retention policy, sweeps,
+vacuum and retraction are this store's alone. Mixed into
+`FencedSqliteSaver`, which provides `_engine` and `require_claim`.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import TYPE_CHECKING, Any
+
+from ..clock import read_now
+from ..core.saver_retention import RemovalsBase
+from ..core.twins import async_twin
+from ..core.validation import check_bool
+from ..errors import ReadOnlyStore
+from . import maintenance, retention
+from .maintenance import VacuumReport
+from .retention import PruneResult, RetentionPolicy, Retraction
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+__all__ = ["RetentionAPI"]
+
+# `list` is not shadowed here, but the signatures match the saver's.
+_list = builtins.list
+
+
+class RetentionAPI(RemovalsBase):
+    """Deletion, retention, copying and retraction (docs/semantics.md §6), on one SQLite file."""
+
+    _engine: Engine
+    require_claim: bool
+
+    def _delete_thread(self, thread_id: str) -> None:
+        self._engine.write("delete_thread", lambda c: retention.delete_thread_txn(c, thread_id))
+
+    def _delete_for_runs(self, run_ids: _list[str], token: int | None) -> None:
+        now = read_now(self._engine.clock)
+        self._engine.write(
+            "delete_for_runs",
+            lambda c: retention.delete_for_runs_txn(
+                c, run_ids, token, now=now, require_claim=self.require_claim
+            ),
+        )
+
+    def _copy_thread(self, source: str, target: str, token: int | None) -> None:
+        now = read_now(self._engine.clock)
+        self._engine.write(
+            "copy_thread",
+            lambda c: retention.copy_thread_txn(
+                c, source, target, token, now=now, require_claim=self.require_claim
+            ),
+        )
+
+    def _prune_plan(
+        self, strategy: str | RetentionPolicy
+    ) -> tuple[RetentionPolicy | None, bool, bool]:
+        """Return `(policy, latest_only, per_thread)` for `strategy`."""
+        if isinstance(strategy, RetentionPolicy):
+            return strategy, False, True
+        if strategy == "keep_latest":
+            return RetentionPolicy(), True, False
+        return None, False, False  # "delete"
+
+    def _prune(
+        self,
+        thread_ids: _list[str],
+        plan: tuple[RetentionPolicy | None, bool, bool],
+        dry_run: bool,
+        token: int | None,
+    ) -> _list[PruneResult]:
+        policy, latest_only, per_thread = plan
+        now = read_now(self._engine.clock)
+        if not per_thread:
+            # LangGraph's strategies are fenced: every listed thread's fence
+            # holds, or nothing changes on any of them.
+            return self._engine.write(
+                "prune",
+                lambda c: [
+                    self._prune_one(c, t, policy, latest_only, dry_run, token, now)
+                    for t in thread_ids
+                ],
+            )
+        # A retention policy needs no claim, so each thread is its own
+        # transaction: a long list never holds the write lock longer than one
+        # thread's prune (writers of other threads go on meanwhile).
+        out: _list[PruneResult] = []
+        for thread_id in thread_ids:
+
+            def job(conn: Any, thread_id: str = thread_id) -> PruneResult:
+                return self._prune_one(conn, thread_id, policy, latest_only, dry_run, token, now)
+
+            out.append(self._engine.write("prune", job))
+        return out
+
+    def _prune_one(
+        self,
+        conn: Any,
+        thread_id: str,
+        policy: RetentionPolicy | None,
+        latest_only: bool,
+        dry_run: bool,
+        token: int | None,
+        now: float,
+    ) -> PruneResult:
+        if policy is None:
+            return retention.delete_all_checkpoints_txn(
+                conn, thread_id, token, now=now, require_claim=self.require_claim
+            )
+        if latest_only:
+            # LangGraph's "keep_latest" is fenced and logged like "delete".
+            return retention.keep_latest_txn(
+                conn, thread_id, token, now=now, require_claim=self.require_claim, dry_run=dry_run
+            )
+        if token is not None:
+            retention.fence_existing(conn, thread_id, token, now=now, require_claim=False)
+        return retention.prune_txn(conn, thread_id, policy, now=now, dry_run=dry_run)
+
+    # --- an operator's sweep and vacuum ---------------------------------------------------
+
+    def _sweep_thread_ids(self) -> _list[str]:
+        return self._engine.read("sweep", maintenance.thread_ids)
+
+    def _sweep_thread(
+        self, thread_id: str, policy: RetentionPolicy, idle_for: float | None, dry_run: bool
+    ) -> PruneResult | str | None:
+        def job(conn: Any) -> PruneResult | str | None:
+            return maintenance.sweep_thread_txn(
+                conn,
+                thread_id,
+                policy,
+                now=read_now(self._engine.clock),
+                idle_for=idle_for,
+                dry_run=dry_run,
+            )
+
+        return self._engine.write("sweep", job)
+
+    def vacuum(self, *, force: bool = False) -> VacuumReport:
+        """Reclaim the file's free pages (SQLite's `VACUUM`), then truncate the WAL.
+
+        VACUUM rewrites the whole file and holds the write lock meanwhile, so
+        by default it refuses while a writer is active: a live claim on any
+        thread, or another connection holding the write lock. Readers may go
+        on; one holding an old snapshot keeps the WAL from being truncated.
+
+        Args:
+            force: Vacuum despite live claims (their holders' writes wait for
+                it, up to their busy timeout), waiting for the write lock up
+                to this store's `busy_timeout`.
+
+        Returns:
+            The file's size (with its WAL) before and after.
+
+        Raises:
+            ThreadBusy: a live claim exists (unless `force`); nothing changed.
+            StoreBusy: another connection holds the write lock (unless
+                `force`), or held it past `busy_timeout`; nothing changed.
+            ReadOnlyStore: the store was opened with `readonly=True`.
+        """
+        check_bool(force, "force")
+        if self._engine.readonly:
+            raise ReadOnlyStore("vacuum", self._engine.path)
+        return self._engine.run(
+            "vacuum",
+            lambda c: maintenance.vacuum_job(
+                c, self._engine.path, now=read_now(self._engine.clock), force=force
+            ),
+        )
+
+    avacuum = async_twin(vacuum)
+
+    # --- retraction -------------------------------------------------------------------------
+
+    def _retract_turn(self, thread_id: str, token: int, run_id: str | None) -> Retraction:
+        now = read_now(self._engine.clock)
+        return self._engine.write(
+            "retract_turn", lambda c: retention.retract_txn(c, thread_id, token, run_id, now=now)
+        )

@@ -1,0 +1,1 @@
+"""Tools over whole stores: importers from LangGraph's savers, transfer, doctor."""
