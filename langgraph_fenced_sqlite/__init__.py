@@ -1,12 +1,16 @@
 """A LangGraph checkpointer on one SQLite file, with claims and fencing tokens.
 
-Public names only; see README.md and docs/semantics.md for what they promise.
+Public names only; see docs/semantics.md for what they promise, and docs/ for the guides.
 """
 
 from typing import TYPE_CHECKING, Any
 
 from .clock import Clock, ManualClock, SystemClock
+from .core.claims import TOKEN_KEY, Claim, claim_live
+from .core.events import Event
 from .core.lease import AsyncLease, Lease
+from .core.maintenance import SweepResult, VacuumReport
+from .core.retention import PruneResult, RetentionPolicy, Retraction
 from .core.serde import DataOnlySerializer
 from .core.state_view import ChannelChange, CheckpointDiff, Message, ToolCall, diff_channels
 from .core.status import THREAD_STATES, Failure, ThreadStatus, Waiting
@@ -34,10 +38,6 @@ from .errors import (
     WrongProcess,
     WrongThread,
 )
-from .sqlite.claims import TOKEN_KEY, Claim, claim_live
-from .sqlite.events import Event
-from .sqlite.maintenance import SweepResult, VacuumReport
-from .sqlite.retention import PruneResult, RetentionPolicy, Retraction
 from .sqlite.saver import FencedSqliteSaver
 from .tools.doctor import Check, Diagnosis, diagnose
 from .tools.importer import import_sqlitesaver

@@ -317,8 +317,8 @@ def user_version(path: str) -> int:
 
 def follow_bound(monkeypatch: Any, seconds: float) -> None:
     """Let a write awaiting its step's put wait exactly `seconds` (whatever the disk's speed)."""
-    from langgraph_fenced_sqlite.sqlite import groupcommit
+    from langgraph_fenced_sqlite.core import steps
 
-    monkeypatch.setattr(groupcommit, "FOLLOW_MIN_S", seconds)
-    monkeypatch.setattr(groupcommit, "FOLLOW_MAX_S", seconds)
-    monkeypatch.setattr(groupcommit, "CHEAP_COMMIT_S", 0.0)
+    monkeypatch.setattr(steps, "FOLLOW_MIN_S", seconds)
+    monkeypatch.setattr(steps, "FOLLOW_MAX_S", seconds)
+    monkeypatch.setattr(steps, "CHEAP_COMMIT_S", 0.0)

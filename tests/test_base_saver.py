@@ -1,4 +1,4 @@
-"""The seam both stores share (`base_saver.py`, `twins.py`): one public API, two stores.
+"""The seam both stores share (`core/saver.py`, `core/twins.py`): one public API, two stores.
 
 What a user relies on here: `pending_writes` returns a checkpoint's writes
 with the task path and index that `get_tuple` leaves out, the same on both

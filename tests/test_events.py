@@ -407,8 +407,8 @@ def test_checkpoint_event_text_is_the_dumps_json_of_its_dict() -> None:
     """The text written without a dict is exactly what `dumps_json` writes of it."""
     from enum import IntEnum
 
+    from langgraph_fenced_sqlite.core.events import checkpoint_event_text
     from langgraph_fenced_sqlite.core.stored_json import dumps_json
-    from langgraph_fenced_sqlite.sqlite.events import checkpoint_event_text
 
     class Step(IntEnum):
         ONE = 1
@@ -435,8 +435,8 @@ def test_checkpoint_event_text_is_the_dumps_json_of_its_dict() -> None:
 
 def test_writes_event_text_is_the_dumps_json_of_its_dict() -> None:
     """As for puts: the task id, path and channel names, escaped or not."""
+    from langgraph_fenced_sqlite.core.events import writes_event_text
     from langgraph_fenced_sqlite.core.stored_json import dumps_json
-    from langgraph_fenced_sqlite.sqlite.events import writes_event_text
 
     names = [t for t in _TEXTS if t] + [_Str("sub")]
     for text in names:

@@ -31,7 +31,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
 from langgraph_fenced_sqlite import FencedSqliteSaver, StaleClaim
-from langgraph_fenced_sqlite.sqlite import groupcommit
+from langgraph_fenced_sqlite.core import steps
 
 
 def _config(thread_id: str, checkpoint_id: str | None = None, **extra: Any) -> dict[str, Any]:
@@ -257,7 +257,7 @@ def test_a_caller_that_puts_what_it_wrote_stops_waiting_for_itself(
 def test_no_write_waits_when_commits_are_cheap(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(groupcommit, "CHEAP_COMMIT_S", 1e9)  # every commit counts as cheap
+    monkeypatch.setattr(steps, "CHEAP_COMMIT_S", 1e9)  # every commit counts as cheap
     with FencedSqliteSaver(str(tmp_path / "s.db")) as saver:
         parent = saver.put(_config("t"), _checkpoint(0), {"source": "loop", "step": 0}, {})
         saver.put_writes(parent, [("x", 1)], "task-1")
@@ -405,8 +405,8 @@ def test_an_async_fan_out_wider_than_max_waiting_commits_once_per_step(
     up to `MAX_WAITING_ASYNC` may: before, the fifth write led at once and
     the step took two commits or more.
     """
-    width = groupcommit.MAX_WAITING + 4
-    assert width <= groupcommit.MAX_WAITING_ASYNC
+    width = steps.MAX_WAITING + 4
+    assert width <= steps.MAX_WAITING_ASYNC
     with FencedSqliteSaver(str(tmp_path / "s.db")) as saver:
         app = _fanout(saver, width)
         group = saver._engine._group
@@ -437,8 +437,8 @@ def test_writes_of_one_step_that_wait_together_after_a_back_off_all_commit(
         saver.put_writes(parent, [("x", 1)], "solo-1")  # waits, runs out: back-off
         saver.put_writes(parent, [("x", 2)], "solo-2")  # skipped
         saver.put_writes(parent, [("x", 3)], "solo-3")  # skipped; the next ones wait
-        monkeypatch.setattr(groupcommit, "FOLLOW_MIN_S", 5.0)
-        monkeypatch.setattr(groupcommit, "FOLLOW_MAX_S", 5.0)
+        monkeypatch.setattr(steps, "FOLLOW_MIN_S", 5.0)
+        monkeypatch.setattr(steps, "FOLLOW_MAX_S", 5.0)
         group = saver._engine._group
         before = group.stats()
         outcomes: dict[str, Any] = {}
@@ -603,8 +603,8 @@ def test_one_late_put_costs_its_own_step_only(
         group = saver._engine._group
         saver.put_writes(parent, [("x", 0)], "late")  # its put never comes: runs out
         assert group.stats()["ran_out"] == 1
-        monkeypatch.setattr(groupcommit, "FOLLOW_MIN_S", 5.0)  # the next put is on time
-        monkeypatch.setattr(groupcommit, "FOLLOW_MAX_S", 5.0)
+        monkeypatch.setattr(steps, "FOLLOW_MIN_S", 5.0)  # the next put is on time
+        monkeypatch.setattr(steps, "FOLLOW_MAX_S", 5.0)
         before = group.stats()
         outcome, _ = _a_step(saver, parent)
         after = group.stats()

@@ -22,8 +22,8 @@ from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 from psycopg_pool import ConnectionPool
 
 from langgraph_fenced_sqlite import CheckpointConflict, StaleClaim
+from langgraph_fenced_sqlite.core import checkpoints as cps
 from langgraph_fenced_sqlite.postgres import FencedPostgresSaver, txns
-from langgraph_fenced_sqlite.sqlite import checkpoints as cps
 
 CHILD = str(Path(__file__).with_name("_pg_child.py"))
 

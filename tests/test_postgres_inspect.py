@@ -364,32 +364,33 @@ def test_a_history_page_and_its_writes_are_of_one_snapshot(open_pg: Any) -> None
     assert steps[0] > 20  # the writer did commit meanwhile
 
 
-def test_only_store_neutral_methods_are_inherited_from_the_sqlite_mixins() -> None:
-    """Every method of the SQLite read mixins is PostgreSQL's own, or named store-neutral.
+def test_postgres_builds_on_the_shared_read_mixins_never_on_sqlite() -> None:
+    """The PostgreSQL saver inherits only the store-neutral methods of `core/`'s read mixins.
 
-    The PostgreSQL mixins inherit `InspectionAPI`/`ThreadsAPI` for the
-    methods that never touch the store. A method added there later that
-    reads the SQLite engine would otherwise be inherited as it is, and fail
-    on PostgreSQL with an AttributeError instead of being missing.
+    `InspectionBase`/`ThreadsBase` (core/) hold the methods that never touch
+    the store; each store implements the rest. A method added there later
+    that reads a store would otherwise be inherited as it is, and fail on
+    PostgreSQL with an AttributeError instead of being missing; and nothing
+    of `sqlite/` may be in the PostgreSQL saver's bases.
     """
-    from langgraph_fenced_sqlite.postgres import (
-        FencedPostgresSaver,
-    )
-    from langgraph_fenced_sqlite.postgres import (
-        saver_inspect as api_inspect,
-    )
-    from langgraph_fenced_sqlite.postgres import (
-        saver_threads as api_threads,
-    )
-    from langgraph_fenced_sqlite.sqlite.saver_inspect import InspectionAPI
-    from langgraph_fenced_sqlite.sqlite.saver_threads import ThreadsAPI
+    from langgraph_fenced_sqlite.core.saver_inspect import InspectionBase
+    from langgraph_fenced_sqlite.core.saver_threads import ThreadsBase
+    from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
+    from langgraph_fenced_sqlite.postgres import saver_inspect as pg_inspect
+    from langgraph_fenced_sqlite.postgres import saver_threads as pg_threads
 
-    for sqlite_mixin, neutral in (
-        (InspectionAPI, api_inspect.STORE_NEUTRAL),
-        (ThreadsAPI, api_threads.STORE_NEUTRAL),
+    for shared, neutral in (
+        (InspectionBase, pg_inspect.STORE_NEUTRAL),
+        (ThreadsBase, pg_threads.STORE_NEUTRAL),
     ):
-        for name, value in vars(sqlite_mixin).items():
-            if name.startswith("__") or not callable(value):
-                continue
-            inherited = getattr(FencedPostgresSaver, name) is getattr(sqlite_mixin, name)
-            assert inherited == (name in neutral), (sqlite_mixin.__name__, name)
+        methods = [n for n, v in vars(shared).items() if not n.startswith("__") and callable(v)]
+        assert set(neutral) <= set(methods), shared
+        for name in methods:
+            inherited = getattr(FencedPostgresSaver, name) is getattr(shared, name)
+            assert inherited == (name in neutral), (shared.__name__, name)
+    sqlite_bases = [
+        c
+        for c in FencedPostgresSaver.__mro__
+        if c.__module__.startswith("langgraph_fenced_sqlite.sqlite")
+    ]
+    assert sqlite_bases == []

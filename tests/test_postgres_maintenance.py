@@ -20,8 +20,8 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
 from langgraph_fenced_sqlite import InvalidArgument, ReadOnlyStore, StoreError
+from langgraph_fenced_sqlite.core.maintenance import VacuumReport
 from langgraph_fenced_sqlite.postgres import FencedPostgresSaver, sql
-from langgraph_fenced_sqlite.sqlite.maintenance import VacuumReport
 
 
 def _config(thread_id: str) -> Any:

@@ -434,7 +434,7 @@ def test_alist_pages_natively_and_lists_what_list_lists(open_pg: Any) -> None:
     saver = open_pg()
     claim = saver.claim("t", "w", 60)
     parent = _root(saver, claim.token)
-    for step in range(230):  # past two pages (`base_saver._PAGE`)
+    for step in range(230):  # past two pages (`core/saver.py`'s `_PAGE`)
         child = create_checkpoint(parent, None, step)
         saver.put(_config("t", claim.token, parent["id"]), child, {"step": step}, {})
         saver.put_writes(_config("t", claim.token, child["id"]), [("x", step)], "task")

@@ -211,8 +211,8 @@ def test_an_end_of_run_names_a_checkpoint_committed_while_it_waited_for_the_lock
     """
     from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 
+    from langgraph_fenced_sqlite.core.checkpoints import encode_checkpoint
     from langgraph_fenced_sqlite.postgres import txns
-    from langgraph_fenced_sqlite.sqlite.checkpoints import encode_checkpoint
 
     with FencedPostgresSaver.from_conn_string(pg_dsn) as saver:
         saver.setup()

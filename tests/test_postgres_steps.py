@@ -7,7 +7,7 @@ against the real server: the commits and round trips a 5-node chain invoke
 makes, that each caller still gets exactly its own error when the joint
 batch is refused (and a refused write changes nothing), that the joint
 batch is atomic, and async callers. The wait's bounds are generous
-(`groupcommit.FOLLOW_MIN_S`) where a join is asserted: the wait ends the
+(`steps.FOLLOW_MIN_S`) where a join is asserted: the wait ends the
 moment the put arrives, so nothing here depends on the machine's speed.
 """
 
@@ -28,8 +28,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
 from langgraph_fenced_sqlite import CheckpointConflict, StaleClaim
+from langgraph_fenced_sqlite.core import steps
 from langgraph_fenced_sqlite.postgres import send as pg_send
-from langgraph_fenced_sqlite.sqlite import groupcommit
 from langgraph_fenced_sqlite.testing.postgres_server import round_trips
 
 
@@ -384,7 +384,7 @@ def test_an_async_fan_out_wider_than_max_waiting_is_one_commit_per_step(
     As on SQLite (test_follow.py): async callers' writes wait on the store's
     hop workers, so more than `MAX_WAITING` of them may (`MAX_WAITING_ASYNC`).
     """
-    width = groupcommit.MAX_WAITING + 4
+    width = steps.MAX_WAITING + 4
     builder = StateGraph(_Fan)
     builder.add_node("split", lambda s: {"trail": ["split"]})
     builder.add_node("branch", lambda s: {"trail": ["branch"]})

@@ -493,7 +493,7 @@ def test_pending_writes_come_back_in_task_path_task_id_idx_order(open_store: Any
 def test_sort_writes_orders_mixed_cell_types_as_sqlite_does() -> None:
     """Damaged rows may hold NULL, numbers, text or blobs in a sort column; the
     Python sort then orders them as SQLite's ORDER BY does instead of failing."""
-    from langgraph_fenced_sqlite.sqlite.checkpoints import sort_writes
+    from langgraph_fenced_sqlite.core.checkpoints import sort_writes
 
     paths: list[Any] = ["b", None, 3, b"\x00", "a", 1.5, b"a"]
     rows = [("task", "c", "t", b"", p, i, 0) for i, p in enumerate(paths)]

@@ -382,9 +382,9 @@ def test_graph_config_metadata_reads_as_langgraph_reads_it(meta: Any) -> None:
     """A config's metadata, read in C where it can be, gives LangGraph's run id and metadata."""
     from langgraph.checkpoint.base import get_serializable_checkpoint_metadata
 
+    from langgraph_fenced_sqlite.core import checkpoints as cps
     from langgraph_fenced_sqlite.core.serde import DataOnlySerializer
     from langgraph_fenced_sqlite.core.stored_json import dumps_json
-    from langgraph_fenced_sqlite.sqlite import checkpoints as cps
 
     config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "user": "u"}}
     if meta is not None:

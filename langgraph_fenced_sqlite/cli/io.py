@@ -24,6 +24,7 @@ from typing import Any, ClassVar, NoReturn
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from ..core.claims import claim_live
 from ..errors import (
     CheckpointConflict,
     CheckpointNotFound,
@@ -38,7 +39,6 @@ from ..errors import (
     UndecodableRow,
     UnsupportedFormat,
 )
-from ..sqlite.claims import claim_live
 from ..sqlite.saver import FencedSqliteSaver
 from .text import Columns as Columns
 from .text import View, span, table, when

@@ -364,7 +364,7 @@ def _postgressaver_import(src: str) -> Callable[..., importer.ImportReport]:
     """
     try:
         from ..postgres import import_postgressaver
-        from ..postgres.importer import check_postgressaver, require_postgressaver
+        from ..tools.import_postgres import check_postgressaver, require_postgressaver
     except ImportError as exc:
         raise CliError(
             "usage",

@@ -12,7 +12,7 @@ import argparse
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from ..sqlite.retention import PruneResult, RetentionPolicy
+from ..core.retention import PruneResult, RetentionPolicy
 from .io import CliError, Out, confirm, count, duration, find_thread, plural
 from .stores import open_store
 

@@ -7,7 +7,7 @@ it costs about half of `loop.run_in_executor` (whose concurrent future, its
 callbacks and `wrap_future` chain come on top) and less than `to_thread`,
 which also copies the context. A call whose await was cancelled before a
 worker took it never runs; one a worker took runs to its end (it may commit:
-the README's caveats). Threads are made only when no worker is idle, up to
+docs/caveats.md). Threads are made only when no worker is idle, up to
 `limit`; beyond that, calls queue in order. `close()` lets the workers
 finish what is queued (it finds the store closed) and exit, without waiting
 for them: it may itself be running on one (`aclose`). Workers are daemon

@@ -24,13 +24,12 @@ from langchain_core.runnables import RunnableConfig
 
 from ..clock import to_seconds
 from ..errors import FencedSqliteError, RunCancelled, RunTimedOut, StaleClaim
-from ..sqlite.claims import Claim
+from .claims import Claim
 
 if TYPE_CHECKING:
     from langgraph.runtime import RunControl
 
-    from ..postgres import FencedPostgresSaver
-    from ..sqlite.saver import FencedSqliteSaver
+    from .fenced_store import FencedStore
     from .saver_claims import ClaimsBase
 
 __all__ = ["AsyncLease", "Lease"]
@@ -261,9 +260,7 @@ class RunRenewer:
     thread also wakes at each run's deadline.
     """
 
-    def __init__(
-        self, saver: FencedSqliteSaver | FencedPostgresSaver, ttl: float, every: float
-    ) -> None:
+    def __init__(self, saver: FencedStore, ttl: float, every: float) -> None:
         """Renew claims on `saver` for `ttl` seconds, every `every` seconds."""
         self._saver, self._ttl, self._every = saver, ttl, every
         self._cond = threading.Condition()

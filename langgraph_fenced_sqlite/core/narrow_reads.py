@@ -19,7 +19,7 @@ import ormsgpack
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ..sqlite.checkpoints import (
+from .checkpoints import (
     ENVELOPE_FORMAT,
     Row,
     WriteRow,

@@ -31,10 +31,11 @@ from typing_extensions import Self
 
 from ..clock import Clock
 from ..errors import bad_argument
-from ..sqlite import checkpoints as cps
-from ..sqlite.claims import token_from_config
+from . import checkpoints as cps
+from .claims import token_from_config
 from .delta_history import DeltaWalk
 from .serde import DataOnlySerializer, TypeKey, schema_classes, schema_types
+from .store import UsesStore
 from .twins import async_twin
 from .validation import (
     check_before,
@@ -73,7 +74,7 @@ class StoredWrite(NamedTuple):
     """The decoded value."""
 
 
-class FencedSaverBase(BaseCheckpointSaver[str]):
+class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
     """LangGraph's `BaseCheckpointSaver` methods, written once for both fenced stores.
 
     A store implements the `_`-prefixed primitives below and its own
@@ -81,13 +82,17 @@ class FencedSaverBase(BaseCheckpointSaver[str]):
     this class.
     """
 
-    _engine: Any  # the store's engine: `closed`, `readonly`, and `arun` for async twins
     require_claim: bool
 
     @property
     def closed(self) -> bool:
         """Whether `close()` was called."""
         return bool(self._engine.closed)
+
+    @property
+    def path(self) -> str:
+        """Where the store is: its SQLite file, or its PostgreSQL server and database."""
+        raise NotImplementedError
 
     @property
     def readonly(self) -> bool:

@@ -4,8 +4,8 @@ Invariant: every public method here checks its arguments (the same checks,
 in the same order, with the same errors, on either store) before it calls
 one store primitive, which runs one transaction; each async twin is one line
 (`async_twin`). What differs between the stores (SQL, the clock that judges
-expiry, NOTIFY) lives in each store's primitives: `api_claims.ClaimsAPI`
-(SQLite) and `postgres.api_claims.PgClaimsAPI` (PostgreSQL). Leases and
+expiry, NOTIFY) lives in each store's primitives: `sqlite.saver_claims.ClaimsAPI`
+(SQLite) and `postgres.saver_claims.PgClaimsAPI` (PostgreSQL). Leases and
 `FencedRunner` drive only the public methods, so they work on either store.
 """
 
@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..clock import to_seconds
 from ..errors import bad_argument
-from ..sqlite.claims import Claim
-from ..sqlite.runs import RUN_STRATEGIES
+from .claims import Claim
 from .lease import AsyncLease, Lease
+from .runs import RUN_STRATEGIES
 from .twins import async_twin
 from .validation import check_bool, check_dict, check_int, check_json, check_name
 

@@ -6,8 +6,8 @@ position is an `(incarnation, seq)` pair (or the last `Event` seen), checked
 by `position`, so a thread re-created by `delete_thread` is never a silent
 gap. Waits read on a connection of their own, never the store's, so they
 never block its writes; how a wait wakes (SQLite's doorbell, PostgreSQL's
-LISTEN/NOTIFY) is the store's primitive (`api_events.EventsAPI`,
-`postgres.api_events.PgEventsAPI`).
+LISTEN/NOTIFY) is the store's primitive (`sqlite.saver_events.EventsAPI`,
+`postgres.saver_events.PgEventsAPI`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from ..clock import to_seconds
 from ..errors import bad_argument
-from ..sqlite.events import Event, NewEvent, normalize_caller_events
+from .events import Event, NewEvent, normalize_caller_events
 from .twins import async_twin
 from .validation import check_int, check_name
 from .watch import AsyncEventWatch, EventWatch, Poller

@@ -5,8 +5,8 @@ errors on either store) before the store is touched, then calls one store
 primitive that runs its transaction(s), in which every fence check comes
 before any change, so a refused call changes nothing. LangGraph's extended
 methods (`delete_for_runs`, `copy_thread`, `prune`) are fenced like writes on
-every thread they touch. The primitives live in `api_retention.RetentionAPI`
-(SQLite) and `postgres.api_retention.PgRetentionAPI` (PostgreSQL).
+every thread they touch. The primitives live in `sqlite.saver_retention.RetentionAPI`
+(SQLite) and `postgres.saver_retention.PgRetentionAPI` (PostgreSQL).
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from datetime import timedelta
 from typing import Any
 
 from ..errors import ReadOnlyStore, UndecodableRow, bad_argument
-from ..sqlite.maintenance import SweepResult
-from ..sqlite.retention import PruneResult, RetentionPolicy, Retraction
-from ..sqlite.saver_threads import inactive_for_seconds
+from .maintenance import SweepResult
+from .retention import PruneResult, RetentionPolicy, Retraction
+from .saver_threads import inactive_for_seconds
+from .store import UsesStore
 from .twins import async_twin
 from .validation import check_bool, check_int, check_iterable, check_name
 
@@ -29,14 +30,12 @@ __all__ = ["RemovalsBase"]
 _list = builtins.list
 
 
-class RemovalsBase:
+class RemovalsBase(UsesStore):
     """Deletion, copying and pruning of threads (docs/semantics.md §6), a mixin of both savers.
 
     A store implements the `_`-prefixed primitives below; everything public
     is written here once.
     """
-
-    _engine: Any  # the store's engine: `readonly` and `path` (see `sweep`)
 
     def delete_thread(self, thread_id: str) -> None:
         """Remove a thread's checkpoints, writes, events, floor and claim.

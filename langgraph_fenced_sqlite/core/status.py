@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ..errors import bad_argument
-from ..sqlite.claims import claim_live
+from .claims import claim_live
 from .validation import check_iterable
 
 __all__ = [

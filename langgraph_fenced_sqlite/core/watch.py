@@ -17,7 +17,7 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Protocol
 
-from ..sqlite.events import Event
+from .events import Event
 
 __all__ = ["AsyncEventWatch", "EventWatch", "Poller"]
 

@@ -14,7 +14,7 @@ with the same transactions, errors and step merging.
 
 One commit per graph step (`Steps`): a fenced `put_writes` that names the
 put expected to follow it (`awaits`) waits for it, bounded and adaptive by
-the SQLite store's rules (`groupcommit.FollowPolicy`), and the put's thread
+the SQLite store's rules (`core/steps.py`'s `FollowPolicy`), and the put's thread
 (`closes`) sends the writes' calls and its own in one statement (or, for
 batches that cannot be joined so, their statements in one pipeline): one
 implicit transaction, one round trip. Refused (a statement calls
@@ -46,6 +46,7 @@ from psycopg import errors as pg_errors
 from psycopg.rows import tuple_row
 
 from ..core.hop import ASYNC_WORKERS, Hop, HopClosed
+from ..core.steps import DONE, Key, _for_job
 from ..errors import (
     FencedSqliteError,
     ReadOnlyStore,
@@ -56,7 +57,6 @@ from ..errors import (
     WrongThread,
     bad_argument,
 )
-from ..sqlite.groupcommit import DONE, Key, _for_job
 from . import sql
 from .listeners import IdleListeners
 from .native import NativeConns
@@ -451,7 +451,7 @@ class PgConnection:
         steps.end(began, False)
         if isinstance(exc, Exception):
             for s in taken:
-                s.error = _for_job(exc, s)  # type: ignore[arg-type]
+                s.error = _for_job(exc, s)
         else:
             kind = type(exc).__name__
             for s in taken:

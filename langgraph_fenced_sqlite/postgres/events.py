@@ -13,23 +13,18 @@ else (a listener connection that dropped, a commit with notify off).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.checksums import checksum
+from ..core.events import Event, NewEvent, decode_event
 from ..core.status import RUN_ENDS
 from ..core.stored_json import dumps_json
 from ..errors import ReplayUnavailable
-from ..sqlite.events import Event, NewEvent, decode_event
 from . import sql
 from .connection import Execute, Send
 
 Cursor = Any
-
-# What the wait plan asks its driver for: read the table, or wait this long
-# for notifications (the driver sends back the payloads, or None if none came).
-READ = "read"
 
 
 def append(
@@ -170,57 +165,3 @@ def raise_floor(cur: Cursor, thread_id: str, before_seq: int, incarnation: int |
     floor = int(row[0])
     cur.execute(sql.DELETE_EVENTS_BELOW, {"thread_id": thread_id, "floor": floor})
     return floor
-
-
-def wait_plan(
-    thread_id: str, timeout: float, safety_poll: float
-) -> Generator[str | float, Any, list[Event]]:
-    """The one wait loop, for a sync and an async driver (psycopg's generators pattern).
-
-    Yields `READ` (send back the events read) or seconds to wait for
-    notifications (send back their payloads, or None when none came).
-    The driver has already run LISTEN.
-
-    Returns:
-        The events, or [] when `timeout` passed without any.
-    """
-    deadline = time.monotonic() + timeout
-    got: list[Event] = yield READ
-    while not got:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return []
-        payloads = yield min(remaining, safety_poll)
-        # Another thread's commit needs no re-read; a timeout (None) is the
-        # safety poll, and re-reads.
-        if payloads is None or thread_id in payloads:
-            got = yield READ
-    return got
-
-
-def drive(
-    plan: Generator[str | float, Any, list[Event]],
-    read: Callable[[], list[Event]],
-    notifies: Callable[[float], set[str] | None],
-) -> list[Event]:
-    """Run `wait_plan` synchronously with `read` and a notification wait."""
-    try:
-        step = next(plan)
-        while True:
-            step = plan.send(read() if step == READ else notifies(float(step)))
-    except StopIteration as done:
-        return list(done.value)
-
-
-async def adrive(
-    plan: Generator[str | float, Any, list[Event]],
-    read: Callable[[], Awaitable[list[Event]]],
-    notifies: Callable[[float], Awaitable[set[str] | None]],
-) -> list[Event]:
-    """Run `wait_plan` asynchronously: the async twin of `drive`."""
-    try:
-        step = next(plan)
-        while True:
-            step = plan.send(await read() if step == READ else await notifies(float(step)))
-    except StopIteration as done:
-        return list(done.value)

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from ..errors import CheckpointConflict
-from ..sqlite.claims import claim_live
-from ..sqlite.events import NewEvent
-from ..sqlite.maintenance import is_inactive
-from ..sqlite.retention import (
+from ..core.claims import claim_live
+from ..core.events import NewEvent
+from ..core.maintenance import is_inactive
+from ..core.retention import (
     PruneResult,
     RetentionPolicy,
     Retraction,
@@ -25,8 +24,9 @@ from ..sqlite.retention import (
     retracted_event,
     skeleton_node,
 )
-from ..sqlite.saver_threads import last_activity
-from ..sqlite.subgraph_runs import parents_of, past_namespaces_by
+from ..core.saver_threads import last_activity
+from ..core.subgraph_runs import parents_of, past_namespaces_by
+from ..errors import CheckpointConflict
 from . import sql
 from .events import append, raise_floor
 from .txns import fence

@@ -33,14 +33,12 @@ from typing import Any
 from psycopg.rows import tuple_row
 from psycopg.types.numeric import Int8
 
+from ..core.checkpoints import EncodedWrite
 from ..core.checksums import checksum
-from ..core.stored_json import dumps_json
-from ..errors import TenantMismatch, ThreadBusy
-from ..sqlite.checkpoints import EncodedWrite
-from ..sqlite.claims import Claim, claim_live
-from ..sqlite.events import NewEvent
-from ..sqlite.retention import retracted_event
-from ..sqlite.runs import (
+from ..core.claims import Claim, claim_live
+from ..core.events import NewEvent
+from ..core.retention import retracted_event
+from ..core.runs import (
     OPERATOR_RELEASED,
     OPERATOR_TOOK_OVER,
     RUN_STRATEGIES,
@@ -48,6 +46,8 @@ from ..sqlite.runs import (
     started_event,
     superseded_data,
 )
+from ..core.stored_json import dumps_json
+from ..errors import TenantMismatch, ThreadBusy
 from . import removals, sql, txns
 from .connection import Execute, Send
 from .events import append

@@ -1,7 +1,7 @@
 """`FencedPostgresSaver`: the fenced checkpointer contract on PostgreSQL.
 
 Invariant: the public methods are the SQLite store's, written once for both
-(`base_saver.py`, `base_claims.py`, `base_events.py`, `base_retention.py`):
+(`core/saver.py`, `core/saver_claims.py`, `core/saver_events.py`, `core/saver_retention.py`):
 they validate and encode outside any transaction, then call this store's
 primitives, each one transaction from `txns.py`, `runs.py`, `events.py` or
 `removals.py`; each async twin is one line that runs the sync method through
@@ -31,11 +31,12 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..clock import Clock, read_now, to_seconds
-from ..core.saver import FencedSaverBase, next_cursor, page_args, store_options
+from ..core import checkpoints as cps
+from ..core.fenced_store import FencedStore
+from ..core.saver import next_cursor, page_args, store_options
 from ..core.serde import TypeKey
 from ..core.validation import check_name, config_target
 from ..errors import SchemaTooOld, UnsupportedFormat, bad_argument
-from ..sqlite import checkpoints as cps
 from . import sql, txns
 from .connection import PgConnection
 from .runs import LatestRoots
@@ -88,7 +89,7 @@ class FencedPostgresSaver(  # type: ignore[misc]
     PgEventsAPI,
     PgRetentionAPI,
     PgReadAPI,
-    FencedSaverBase,
+    FencedStore,
 ):
     """A LangGraph checkpointer on PostgreSQL with per-thread claims and fencing tokens.
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.claims import Claim
 from ..core.saver_claims import ClaimsBase
-from ..sqlite.claims import Claim
 from . import runs, txns
 from .half import PgHalf
 

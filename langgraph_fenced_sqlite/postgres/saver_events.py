@@ -10,8 +10,8 @@ waiter never holds the store's connection or a pool's). Mixed into
 
 from __future__ import annotations
 
+from ..core.events import Event, NewEvent
 from ..core.saver_events import EventsBase
-from ..sqlite.events import Event, NewEvent
 from . import events, txns
 from .half import PgHalf
 from .watch import PgEventPoller

@@ -18,10 +18,10 @@ import builtins
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ..core.claims import Claim, claim_row
+from ..core.saver_inspect import InspectionBase, shown_checkpoint
 from ..core.validation import check_int, check_name
 from ..errors import CheckpointNotFound
-from ..sqlite.claims import Claim, claim_row
-from ..sqlite.saver_inspect import InspectionAPI, shown_checkpoint
 from . import sql, txns
 from .connection import PgConnection
 
@@ -53,10 +53,10 @@ def read_snapshot(engine: PgConnection, op: str, job: Callable[[Cursor], T]) -> 
 STORE_NEUTRAL = ("history", "ahistory", "history_records", "diff_checkpoints")
 
 
-class PgInspectionAPI(InspectionAPI):
+class PgInspectionAPI(InspectionBase):
     """History pages (docs/semantics.md §6), inspection and the claims list, on PostgreSQL."""
 
-    _engine: PgConnection  # type: ignore[assignment]
+    _engine: PgConnection
     serde: Any
 
     def _history_page(

@@ -15,11 +15,11 @@ import builtins
 from collections.abc import Callable
 from typing import Any
 
+from ..core.maintenance import VacuumReport
+from ..core.retention import PruneResult, RetentionPolicy, Retraction
 from ..core.saver_retention import RemovalsBase
 from ..core.twins import async_twin
 from ..core.validation import check_bool
-from ..sqlite.maintenance import VacuumReport
-from ..sqlite.retention import PruneResult, RetentionPolicy, Retraction
 from . import removals, sql
 from .half import PgHalf
 
@@ -28,7 +28,7 @@ __all__ = ["PgRetentionAPI"]
 _list = builtins.list
 
 
-class PgRetentionAPI(RemovalsBase, PgHalf):
+class PgRetentionAPI(PgHalf, RemovalsBase):
     """LangGraph's deletion capabilities, fenced (see `RemovalsBase`), on PostgreSQL."""
 
     def _delete_thread(self, thread_id: str) -> None:

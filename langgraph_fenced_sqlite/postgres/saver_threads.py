@@ -1,6 +1,6 @@
 """The threads of a PostgreSQL store: summaries, namespaces and statuses.
 
-Invariant: as in the SQLite store's `api_threads.py`, a thread's status is
+Invariant: as in the SQLite store's `saver_threads.py`, a thread's status is
 `status.judge`'s (through the SQLite saver's own `_judge`, inherited), from facts read
 in the same snapshot as its summary: `threads()` reads every thread's
 summary, the store's time and every status's facts in one REPEATABLE READ
@@ -19,12 +19,12 @@ from datetime import timedelta
 from typing import Any
 
 from ..core import status as st
+from ..core.claims import ThreadRow
+from ..core.events import decode_event
+from ..core.saver_threads import ThreadsBase, _summaries, inactive_for_seconds
 from ..core.status import ThreadStatus, check_states
 from ..core.validation import check_name
 from ..errors import UndecodableRow
-from ..sqlite.claims import ThreadRow
-from ..sqlite.events import decode_event
-from ..sqlite.saver_threads import ThreadsAPI, _summaries, inactive_for_seconds
 from . import sql
 from .connection import Execute, PgConnection, Send
 from .saver_inspect import PgInspectionAPI
@@ -42,10 +42,10 @@ _list = builtins.list
 STORE_NEUTRAL = ("_judge", "athread_status", "resolve_namespace")
 
 
-class PgThreadsAPI(ThreadsAPI):
+class PgThreadsAPI(ThreadsBase):
     """What a database's threads are: summaries, statuses (`status.judge`) and namespaces."""
 
-    _engine: PgConnection  # type: ignore[assignment]
+    _engine: PgConnection
     serde: Any
 
     def _now(self) -> float | None:
@@ -123,7 +123,7 @@ class PgThreadsAPI(ThreadsAPI):
 
 
 # Both bases narrow the SQLite mixins' `_engine: Engine` to a `PgConnection`.
-class PgReadAPI(PgInspectionAPI, PgThreadsAPI):  # type: ignore[misc]
+class PgReadAPI(PgInspectionAPI, PgThreadsAPI):
     """Every read the SQLite saver offers for operators: history, inspection, threads."""
 
 

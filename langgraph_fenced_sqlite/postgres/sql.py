@@ -174,7 +174,7 @@ STATS = (
 )
 HAS_MIGRATIONS_TABLE = "SELECT to_regclass('lgfs_migrations') IS NOT NULL"
 
-# --- read-only stores and vacuum (`connection.py`, `api_retention.py`) -----------------
+# --- read-only stores and vacuum (`connection.py`, `saver_retention.py`) -----------------
 
 # The first statement of a `readonly` store's transaction when its session
 # does not make every transaction read-only already: the server refuses any
@@ -920,7 +920,7 @@ def list_checkpoints(
     return sql, params
 
 
-# --- reads: history, inspection, threads (`api_inspect.py`, `api_threads.py`) ---------------
+# --- reads: history, inspection, threads (`saver_inspect.py`, `saver_threads.py`) ---------------
 
 # The first statement of every multi-statement read inside `PgConnection.run`'s
 # transaction: one snapshot for all its statements, as the SQLite store's read
@@ -948,7 +948,7 @@ _NOT_TOMBSTONE = (
     "OR EXISTS (SELECT 1 FROM lgfs_events e WHERE e.thread_id = t.thread_id) "
     "OR EXISTS (SELECT 1 FROM lgfs_checkpoints c WHERE c.thread_id = t.thread_id))"
 )
-# The columns `api_threads._summaries` reads, in the SQLite store's
+# The columns `saver_threads._summaries` reads, in the SQLite store's
 # `THREAD_SUMMARIES` order.
 _SUMMARIES = (
     "SELECT t.thread_id, t.holder, t.token, t.expires_at, t.floor, t.next_seq, "
@@ -964,7 +964,7 @@ _SUMMARIES = (
 )
 THREAD_SUMMARIES = f"{_SUMMARIES} ORDER BY t.thread_id"
 THREAD_SUMMARY = f"{_SUMMARIES} AND t.thread_id = %(thread_id)s"
-# What a thread's status is judged from (`api_threads._status_facts`), for
+# What a thread's status is judged from (`saver_threads._status_facts`), for
 # every thread `_SUMMARIES` lists, in one statement: its row in
 # `claims.ThreadRow`'s order; its latest root checkpoint (`CHECKPOINT_COLUMNS`,
 # NULLs if none); its latest run lifecycle event (`EVENTS_AFTER`'s columns,
@@ -1005,7 +1005,7 @@ THREAD_NAMESPACES = (
 
 
 # --- PostgresSaver import (read-only source) ------------------------------------------
-# Run by `postgres/importer.py` on a LangGraph `PostgresSaver` database, in a
+# Run by `tools/import_postgres.py` on a LangGraph `PostgresSaver` database, in a
 # read-only REPEATABLE READ transaction; they only read. That layout:
 # checkpoints(thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id,
 # type, checkpoint jsonb, metadata jsonb), checkpoint_blobs (one value per

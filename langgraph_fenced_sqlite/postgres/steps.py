@@ -2,7 +2,7 @@
 
 Invariant: a fenced `put_writes` that names the put expected to follow it
 (`Step.awaits`) waits in `Steps`, bounded and adaptive by the SQLite
-store's rules (`groupcommit.FollowPolicy`), until that put (`closes`)
+store's rules (`core/steps.py`'s `FollowPolicy`), until that put (`closes`)
 takes it into its own transaction, or the bound runs out and it runs
 alone. A write leaves the queue exactly once: taken by a put (RUNNING,
 answered only after the COMMIT that holds it, or its failure) or by its
@@ -20,14 +20,14 @@ import threading
 import time
 from typing import Any
 
-from ..sqlite import groupcommit
-from ..sqlite.groupcommit import DONE, PENDING, RUNNING, FollowPolicy, Key
+from ..core import steps as follow
+from ..core.steps import DONE, PENDING, RUNNING, FollowPolicy, Key
 
 __all__ = ["Step", "Steps"]
 
 # How long past its arrival a write awaiting its put may wait at most, a
 # commit in flight included (the policy's bound runs down only after it),
-# as a multiple of the bound's most (`groupcommit.FOLLOW_MAX_S`).
+# as a multiple of the bound's most (`follow.FOLLOW_MAX_S`).
 _FOLLOW_DEADLINE = 4
 
 
@@ -56,7 +56,7 @@ class Step:
         self.awaits, self.closes = awaits, closes
         self.followed = False
         self.arrived = time.monotonic()
-        self.deadline = self.arrived + _FOLLOW_DEADLINE * groupcommit.FOLLOW_MAX_S
+        self.deadline = self.arrived + _FOLLOW_DEADLINE * follow.FOLLOW_MAX_S
         self.state = PENDING
         self.result: Any = None
         self.error: BaseException | None = None

@@ -23,9 +23,7 @@ from typing import Any
 from langgraph.checkpoint.base import WRITES_IDX_MAP
 from psycopg.types.numeric import Int8
 
-from ..core.checksums import checksum
-from ..errors import StaleClaim, ThreadBusy
-from ..sqlite.checkpoints import (
+from ..core.checkpoints import (
     EncodedCheckpoint,
     EncodedWrite,
     Row,
@@ -34,14 +32,16 @@ from ..sqlite.checkpoints import (
     needs_version_check,
     stored_put,
 )
-from ..sqlite.claims import Claim, check_unfenced, claim_live
-from ..sqlite.events import (
+from ..core.checksums import checksum
+from ..core.claims import Claim, check_unfenced, claim_live
+from ..core.events import (
     NewEvent,
     checkpoint_event_data,
     checkpoint_event_text,
     writes_event_data,
     writes_event_text,
 )
+from ..errors import StaleClaim, ThreadBusy
 from . import sql
 from .connection import Execute, Send
 from .events import append

@@ -3,8 +3,8 @@
 Invariant: one wait implementation, `PgEventPoller` (a `watch.Poller`):
 hold the thread's listen key (`sql.HEAR`: commits of the thread notify only
 while someone holds it), listen, then read, then wait, re-reading the table on every
-notification naming the thread and on every safety poll (`events.wait_plan`,
-the one wait loop, through `events.drive`/`events.adrive`), on a listener
+notification naming the thread and on every safety poll (`core/waiting.py`'s `wait_plan`,
+the one wait loop, through `drive`/`adrive`), on a listener
 connection of its own, so a waiter never holds the store's connection or a
 pool's. The poller keeps that connection from one wait to the next: a
 watch following a busy thread is one backend for its whole life, not a new
@@ -40,9 +40,11 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 
+from ..core import waiting
+from ..core.events import Event
+from ..core.waiting import Stopped
 from ..errors import StoreError
-from ..sqlite.events import Event
-from . import events, sql
+from . import sql
 
 __all__ = ["SLICE", "PgEventPoller"]
 
@@ -58,10 +60,6 @@ HEAR_TIMEOUT = f"{int(SLICE * 1000)}ms"
 def _lock_timeout(seconds: float) -> dict[str, str]:
     """`sql.LEAD_TIMEOUT`'s parameters: wait for the lock `seconds` (at least 1 ms)."""
     return {"timeout": f"{max(1, int(seconds * 1000))}ms"}
-
-
-class _Stopped(Exception):
-    """The wait was stopped (the watch or the store closed) while it waited."""
 
 
 class PgEventPoller:
@@ -195,7 +193,7 @@ class PgEventPoller:
     ) -> Iterator[float]:
         """The timeouts, at most `SLICE` each, that make up a wait of `seconds`.
 
-        Between two it looks whether the wait was stopped (`_Stopped`); it
+        Between two it looks whether the wait was stopped (`Stopped`); it
         ends when the time is up.
         """
         end = time.monotonic() + seconds
@@ -204,13 +202,13 @@ class PgEventPoller:
             if left <= 0:
                 return
             yield min(left, SLICE)
-        raise _Stopped
+        raise Stopped
 
     def _error(self, exc: psycopg.Error) -> StoreError:
         return StoreError("wait_events", self._saver._engine.where, message=str(exc))
 
     def _plan(self, thread_id: str, timeout: float) -> Any:
-        return events.wait_plan(thread_id, float(timeout), self._saver._poll_interval)
+        return waiting.wait_plan(thread_id, float(timeout), self._saver._poll_interval)
 
     def lead(self, thread_id: str, seconds: float, stop: threading.Event | None = None) -> bool:
         """Become the one waiter (of every process) that tries `thread_id` when its run ends.
@@ -241,7 +239,7 @@ class PgEventPoller:
                     self._led.add(thread_id)
                     return True
                 return False
-            except _Stopped:
+            except Stopped:
                 return False
             except psycopg.Error:
                 self._drop()
@@ -275,7 +273,7 @@ class PgEventPoller:
                 self._led.add(thread_id)
                 return True
             return False
-        except _Stopped:
+        except Stopped:
             return False
         except psycopg.Error:
             self._drop()
@@ -458,8 +456,8 @@ class PgEventPoller:
                 return self._saver._events_after(thread_id, after_seq, limit, incarnation)
 
             try:
-                return events.drive(self._plan(thread_id, timeout), read, notifies)
-            except _Stopped:
+                return waiting.drive(self._plan(thread_id, timeout), read, notifies)
+            except Stopped:
                 return []
             except psycopg.Error as exc:
                 self._drop()  # in whatever state it is: the next wait opens another
@@ -530,8 +528,8 @@ class PgEventPoller:
                 )
 
             try:
-                result = await events.adrive(self._plan(thread_id, timeout), read, notifies)
-            except _Stopped:
+                result = await waiting.adrive(self._plan(thread_id, timeout), read, notifies)
+            except Stopped:
                 result = []
             except psycopg.Error as exc:
                 self._drop()

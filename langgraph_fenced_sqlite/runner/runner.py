@@ -25,24 +25,20 @@ import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import StateGraph
 from langgraph.runtime import RunControl
 
 from ..clock import to_seconds
+from ..core.claims import Claim
+from ..core.fenced_store import FencedStore
 from ..core.lease import Outcome, RunLease, RunRenewer, judge_end, raise_for
+from ..core.runs import RUN_STRATEGIES
 from ..core.validation import check_name, config_target
 from ..errors import FencedSqliteError, StaleClaim, ThreadBusy, bad_argument
-from ..sqlite.claims import Claim
-from ..sqlite.runs import RUN_STRATEGIES
-from ..sqlite.saver import FencedSqliteSaver
 from .queue import Place, queued, wake_head
-
-if TYPE_CHECKING:
-    from ..postgres import FencedPostgresSaver
 
 __all__ = ["STRATEGIES", "FencedRunner"]
 
@@ -91,7 +87,7 @@ class FencedRunner:
     def __init__(
         self,
         graph: Any,
-        saver: FencedSqliteSaver | FencedPostgresSaver,
+        saver: FencedStore,
         *,
         holder: str | None = None,
         ttl: float | timedelta = 30.0,
@@ -128,7 +124,7 @@ class FencedRunner:
                 another checkpointer, or a bad `ttl`/`renew_every`/`holder`/
                 `tenant`/`principal`.
         """
-        if not _is_store(saver):
+        if not isinstance(saver, FencedStore):
             raise bad_argument(
                 "saver",
                 f"expected a FencedSqliteSaver or FencedPostgresSaver, got {type(saver).__name__}",
@@ -137,7 +133,7 @@ class FencedRunner:
         # LangGraph's strict mode compiles with a copy of the saver (same
         # connection, derived serializer); that copy is the saver too.
         if current is not None and not (
-            _is_store(current) and getattr(current, "_engine", None) is saver._engine
+            isinstance(current, FencedStore) and current._engine is saver._engine
         ):
             raise bad_argument("graph", "compile it with checkpointer=saver (or no checkpointer)")
         if isinstance(getattr(graph, "builder", None), StateGraph):
@@ -587,19 +583,6 @@ class FencedRunner:
                 await self._shielded(self._end, run, call, outcome)
             raise_for(outcome, exc)
         await self._shielded(self._complete, run, call, static)
-
-
-# What a store gives a runner (both stores have it, with one meaning: see `runs.py`).
-_RUN_API = ("begin_run", "renew_run", "cancel_run", "end_run", "delete_unclaimed_thread")
-
-
-def _is_store(saver: Any) -> bool:
-    """Whether `saver` is a fenced store a runner can drive (SQLite or PostgreSQL)."""
-    return (
-        isinstance(saver, BaseCheckpointSaver)
-        and hasattr(saver, "_engine")
-        and all(callable(getattr(saver, name, None)) for name in (*_RUN_API, "for_graph"))
-    )
 
 
 def _optional_name(value: Any, name: str) -> str | None:

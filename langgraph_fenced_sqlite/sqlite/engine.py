@@ -303,7 +303,7 @@ class Engine:
         """Run a sync store method on a worker thread of the store: the one hop async calls pay.
 
         A cancelled await does not stop a job already handed over: it may
-        still commit (see the README's caveats).
+        still commit (see docs/caveats.md).
         """
         if self._closed or os.getpid() != self._pid:
             # Nothing to hand over: the method checks its arguments, then

@@ -1,10 +1,11 @@
-"""The per-thread event log: appended in the writer's transaction, read by seq.
+"""The per-thread event log on SQLite: appended in the writer's transaction, read by seq.
 
 Invariant: a thread's events are numbered 1, 2, 3, ... contiguously in commit
 order; seqs are taken from the thread row inside the same transaction as the
 change they describe, so a rolled-back write spends no seq. The replay floor
 only moves up, and events below it are gone. Waiting reads on a connection of
-its own (never the store's), so a watcher never blocks a writer.
+its own (never the store's), so a watcher never blocks a writer; its loop is
+`core/waiting.py`'s.
 """
 
 from __future__ import annotations
@@ -13,106 +14,32 @@ import asyncio
 import functools
 import sqlite3
 import threading
-import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable
 
-from ..core.checksums import checksum, event_checksum
+from ..core import waiting
+from ..core.checksums import event_checksum
+from ..core.claims import ThreadRow
+from ..core.events import (
+    SAFETY_POLL,
+    Event,
+    NewEvent,
+    _floor_of,
+    decode_event,
+)
 from ..core.hop import ASYNC_WORKERS, Hop
-from ..core.stored_json import MAX_INT, MIN_INT, PLAIN, dumps_json, loads_json
-from ..core.validation import check_iterable, check_json, check_name
-from ..errors import ReplayUnavailable, SerializationError, UndecodableRow, bad_argument
+from ..core.stored_json import dumps_json
+from ..core.waiting import Stopped
+from ..errors import ReplayUnavailable
 from . import schema
-from .claims import ThreadRow
 from .doorbell import Listener
 
-__all__ = ["Event", "EventPoller"]
+__all__ = ["EventPoller", "append", "raise_floor", "read_after"]
+
 
 # Where async waits run their polls (I/O, never on the loop): the lighter hop
 # every async call of a store takes, shared by this process's pollers (a
 # poller is not its store's: it reads on a connection of its own).
 _POLL_HOP = Hop(ASYNC_WORKERS, "lgfs-poll")
-
-
-@dataclass(frozen=True)
-class Event:
-    """One record of a thread's event log.
-
-    Attributes:
-        thread_id: The thread.
-        seq: Its number, 1, 2, 3, ... per thread.
-        kind: `checkpoint`, `writes`, `retracted`, `pruned` or a caller's kind.
-        data: A JSON object (never channel values).
-        checkpoint_ns: The namespace of the checkpoint it concerns, if any.
-        checkpoint_id: The checkpoint it concerns, if any.
-        token: The fencing token of the write, if fenced.
-        ts: Store-clock seconds since the epoch at commit.
-        incarnation: The thread's incarnation (1, then one more after each
-            `delete_thread`); `(incarnation, seq)` is a reader's position.
-    """
-
-    thread_id: str
-    seq: int
-    kind: str
-    data: dict[str, Any]
-    checkpoint_ns: str | None = None
-    checkpoint_id: str | None = None
-    token: int | None = None
-    ts: float = 0.0
-    incarnation: int = 1
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return the event as a JSON-ready dict."""
-        return {
-            "thread_id": self.thread_id,
-            "seq": self.seq,
-            "kind": self.kind,
-            "data": self.data,
-            "checkpoint_ns": self.checkpoint_ns,
-            "checkpoint_id": self.checkpoint_id,
-            "token": self.token,
-            "ts": self.ts,
-            "incarnation": self.incarnation,
-        }
-
-
-@dataclass(frozen=True)
-class NewEvent:
-    """An event about to be appended (no seq yet)."""
-
-    kind: str
-    data: Mapping[str, Any]
-    checkpoint_ns: str | None = None
-    checkpoint_id: str | None = None
-
-
-def normalize_caller_events(events: Iterable[Any]) -> list[NewEvent]:
-    """Validate caller events: `(kind, data)` pairs or `{"kind", "data"}` dicts.
-
-    Raises:
-        InvalidArgument: (naming `events`, or `events[i]...`) not a list of
-            events, an event of the wrong shape, an empty/too long/non-UTF-8
-            kind, data that is not a JSON object with string keys.
-        SerializationError: data holds a value JSON cannot store (naming it).
-    """
-    out: list[NewEvent] = []
-    for i, item in enumerate(check_iterable(events, "events")):
-        if isinstance(item, Mapping):
-            kind, data = item.get("kind"), item.get("data", {})
-        elif isinstance(item, tuple) and len(item) == 2:
-            kind, data = item
-        else:
-            raise bad_argument("events", f"each event must be (kind, data) or a dict, got {item!r}")
-        if not isinstance(kind, str) or not kind or len(kind) > 200:
-            raise bad_argument("events", f"kind must be a non-empty string, got {kind!r}")
-        check_name(kind, f"events[{i}] kind")
-        if not isinstance(data, Mapping):
-            raise bad_argument("events", f"data must be a JSON object, got {type(data).__name__}")
-        check_json(dict(data), f"events[{i}] data")
-        dumps_json(dict(data), "events data")
-        out.append(NewEvent(kind, dict(data)))
-    return out
 
 
 def append(
@@ -183,65 +110,6 @@ def append_text(
     )
 
 
-def checkpoint_event_data(
-    step: int | None, source: str | None, parent_id: str | None, run_id: str | None
-) -> dict[str, Any]:
-    """Return the data of a put's `checkpoint` event, as both stores log it.
-
-    `{"step", "source", "parent_checkpoint_id"}`, and `"run_id"` unless it is None.
-    """
-    data: dict[str, Any] = {"step": step, "source": source, "parent_checkpoint_id": parent_id}
-    if run_id is not None:
-        data["run_id"] = run_id
-    return data
-
-
-def checkpoint_event_text(
-    step: int | None, source: str | None, parent_id: str | None, run_id: str | None
-) -> str:
-    """Return `checkpoint_event_data` as `dumps_json` writes it.
-
-    Judged `PLAIN` field by field (what `json_kind` would walk), so that the
-    common event is encoded by orjson with no walk.
-    """
-    data = checkpoint_event_data(step, source, parent_id, run_id)
-    plain = (
-        (step is None or (type(step) is int and MIN_INT <= step <= MAX_INT))
-        and (source is None or (type(source) is str and source.isascii()))
-        and (parent_id is None or (type(parent_id) is str and parent_id.isascii()))
-        and (run_id is None or (type(run_id) is str and run_id.isascii()))
-    )
-    return dumps_json(data, "event data", kind=PLAIN if plain else None)
-
-
-def writes_event_data(task_id: str, task_path: str, channels: list[str]) -> dict[str, Any]:
-    """Return the data of a put_writes' `writes` event, as both stores log it."""
-    return {"task_id": task_id, "task_path": task_path, "channels": channels}
-
-
-def writes_event_text(task_id: str, task_path: str, channels: list[str]) -> str:
-    """Return `writes_event_data` as `dumps_json` writes it.
-
-    Judged `PLAIN` as
-    `checkpoint_event_text` judges a put's (a loop, not `all()` over a
-    generator: a put_writes has one or two channels, and the generator
-    cost more than the rest of the test).
-    """
-    plain = (
-        type(task_id) is str
-        and task_id.isascii()
-        and type(task_path) is str
-        and task_path.isascii()
-    )
-    if plain:
-        for channel in channels:
-            if type(channel) is not str or not channel.isascii():
-                plain = False
-                break
-    data = writes_event_data(task_id, task_path, channels)
-    return dumps_json(data, "event data", kind=PLAIN if plain else None)
-
-
 def read_after(
     conn: sqlite3.Connection,
     thread_id: str,
@@ -287,61 +155,6 @@ def read_after(
     return [decode_event(thread_id, row, current) for row in rows]
 
 
-def decode_event(thread_id: str, row: tuple[Any, ...], incarnation: int = 1) -> Event:
-    """Rebuild an `Event` from an `EVENTS_AFTER` row, checking its checksum first.
-
-    Raises:
-        UndecodableRow: the checksum does not hold (or is missing), or a cell
-            has the wrong type, or `data` is not a JSON object.
-    """
-    seq, kind, ns, cid, data, token, ts, stored = row
-
-    def bad(reason: str) -> UndecodableRow:
-        where = f"event seq {seq!r:.40}"
-        return UndecodableRow(
-            thread_id,
-            None,
-            f"{where}: {reason}",
-            message=f"thread {thread_id!r} {where} does not decode: {reason}",
-        )
-
-    if type(seq) is not int:
-        raise bad(f"seq holds {type(seq).__name__}, expected an integer")
-    # The checksum first: nothing of a damaged row is decoded or trusted.
-    if stored is None:
-        raise bad("the row has no checksum (written outside this library?)")
-    if stored != checksum(kind, data):
-        raise bad("checksum mismatch: the row was damaged or changed outside this library")
-    for column, value, types in (
-        ("kind", kind, (str,)),
-        ("checkpoint_ns", ns, (str, type(None))),
-        ("checkpoint_id", cid, (str, type(None))),
-        ("token", token, (int, type(None))),
-        ("ts", ts, (int, float)),
-    ):
-        if type(value) not in types:
-            raise bad(f"{column} holds {type(value).__name__}")
-    try:
-        decoded = loads_json(data, "event data")
-    except SerializationError as exc:
-        raise bad(str(exc)) from exc
-    if not isinstance(decoded, dict):
-        raise bad(f"data is JSON {type(decoded).__name__}, expected an object")
-    return Event(thread_id, seq, kind, decoded, ns, cid, token, float(ts), incarnation)
-
-
-def _floor_of(thread_id: str, row: tuple[Any, ...]) -> tuple[int, int]:
-    # GET_FLOOR's (floor, next_seq), GET_REPLAY_BOUNDS' (floor, incarnation):
-    # text there would break the arithmetic.
-    floor, next_seq = row
-    if type(floor) is not int or type(next_seq) is not int:
-        reason = f"threads.floor holds {type(floor).__name__} {floor!r:.40}, expected an integer"
-        raise UndecodableRow(
-            thread_id, None, reason, message=f"thread {thread_id!r}: damaged thread row: {reason}"
-        )
-    return floor, next_seq
-
-
 def raise_floor(
     conn: sqlite3.Connection, thread_id: str, before_seq: int, *, incarnation: int | None = None
 ) -> int:
@@ -372,12 +185,6 @@ def raise_floor(
         conn.execute(schema.DELETE_EVENTS_BELOW, (thread_id, target))
         return target
     return floor
-
-
-# With a doorbell, watchers poll `PRAGMA data_version` only as a safety net,
-# for commits that ring no bell (plain sqlite3, an older version of this
-# library, another host on a network file system): at least this often.
-SAFETY_POLL = 1.0
 
 
 class EventPoller:
@@ -548,26 +355,32 @@ class EventPoller:
         """Return events after `after_seq`, waiting up to `timeout` for some.
 
         Returns early with [] when `stop` is set or the poller is closed.
+        The loop is `waiting.wait_plan`'s; this drives it with a poll and a
+        wait for the bell (or, without one, for `poll_interval`).
         """
-        deadline = time.monotonic() + timeout
+
+        def read() -> list[Event]:
+            events = self._poll(thread_id, after_seq, limit, incarnation)
+            if events is None:
+                raise Stopped
+            return events
+
+        def wake(seconds: float) -> None:
+            if stop is not None and stop.is_set():
+                raise Stopped
+            bell = self._bell
+            if bell is not None and not bell.closed:
+                bell.wait(seconds)  # close() wakes it
+                if self._closed:
+                    raise Stopped
+            elif self._wake.wait(min(self.poll_interval, seconds)):
+                raise Stopped  # closed
+
         self._begin_wait()
         try:
-            while True:
-                events = self._poll(thread_id, after_seq, limit, incarnation)
-                if events is None:
-                    return []
-                if events:
-                    return events
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or (stop is not None and stop.is_set()):
-                    return []
-                bell = self._bell
-                if bell is not None and not bell.closed:
-                    bell.wait(min(self.safety_interval, remaining))  # close() wakes it
-                    if self._closed:
-                        return []
-                elif self._wake.wait(min(self.poll_interval, remaining)):
-                    return []
+            return waiting.drive(self._plan(thread_id, timeout), read, wake)
+        except Stopped:
+            return []
         finally:
             self._end_wait()
 
@@ -588,26 +401,32 @@ class EventPoller:
         bell is awaited on the loop (the doorbell's thread wakes it). Returns []
         without polling again once `stop` is set or the poller is closed.
         """
-        deadline = time.monotonic() + timeout
+
+        async def read() -> list[Event]:
+            if self._closed or (stop is not None and stop.is_set()):
+                raise Stopped
+            events = await _POLL_HOP.run(
+                functools.partial(self._poll, thread_id, after_seq, limit, incarnation)
+            )
+            if events is None:
+                raise Stopped
+            return events
+
+        async def wake(seconds: float) -> None:
+            bell = self._bell
+            if bell is not None and not bell.closed:
+                await bell.await_ring(seconds)
+            else:
+                await asyncio.sleep(min(self.poll_interval, seconds))
+
         self._begin_wait()
         try:
-            while True:
-                if self._closed or (stop is not None and stop.is_set()):
-                    return []
-                events = await _POLL_HOP.run(
-                    functools.partial(self._poll, thread_id, after_seq, limit, incarnation)
-                )
-                if events is None:
-                    return []
-                if events:
-                    return events
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return []
-                bell = self._bell
-                if bell is not None and not bell.closed:
-                    await bell.await_ring(min(self.safety_interval, remaining))
-                else:
-                    await asyncio.sleep(min(self.poll_interval, remaining))
+            return await waiting.adrive(self._plan(thread_id, timeout), read, wake)
+        except Stopped:
+            return []
         finally:
             self._end_wait()
+
+    def _plan(self, thread_id: str, timeout: float) -> waiting.Plan:
+        # Every wake-up re-reads (a bell names no thread): None for the plan.
+        return waiting.wait_plan(thread_id, timeout, self.safety_interval)

@@ -1,4 +1,4 @@
-"""An operator's maintenance: sweeping idle threads, reclaiming the file's free space.
+"""An operator's maintenance on SQLite: sweeping idle threads, reclaiming the file's free space.
 
 Invariant: a sweep is one transaction per thread, each deciding inside itself
 whether its thread still qualifies (no live claim, idle long enough), so a
@@ -11,58 +11,16 @@ or another connection holding the write lock.
 
 from __future__ import annotations
 
-import os
 import sqlite3
-from dataclasses import dataclass, field
-from typing import Any
 
+from ..core.maintenance import VacuumReport, file_bytes, is_inactive
+from ..core.retention import PruneResult, RetentionPolicy
+from ..core.saver_threads import last_activity
 from ..errors import StoreBusy, ThreadBusy
 from . import claims, retention, schema
 from .connection import is_busy
-from .retention import PruneResult, RetentionPolicy
-from .saver_threads import last_activity
 
-__all__ = ["SweepResult", "VacuumReport"]
-
-
-@dataclass(frozen=True)
-class SweepResult:
-    """What `sweep` did (or, with `dry_run`, would do).
-
-    Attributes:
-        pruned: One `PruneResult` per thread swept (those that removed
-            nothing included), in thread id order.
-        busy: Threads left alone because a live claim holds them.
-        errors: Threads left alone because a row of theirs does not decode
-            (each an `UndecodableRow` as a dict); the sweep goes on past them.
-    """
-
-    pruned: list[PruneResult] = field(default_factory=list)
-    busy: list[str] = field(default_factory=list)
-    errors: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class VacuumReport:
-    """What `vacuum` reclaimed.
-
-    Attributes:
-        path: The database file (on PostgreSQL: the server and database).
-        bytes_before: The file's size with its WAL, before (on PostgreSQL:
-            the store's tables with their indexes and TOAST).
-        bytes_after: The same, after (the WAL truncated unless a reader held
-            it; on PostgreSQL, smaller only where whole pages at a table's
-            end were emptied, see `FencedPostgresSaver.vacuum`).
-    """
-
-    path: str
-    bytes_before: int
-    bytes_after: int
-
-
-def is_inactive(activity: float, now: float, idle_for: float) -> bool:
-    """Whether a thread last written at `activity` has been idle `idle_for` seconds at `now`."""
-    return activity <= now - idle_for
+__all__ = ["sweep_thread_txn", "vacuum_job"]
 
 
 def thread_ids(conn: sqlite3.Connection) -> list[str]:
@@ -98,17 +56,6 @@ def sweep_thread_txn(
     if row.live(now):
         return "busy"  # idle, yet claimed: someone may be about to write
     return retention.prune_txn(conn, thread_id, policy, now=now, dry_run=dry_run)
-
-
-def file_bytes(path: str) -> int:
-    """Return the size of `path` plus its WAL (0 for what does not exist)."""
-    total = 0
-    for name in (path, path + "-wal"):
-        try:
-            total += os.path.getsize(name)
-        except OSError:
-            pass
-    return total
 
 
 def refuse_if_writer(conn: sqlite3.Connection, path: str, now: float) -> None:

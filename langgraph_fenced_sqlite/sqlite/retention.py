@@ -1,180 +1,39 @@
-"""Removing history: retention policies, retraction, deletion, copying.
+"""Removing history on SQLite: retention, retraction, deletion, copying, in transactions.
 
 Invariant: history only shrinks here, each operation in the one transaction
-the engine opened. Pruning keeps the latest checkpoint of every namespace and
-every ancestor a kept checkpoint still needs (the parent chain back to a delta
-snapshot), and moves the replay floor only up. Retraction is fenced and
-removes one run's checkpoints and writes, nothing committed before it began.
-Whatever removes or replaces a thread's whole history or a run's
-(`delete_for_runs`, `prune(strategy="delete")`, `copy_thread`) is fenced like
-a write (`claims.check_fence`, on every thread it touches, before anything
-changes) and logs an event naming what it did on each thread.
+the engine opened, applying `core/retention.py`'s plans, and moves the
+replay floor only up. Whatever removes or replaces a thread's whole history
+or a run's (`delete_for_runs`, `prune(strategy="delete")`, `copy_thread`) is
+fenced like a write (`claims.check_fence`, on every thread it touches, before
+anything changes) and logs an event naming what it did on each thread.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any
 
-from ..clock import to_seconds
-from ..errors import CheckpointConflict, bad_argument
+from ..core.retention import (
+    PruneResult,
+    RetentionPolicy,
+    Retraction,
+    _Node,
+    plan_prune,
+    plan_retraction,
+    retracted_event,
+    skeleton_node,
+)
+from ..errors import CheckpointConflict
 from . import checkpoints, claims, events, schema, subgraph_runs
 
-__all__ = ["PruneResult", "RetentionPolicy", "Retraction"]
-
-
-@dataclass(frozen=True)
-class RetentionPolicy:
-    """How much history `prune` keeps; `None` means no limit on that axis.
-
-    The latest checkpoint of each namespace, and any checkpoint a kept one
-    still needs, are always kept.
-
-    Attributes:
-        max_checkpoints: Keep at most this many newest checkpoints per thread.
-        max_age: Remove checkpoints older than this (seconds or timedelta),
-            by the store's clock.
-        max_events: Keep at most this many newest events (raises the floor).
-        max_subgraph_runs: Keep the checkpoints of at most this many past
-            subgraph runs per thread (newest first); the others' namespaces
-            go entirely, latest checkpoint included (see `subgraph_runs.py`:
-            a subgraph still running or waiting at an interrupt is never
-            past). None keeps every run's namespace.
-    """
-
-    max_checkpoints: int | None = None
-    max_age: float | timedelta | None = None
-    max_events: int | None = None
-    max_subgraph_runs: int | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("max_checkpoints", "max_events", "max_subgraph_runs"):
-            value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 0
-            ):
-                raise bad_argument(name, f"expected a non-negative int or None, got {value!r}")
-        if self.max_age is not None:
-            to_seconds(self.max_age, "max_age")
-
-    @property
-    def max_age_seconds(self) -> float | None:
-        """`max_age` in seconds, or None."""
-        return None if self.max_age is None else to_seconds(self.max_age, "max_age")
-
-
-@dataclass(frozen=True)
-class PruneResult:
-    """What a prune removed (or, with `dry_run`, would remove).
-
-    Attributes:
-        thread_id: The thread pruned.
-        checkpoints: `(checkpoint_ns, checkpoint_id)` of removed checkpoints.
-        floor: The replay floor afterwards.
-        events_removed: How many events went below the floor.
-        writes_removed: How many orphan writes went (writes whose checkpoint
-            is not stored, older than their namespace's latest checkpoint);
-            the writes of removed checkpoints go with them uncounted.
-    """
-
-    thread_id: str
-    checkpoints: list[tuple[str, str]] = field(default_factory=list)
-    floor: int = 1
-    events_removed: int = 0
-    writes_removed: int = 0
-
-
-@dataclass(frozen=True)
-class Retraction:
-    """What `retract_turn` removed.
-
-    Attributes:
-        thread_id: The thread.
-        run_id: The run removed (None when found by the `input` checkpoint).
-        checkpoints: `(checkpoint_ns, checkpoint_id)` removed, oldest first.
-        writes: How many pending writes were removed.
-        seq: The seq of the `retracted` event (None if nothing was removed).
-    """
-
-    thread_id: str
-    run_id: str | None
-    checkpoints: list[tuple[str, str]]
-    writes: int
-    seq: int | None
-
-
-@dataclass(frozen=True)
-class _Node:
-    ns: str
-    cid: str
-    parent: str | None
-    position: int
-    source: str | None
-    run_id: str | None
-    created_at: float
-    step: int | None
-    # Delta channels not snapshotted here (nonzero counters) that also have a
-    # version in this checkpoint: the ones LangGraph rebuilds from ancestors.
-    replays: bool = False
+__all__ = ["copy_thread_txn", "delete_thread_txn", "prune_txn", "retract_txn"]
 
 
 def _skeleton(conn: sqlite3.Connection, thread_id: str) -> list[_Node]:
     # Only the two JSON fields retention needs are extracted, in SQL: decoding
     # every checkpoint's whole metadata dominated pruning long threads.
     return [skeleton_node(*row) for row in checkpoints.read_skeleton(conn, thread_id)]
-
-
-def skeleton_node(
-    ns: str,
-    cid: str,
-    parent: str | None,
-    position: int,
-    source: str | None,
-    run_id: str | None,
-    created_at: float,
-    step: int | None,
-    counters: dict[str, Any] | None,
-    versions: dict[str, Any] | None,
-) -> _Node:
-    """What `plan_prune` reasons about for one checkpoint, from either store's row.
-
-    Args:
-        counters: The metadata's `counters_since_delta_snapshot` (or None).
-        versions: The checkpoint's `channel_versions` (or None).
-    """
-    replays = _replays(counters, versions)
-    return _Node(ns, cid, parent, position, source, run_id, created_at, step, replays)
-
-
-def _replays(counters: dict[str, Any] | None, versions: dict[str, Any] | None) -> bool:
-    # DeltaChannel (beta) stores deltas between snapshots. LangGraph rebuilds
-    # a delta channel that has a version here but no stored value by walking
-    # the ancestors' writes back to a snapshot (`_delta_channels_to_replay`).
-    # Nonzero counters name the delta channels not snapshotted here; one with
-    # no version was never written and needs no walk, yet its superstep
-    # counter grows every step, so counting it would keep all history.
-    if not counters:
-        return False
-    versioned = versions or {}
-    return any(
-        name in versioned and any(part for part in value) for name, value in counters.items()
-    )
-
-
-def _close_over_ancestors(nodes: Sequence[_Node], keep: set[tuple[str, str]]) -> None:
-    by_key = {(n.ns, n.cid): n for n in nodes}
-    stack = list(keep)
-    while stack:
-        node = by_key.get(stack.pop())
-        if node is None or not node.parent or not node.replays:
-            continue
-        parent_key = (node.ns, node.parent)
-        if parent_key in by_key and parent_key not in keep:
-            keep.add(parent_key)
-            stack.append(parent_key)
 
 
 def _remove(conn: sqlite3.Connection, thread_id: str, keys: Iterable[tuple[str, str]]) -> int:
@@ -272,45 +131,6 @@ def prune_txn(
         target = max(target, next_seq - policy.max_events)
     new_floor = events.raise_floor(conn, thread_id, target) if target > floor else floor
     return PruneResult(thread_id, removed, new_floor, max(0, new_floor - floor), orphans)
-
-
-def plan_prune(
-    nodes: Sequence[_Node],
-    policy: RetentionPolicy,
-    now: float,
-    *,
-    keep_latest_only: bool = False,
-    past: Iterable[str] = (),
-) -> list[tuple[str, str]]:
-    """The `(ns, id)` keys a prune removes, oldest first (the rule of both stores).
-
-    Keeps the latest checkpoint of each namespace not in `past` (past
-    subgraph runs' namespaces go whole), the newest and young ones `policy`
-    keeps (none beyond the latest with `keep_latest_only`), and every
-    ancestor a kept checkpoint still needs (its delta chain).
-
-    Args:
-        nodes: Every checkpoint of the thread (`skeleton_node`), by position.
-        now: The store's clock, for `max_age`.
-    """
-    gone = set(past)
-    candidates = [n for n in nodes if n.ns not in gone] if gone else list(nodes)
-    latest: dict[str, _Node] = {}
-    for node in candidates:
-        latest[node.ns] = node
-    keep = {(n.ns, n.cid) for n in latest.values()}
-    newest_first = sorted(candidates, key=lambda n: n.position, reverse=True)
-    max_age = policy.max_age_seconds
-    for rank, node in enumerate(newest_first):
-        if keep_latest_only:
-            break
-        if policy.max_checkpoints is not None and rank >= policy.max_checkpoints:
-            continue
-        if max_age is not None and node.created_at < now - max_age:
-            continue
-        keep.add((node.ns, node.cid))
-    _close_over_ancestors(nodes, keep)
-    return [(n.ns, n.cid) for n in nodes if (n.ns, n.cid) not in keep]
 
 
 def _first_event_of(
@@ -565,57 +385,3 @@ def retract_txn(
         conn, thread_id, row, [retracted_event(run_id, targets, writes)], token=token, now=now
     )
     return Retraction(thread_id, run_id, targets, writes, seq)
-
-
-class TurnNode(Protocol):
-    """What `plan_retraction` reads of a checkpoint (either store's row)."""
-
-    @property
-    def ns(self) -> str: ...
-    @property
-    def cid(self) -> str: ...
-    @property
-    def position(self) -> int: ...
-    @property
-    def source(self) -> str | None: ...
-    @property
-    def run_id(self) -> str | None: ...
-
-
-def plan_retraction(
-    nodes: Sequence[TurnNode], run_id: str | None
-) -> tuple[str | None, list[tuple[str, str]], int] | None:
-    """Which checkpoints `retract_turn` removes (docs/semantics.md §6), for both stores.
-
-    Args:
-        nodes: Every checkpoint of the thread, all namespaces, by commit position.
-        run_id: The run asked for; None: the run of the latest root
-            checkpoint, or, where that carries none, everything from the
-            newest root `input` checkpoint on.
-
-    Returns:
-        None when there is no turn to remove (no run id and no root input
-        checkpoint); else `(run_id, keys, start)`: the run removed (None when
-        found by the input checkpoint), the `(ns, id)` keys to remove oldest
-        first, and the commit position from which writes go too (used when
-        `run_id` is None; a run's writes go by their run id instead).
-    """
-    if run_id is None:
-        roots = [n for n in nodes if n.ns == ""]
-        if roots and roots[-1].run_id is not None:
-            run_id = roots[-1].run_id
-    if run_id is not None:
-        return run_id, [(n.ns, n.cid) for n in nodes if n.run_id == run_id], 0
-    inputs = [n for n in nodes if n.ns == "" and n.source == "input"]
-    if not inputs:
-        return None
-    start = inputs[-1].position
-    return None, [(n.ns, n.cid) for n in nodes if n.position >= start], start
-
-
-def retracted_event(
-    run_id: str | None, removed: Sequence[tuple[str, str]], writes: int
-) -> events.NewEvent:
-    """The `retracted` event of a retraction that removed `removed` and `writes` writes."""
-    data = {"run_id": run_id, "checkpoints": [list(k) for k in removed], "writes": writes}
-    return events.NewEvent("retracted", data)

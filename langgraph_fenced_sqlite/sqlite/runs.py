@@ -1,4 +1,4 @@
-"""Run lifecycle transactions: a claim and its first event, an end event and its release.
+"""Run lifecycle transactions on SQLite: a claim and its first event, an end event and its release.
 
 Invariant: a run's `run_started` event commits in the same transaction as its
 claim (with `run_superseded`, and the retraction for "rollback"), and its end
@@ -15,94 +15,22 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+from ..core.claims import Claim, tenant_cells
+from ..core.runs import (
+    _INTERRUPT,
+    _SCAN_PAGE,
+    _TAKE_OVER,
+    OPERATOR_RELEASED,
+    OPERATOR_TOOK_OVER,
+    _previous,
+    end_event,
+    started_event,
+    superseded_data,
+)
 from ..errors import TenantMismatch
 from . import claims, events, retention, schema
-from .claims import Claim
 
-__all__ = ["RUN_STRATEGIES", "end_event", "started_event", "superseded_data"]
-
-# What a run does when its thread is busy: refuse, or take the thread over.
-RUN_STRATEGIES = ("reject", "enqueue", "interrupt", "rollback")
-_TAKE_OVER = frozenset({"interrupt", "rollback"})
-_SCAN_PAGE = 64  # events read per step when looking for a superseded run
-# LangGraph's channel for interrupt writes (its constant is private since 1.0).
-_INTERRUPT = "__interrupt__"
-
-
-def superseded_data(
-    run_id: str | None,
-    token: int,
-    holder: str | None,
-    was_live: bool,
-    by_run_id: str,
-    by_principal: str | None,
-    tenant: str | None,
-    strategy: str,
-) -> dict[str, Any]:
-    """Return the data of a `run_superseded` event (both stores): whose run, superseded by which.
-
-    Args:
-        run_id: The superseded run's id (None if no record of it is left).
-        token: The superseded claim's token.
-        holder: Its holder.
-        was_live: Whether it was live (else it had expired, its holder crashed).
-        by_run_id: The run taking the thread over.
-        by_principal: Who that run acts for.
-        tenant: That run's tenant.
-        strategy: That run's strategy (any, when the superseded claim had expired).
-    """
-    return {
-        "run_id": run_id,
-        "token": token,
-        "holder": holder,
-        "was_live": was_live,
-        "by_run_id": by_run_id,
-        "by_principal": by_principal,
-        "tenant": tenant,
-        "strategy": strategy,
-    }
-
-
-def started_event(
-    run_id: str, holder: str, strategy: str, tenant: str | None, principal: str | None
-) -> events.NewEvent:
-    """Return a run's `run_started` event (both stores), committed with its claim."""
-    data = {
-        "run_id": run_id,
-        "holder": holder,
-        "strategy": strategy,
-        "tenant": tenant,
-        "principal": principal,
-    }
-    return events.NewEvent("run_started", data)
-
-
-def end_event(
-    kind: str,
-    data: dict[str, Any],
-    *,
-    latest: tuple[str, int] | None,
-    static_interrupt: bool,
-) -> events.NewEvent:
-    """Return the event a run's end logs (both stores): an interrupted completion is named so.
-
-    A `run_completed` records the latest root checkpoint's id; if that
-    checkpoint has pending interrupts, or the graph stopped at a static
-    interrupt, it is logged as `run_interrupted` with their number.
-
-    Args:
-        kind: The end the runner reports (`run_completed`, `run_failed`, ...).
-        data: The event's data (copied, not changed).
-        latest: For `run_completed`: the latest root checkpoint's id and its
-            number of pending interrupt writes; None when there is none.
-        static_interrupt: The graph stopped at an `interrupt_before/after`.
-    """
-    data = dict(data)
-    if kind == "run_completed":
-        data["checkpoint_id"] = None if latest is None else latest[0]
-        if latest is not None and (latest[1] or static_interrupt):
-            kind, data["interrupts"] = "run_interrupted", latest[1]
-    return events.NewEvent(kind, data)
+__all__ = ["begin_run_txn", "cancel_run_txn", "end_run_txn"]
 
 
 def superseded_run_id(
@@ -145,7 +73,7 @@ def check_tenant(conn: sqlite3.Connection, thread_id: str, tenant: str | None) -
     row = conn.execute(schema.GET_TENANT, (thread_id,)).fetchone()
     if row is None:
         return True
-    owner, holds_data = claims.tenant_cells(thread_id, row[0], row[1])
+    owner, holds_data = tenant_cells(thread_id, row[0], row[1])
     if owner == tenant:
         return False
     if owner is None and not holds_data:
@@ -314,19 +242,6 @@ def delete_unclaimed_txn(
 
 
 # --- an operator's hand on a claim ------------------------------------------------------------
-
-OPERATOR_RELEASED = "claim_released_by_operator"
-OPERATOR_TOOK_OVER = "claim_taken_over"
-
-
-def _previous(row: claims.ThreadRow, operator: str, now: float) -> dict[str, Any]:
-    return {
-        "operator": operator,
-        "previous_holder": row.holder,
-        "previous_token": row.token,
-        "previous_run_id": row.run_id,
-        "was_live": row.live(now),
-    }
 
 
 def force_release_txn(

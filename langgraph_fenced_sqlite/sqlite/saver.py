@@ -4,10 +4,10 @@ Invariant: each public method validates its arguments, encodes outside the
 store's lock, then runs one engine job; each async twin is one line that runs
 the sync method through one thread hop. What both stores share (LangGraph's
 methods, claims and runs, the event log, deletion) is written once in
-`base_saver.py`, `base_claims.py`, `base_events.py` and `base_retention.py`;
+`core/saver.py`, `core/saver_claims.py`, `core/saver_events.py` and `core/saver_retention.py`;
 this module holds the opening and closing and the primitives those call
-(each one engine job). The SQLite halves (`api_claims.py`, `api_events.py`,
-`api_inspect.py`, `api_threads.py`, `api_retention.py`) are mixed into the
+(each one engine job). The SQLite halves (`saver_claims.py`, `saver_events.py`,
+`saver_inspect.py`, `saver_threads.py`, `saver_retention.py`) are mixed into the
 one class.
 """
 
@@ -25,7 +25,9 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..clock import Clock, read_now, to_seconds
 from ..core import narrow_reads
-from ..core.saver import FencedSaverBase, store_options
+from ..core.checkpoints import split_tuple, step_role
+from ..core.fenced_store import FencedStore
+from ..core.saver import store_options
 from ..core.serde import TypeKey
 from ..core.validation import check_name, checked_arguments
 from ..errors import UndecodableRow, bad_argument
@@ -48,7 +50,7 @@ _Key = tuple[str, str, str]  # (thread_id, checkpoint_ns, checkpoint_id)
 
 # `prune`/`aprune` (RetentionAPI) return a report where LangGraph's return None.
 class FencedSqliteSaver(  # type: ignore[misc]
-    ClaimsAPI, EventsAPI, InspectionAPI, ThreadsAPI, RetentionAPI, FencedSaverBase
+    ClaimsAPI, EventsAPI, InspectionAPI, ThreadsAPI, RetentionAPI, FencedStore
 ):
     """A LangGraph checkpointer on one SQLite file with claims and fencing.
 
@@ -189,7 +191,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
         writes, then the step's put), `joined` those whose put came and shared
         their commit, `ran_out` those whose wait ended without it, and
         `skipped` those that did not wait (back-off, a cheap disk, or enough
-        writes waiting already). See "Group commit" in the README.
+        writes waiting already). See docs/one-commit-per-step.md.
         """
         return self._engine._group.stats()
 
@@ -218,7 +220,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
         # One statement (the checkpoint and its writes, UNION ALL) is one
         # snapshot: no BEGIN/COMMIT.
         rows = self._engine.query(op, *schema.get_tuple(thread_id, checkpoint_ns, checkpoint_id))
-        return cps.split_tuple(rows)
+        return split_tuple(rows)
 
     # `get_tuple` and `list` read only the cells they return or check (a
     # sixth of a read's CPU went to converting cells it never used); a row
@@ -283,7 +285,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
         # LangGraph's loop sends a step's writes, then the step's put (whose
         # parent is this checkpoint): wait for it, one commit; an error or
         # interrupt takes the put's place (`cps.step_role`).
-        awaits, closes = cps.step_role(key, encoded)
+        awaits, closes = step_role(key, encoded)
         engine.write(
             "put_writes",
             lambda conn: cps.put_writes_txn(

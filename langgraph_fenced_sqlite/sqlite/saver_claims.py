@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..clock import read_now
+from ..core.claims import Claim
 from ..core.saver_claims import ClaimsBase
 from . import claims, runs
-from .claims import Claim
 
 if TYPE_CHECKING:
     from .engine import Engine

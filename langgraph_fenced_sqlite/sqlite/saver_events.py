@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..clock import read_now
+from ..core.events import Event, NewEvent
 from ..core.saver_events import EventsBase
 from . import claims, events
-from .events import Event, EventPoller, NewEvent
+from .events import EventPoller
 
 if TYPE_CHECKING:
     from .engine import Engine

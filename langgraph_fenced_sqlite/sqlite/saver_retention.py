@@ -15,13 +15,13 @@ import builtins
 from typing import TYPE_CHECKING, Any
 
 from ..clock import read_now
+from ..core.maintenance import VacuumReport
+from ..core.retention import PruneResult, RetentionPolicy, Retraction
 from ..core.saver_retention import RemovalsBase
 from ..core.twins import async_twin
 from ..core.validation import check_bool
 from ..errors import ReadOnlyStore
 from . import maintenance, retention
-from .maintenance import VacuumReport
-from .retention import PruneResult, RetentionPolicy, Retraction
 
 if TYPE_CHECKING:
     from .engine import Engine

@@ -870,7 +870,7 @@ TABLE_COUNTS = (
     "(SELECT count(*) FROM writes), (SELECT count(*) FROM events)"
 )
 INTEGRITY_CHECK = "PRAGMA integrity_check"
-# A thread's status (`api_threads`): its latest run lifecycle event (found
+# A thread's status (`saver_threads`): its latest run lifecycle event (found
 # through the primary key, newest first, however long the log), and whether
 # a root checkpoint was committed after it under another token (the thread
 # was run again, outside that run: the event no longer describes it).

@@ -20,7 +20,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
-from ..sqlite.claims import TOKEN_KEY, Claim
+from ..core.claims import TOKEN_KEY, Claim
 from .harness import ContractEnv, raw
 
 # --- cases 1-7, 29, 30 (cases_store, cases_input) --------------------------------------

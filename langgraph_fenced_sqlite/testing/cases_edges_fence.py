@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.claims import TOKEN_KEY
 from ..errors import ReplayUnavailable, StaleClaim, ThreadBusy
-from ..sqlite.claims import TOKEN_KEY
 from ._helpers import dump
 from ._helpers import event_seqs as _seqs
 from ._helpers import raises as _raises

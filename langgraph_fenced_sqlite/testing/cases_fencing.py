@@ -13,8 +13,8 @@ from typing import Any
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP
 
+from ..core.claims import Claim
 from ..errors import CheckpointConflict, StaleClaim, ThreadBusy
-from ..sqlite.claims import Claim
 from ._helpers import claim_config as _config
 from ._helpers import expect_raised as _expect
 from ._helpers import latest_id as _latest_id

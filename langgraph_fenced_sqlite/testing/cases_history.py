@@ -15,8 +15,8 @@ from typing import Annotated, Any, TypedDict
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
+from ..core.retention import PruneResult, RetentionPolicy
 from ..errors import ReplayUnavailable, StaleClaim
-from ..sqlite.retention import PruneResult, RetentionPolicy
 from ._helpers import event_seqs as _seqs
 from ._helpers import put_step as _put
 from ._helpers import raises as _raises

@@ -24,8 +24,8 @@ from dataclasses import asdict
 from typing import Annotated, Any, Protocol, TypedDict
 
 from ..clock import ManualClock
+from ..core.claims import Claim
 from ..errors import FencedSqliteError
-from ..sqlite.claims import Claim
 from ..sqlite.saver import FencedSqliteSaver
 
 __all__ = ["COMMANDS", "Child", "ChainState", "build_chain_graph", "spawn", "write_flag"]

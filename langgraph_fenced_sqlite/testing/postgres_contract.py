@@ -1,9 +1,9 @@
 """The contract suite on PostgreSQL: an env whose stores are `FencedPostgresSaver`s.
 
 Invariant: `PG_CASES` lists exactly the cases `FencedPostgresSaver` claims:
-each runs and passes against it (tests/test_contract.py runs them all, on
+each runs and passes against it (tests/conformance/test_contract.py runs them all, on
 both APIs). A case not listed needs what this store does not have yet (the
-README's PostgreSQL section names them); it is not run against PostgreSQL,
+docs/postgres.md names them); it is not run against PostgreSQL,
 never run and skipped.
 """
 

@@ -22,9 +22,9 @@ from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from ..core.claims import claim_live
 from ..errors import SchemaTooOld, StoreError
 from ..sqlite import schema
-from ..sqlite.claims import claim_live
 
 __all__ = ["Check", "Diagnosis", "damaged", "diagnose", "diagnose_pg", "no_schema"]
 

@@ -1,7 +1,7 @@
 """Reading back every row of a store, as its readers read it, for `lgfs doctor`.
 
 Invariant: a row is judged only by the functions the store's own reads use
-(`api_inspect.shown_checkpoint` for a checkpoint and its writes, checksum
+(`saver_inspect.shown_checkpoint` for a checkpoint and its writes, checksum
 first; `events_after` for events), through the calls both stores have
 (`threads`, `_history_page`, `events_after`), so what the
 doctor calls damaged is exactly what a read would refuse. Nothing is
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.saver_inspect import shown_checkpoint
 from ..errors import ReplayUnavailable, UndecodableRow
-from ..sqlite.saver_inspect import shown_checkpoint
 
 __all__ = ["scan_rows"]
 

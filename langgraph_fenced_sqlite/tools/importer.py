@@ -1,4 +1,4 @@
-"""Copy a LangGraph `SqliteSaver` file (or, through `postgres/importer.py`, a
+"""Copy a LangGraph `SqliteSaver` file (or, through `import_postgres.py`, a
 `PostgresSaver` database) into a fenced store.
 
 Invariant: the source is only read (a file opened `mode=ro`; a database in a
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP, Checkpoint
 
+from ..core.fenced_store import FencedStore
 from ..core.serde import DataOnlySerializer
 from ..errors import (
     FencedSqliteError,
@@ -36,10 +37,9 @@ from ..errors import (
     UnsupportedFormat,
 )
 from ..sqlite import schema
-from ..sqlite.saver import FencedSqliteSaver
 
 if TYPE_CHECKING:
-    from ..postgres import FencedPostgresSaver
+    pass
 
 __all__ = ["ImportReport", "check_source", "import_sqlitesaver"]
 
@@ -80,7 +80,7 @@ class ImportReport:
 
 def import_sqlitesaver(
     src_path: str | os.PathLike[str],
-    dest_saver: FencedSqliteSaver | FencedPostgresSaver,
+    dest_saver: FencedStore,
     *,
     progress: Callable[[int, int], None] | None = None,
 ) -> ImportReport:

@@ -28,7 +28,7 @@ from typing import Any
 from langgraph.checkpoint.base import CheckpointTuple
 
 from ..clock import read_now
-from ..core.saver import FencedSaverBase
+from ..core.fenced_store import FencedStore
 from ..core.validation import check_bool, check_iterable, check_name
 from ..errors import SerializationError, ThreadBusy, UndecodableRow, bad_argument
 from ..sqlite.saver import FencedSqliteSaver
@@ -153,8 +153,7 @@ def copy_threads(
 
 
 def _is_store(saver: Any) -> bool:
-    # Either fenced store: both are built on the one shared API.
-    return isinstance(saver, FencedSaverBase)
+    return isinstance(saver, FencedStore)
 
 
 def _same_file(a: Any, b: Any) -> bool:

@@ -23,14 +23,13 @@ from psycopg.rows import dict_row, tuple_row
 from ..core.serde import DataOnlySerializer
 from ..core.validation import check_name
 from ..errors import SerializationError, StoreError, UnsupportedFormat
-from ..tools.importer import ImportReport, WriteRow, _Importer, import_serde
-from . import sql
-from .connection import describe
-from .saver import without_password
+from ..postgres import sql
+from ..postgres.connection import describe
+from ..postgres.saver import without_password
+from .importer import ImportReport, WriteRow, _Importer, import_serde
 
 if TYPE_CHECKING:
-    from ..sqlite.saver import FencedSqliteSaver
-    from .saver import FencedPostgresSaver
+    from ..core.fenced_store import FencedStore
 
 __all__ = ["check_postgressaver", "import_postgressaver", "require_postgressaver"]
 
@@ -42,7 +41,7 @@ _NEEDS = (
 
 def import_postgressaver(
     source: str,
-    dest_saver: FencedSqliteSaver | FencedPostgresSaver,
+    dest_saver: FencedStore,
     *,
     progress: Callable[[int, int], None] | None = None,
 ) -> ImportReport:
