@@ -19,6 +19,7 @@ from ..errors import bad_argument
 from .claims import Claim
 from .lease import AsyncLease, Lease
 from .runs import RUN_STRATEGIES
+from .store import UsesStore
 from .twins import async_twin
 from .validation import check_bool, check_dict, check_int, check_json, check_name
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["ClaimsBase"]
 
 
-class ClaimsBase:
+class ClaimsBase(UsesStore):
     """Claims and leases on threads, and runs under a claim (docs/semantics.md §2, §9).
 
     A mixin of both savers. A store implements the `_`-prefixed primitives

@@ -18,6 +18,7 @@ from typing import Any
 from ..clock import to_seconds
 from ..errors import bad_argument
 from .events import Event, NewEvent, normalize_caller_events
+from .store import UsesStore
 from .twins import async_twin
 from .validation import check_int, check_name
 from .watch import AsyncEventWatch, EventWatch, Poller
@@ -46,7 +47,7 @@ def position(
     return check_int(after_seq, "after_seq"), incarnation
 
 
-class EventsBase:
+class EventsBase(UsesStore):
     """The per-thread event log (see docs/semantics.md §5), a mixin of both savers.
 
     A store implements the `_`-prefixed primitives below; everything public

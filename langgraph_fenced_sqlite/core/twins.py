@@ -2,7 +2,7 @@
 
 Invariant: an async twin does nothing but run its sync method, looked up on
 the instance (so an override is the one run), through the store's one
-thread hop (`_engine.arun`, which both stores' engines provide). Its
+thread hop (`_engine.arun`, of `store.StoreEngine`, which both stores' engines are). Its
 signature and annotations are the sync method's, so the two cannot drift.
 A cancelled await does not stop a call already handed over: it may still
 commit.
@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Coroutine
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+
+if TYPE_CHECKING:
+    from .store import UsesStore
 
 __all__ = ["async_twin"]
 
@@ -36,7 +39,7 @@ def async_twin(
     name = method.__name__
 
     @functools.wraps(method)
-    async def twin(self: Any, *args: P.args, **kwargs: P.kwargs) -> T:
+    async def twin(self: UsesStore, *args: P.args, **kwargs: P.kwargs) -> T:
         result: T = await self._engine.arun(getattr(self, name), *args, **kwargs)
         return result
 

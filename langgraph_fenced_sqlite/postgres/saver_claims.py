@@ -21,7 +21,7 @@ from .half import PgHalf
 __all__ = ["PgClaimsAPI"]
 
 
-class PgClaimsAPI(ClaimsBase, PgHalf):
+class PgClaimsAPI(PgHalf, ClaimsBase):
     """Claims, leases and runs on threads (see `ClaimsBase`), on PostgreSQL."""
 
     def _grant(self, op: str, thread_id: str, holder: str, ttl: float, *, force: bool) -> Claim:

@@ -19,7 +19,7 @@ from .watch import PgEventPoller
 __all__ = ["PgEventsAPI"]
 
 
-class PgEventsAPI(EventsBase, PgHalf):
+class PgEventsAPI(PgHalf, EventsBase):
     """The per-thread event log (see `EventsBase`), woken by LISTEN/NOTIFY."""
 
     def _append_events(self, thread_id: str, token: int, new: list[NewEvent]) -> list[int]:

@@ -5,7 +5,7 @@ Invariant: each read runs in one transaction that sees one snapshot
 transaction does, and decodes outside it with the shared decoders; so a
 page and its writes, or a checkpoint and its writes, are of one moment even
 while hosts commit. Where a method's logic does not touch the store, it is
-the SQLite saver's own, inherited (`STORE_NEUTRAL`: `history`,
+`core/saver_inspect.py`'s, inherited (`STORE_NEUTRAL`: `history`,
 `history_records`, `diff_checkpoints`...), so both stores page, validate and
 report alike; only the reading (`_history_page`, `inspect_checkpoint`'s
 fetch) is this store's.
@@ -45,11 +45,11 @@ def read_snapshot(engine: PgConnection, op: str, job: Callable[[Cursor], T]) -> 
     return engine.run(op, snapshot_job, read_only=True)
 
 
-# Methods of `InspectionAPI` this class inherits as they are: they validate, page
+# Methods of `InspectionBase` (core/) this class inherits as they are: they validate, page
 # and compare without touching the store, reading only through `_history_page`
 # or `inspect_checkpoint` (ahistory hops with `_engine.arun`, which both stores
 # have). Every other method is this class's own (`stats` is the saver's);
-# tests/test_postgres_inspect.py checks that nothing else is inherited.
+# tests/postgres/test_postgres_inspect.py checks that nothing else is inherited.
 STORE_NEUTRAL = ("history", "ahistory", "history_records", "diff_checkpoints")
 
 

@@ -1,12 +1,12 @@
 """The threads of a PostgreSQL store: summaries, namespaces and statuses.
 
 Invariant: as in the SQLite store's `saver_threads.py`, a thread's status is
-`status.judge`'s (through the SQLite saver's own `_judge`, inherited), from facts read
+`status.judge`'s (through `core/saver_threads.py`'s `_judge`, inherited), from facts read
 in the same snapshot as its summary: `threads()` reads every thread's
 summary, the store's time and every status's facts in one REPEATABLE READ
 snapshot, four statements in one round trip whatever the number of threads
 (`_facts_batch`), and decodes outside it. Summaries are built
-by the SQLite store's `_summaries` from rows of the same columns, so both
+by `core/saver_threads.py`'s `_summaries` from rows of the same columns, so both
 stores define activity, namespaces and errors once. Mixed into
 `FencedPostgresSaver`, which provides `_engine`, `_now` and `serde`.
 """
@@ -36,9 +36,9 @@ Cursor = Any
 _list = builtins.list
 
 
-# Methods of `ThreadsAPI` this class inherits as they are: they read only through
+# Methods of `ThreadsBase` (core/) this class inherits as they are: they read only through
 # the methods below (`_judge` applies `status.judge` to facts `_status_facts`
-# read). tests/test_postgres_threads.py checks that nothing else is inherited.
+# read). tests/postgres/test_postgres_inspect.py checks that nothing else is inherited.
 STORE_NEUTRAL = ("_judge", "athread_status", "resolve_namespace")
 
 
@@ -122,7 +122,7 @@ class PgThreadsAPI(ThreadsBase):
         return [r[0] for r in rows]
 
 
-# Both bases narrow the SQLite mixins' `_engine: Engine` to a `PgConnection`.
+# Both bases narrow the shared read mixins' `_engine` (a `StoreEngine`) to a `PgConnection`.
 class PgReadAPI(PgInspectionAPI, PgThreadsAPI):
     """Every read the SQLite saver offers for operators: history, inspection, threads."""
 
