@@ -2,9 +2,9 @@
 
 `bench_saver.py` and `bench_postgres.py` time the saver's own methods and a
 plain chain; this times what an app built on a graph calls, on a graph with
-what real apps have (`tests/test_importer.py`'s: a fan-out with `Send`, a
-subgraph that interrupts, messages), compiled with each saver and run
-without a claim, as a user who only swaps the class runs it:
+what real apps have (the importers' source graph of `tests/support/graphs.py`:
+a fan-out with `Send`, a subgraph that interrupts, messages), compiled with
+each saver and run without a claim, as a user who only swaps the class runs it:
 
 - `get_state`, `get_state(subgraphs=True)`, `get_state_history` (a thread
   waiting at the interrupt: 4 checkpoints, all of them);
@@ -58,7 +58,8 @@ from _common import (
     scratch_dir,
     verdict,
 )
-from test_importer import build_graph, cfg
+from support.configs import config as cfg
+from support.graphs import build_source_graph
 
 from langgraph_fenced_sqlite import FencedSqliteSaver
 from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
@@ -73,7 +74,7 @@ class _App:
     def __init__(self, saver: Any, tag: str) -> None:
         from langchain_core.messages import HumanMessage
 
-        self.graph = build_graph(saver)
+        self.graph = build_source_graph(saver)
         self.tag = tag
         self.fresh = itertools.count()
         self.start = {"messages": [HumanMessage(content="hi")]}

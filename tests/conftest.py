@@ -1,20 +1,25 @@
-"""Shared fixtures: every store a test opens is closed when it ends."""
+"""Fixtures and hooks only: every store a test opens is closed when it ends.
+
+Helpers live in `tests/support/` and are imported by name (`from support.files
+import dump`); no test imports from here.
+"""
 
 from __future__ import annotations
 
 import json
 import signal
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _ops import follow_bound
+from support.waiting import follow_bound
 
 from langgraph_fenced_sqlite import FencedSqliteSaver, ManualClock
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register tests/crash_dumps.py: a crashed worker's traceback in the summary.
+    """Register tests/support/crash_dumps.py: a crashed worker's traceback in the summary.
 
     And hear Ctrl-C: a suite started in the background by a shell without job
     control (`pytest &` in a script, as CI wrappers do) inherits SIGINT
@@ -24,7 +29,7 @@ def pytest_configure(config: pytest.Config) -> None:
     (not an ignore) becomes the default again in a child at exec, so the
     children get Python's KeyboardInterrupt too. Runs in each xdist worker.
     """
-    import crash_dumps
+    from support import crash_dumps
 
     config.pluginmanager.register(crash_dumps, "lgfs-crash-dumps")
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
@@ -35,7 +40,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def generous(monkeypatch: pytest.MonkeyPatch) -> None:
     """A write awaiting its step's put may wait up to 5 s (it ends when the put arrives).
 
-    For the tests of one commit per step (test_follow.py, test_postgres_steps.py):
+    For the tests of one commit per step (test_steps.py, test_postgres_steps.py):
     what they assert must not depend on the machine's speed.
     """
     follow_bound(monkeypatch, 5.0)
@@ -75,7 +80,36 @@ def store(open_store: Any) -> FencedSqliteSaver:
     return open_store()
 
 
-# --- conformance counts in the terminal summary (tests/test_conformance.py) -----------
+@pytest.fixture(params=["sqlite", "postgres"])
+def either_store(request: pytest.FixtureRequest, open_store: Any) -> Any:
+    """A store of each kind: the test runs on a SQLite file (the reference) and on
+    PostgreSQL (a fresh schema of the session's server)."""
+    if request.param == "sqlite":
+        return open_store()
+    return request.getfixturevalue("open_pg")()
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Run `lgfs`'s `main()` in this process (the real parser, commands, emitter and
+    converter), as a `CompletedProcess`. `$LGFS_PATH` is unset unless the test sets
+    it; `env` sets variables for one call."""
+    from langgraph_fenced_sqlite.cli.main import main
+
+    monkeypatch.delenv("LGFS_PATH", raising=False)
+
+    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        with pytest.MonkeyPatch.context() as patch:
+            for key, value in (env or {}).items():
+                patch.setenv(key, value)
+            code = main(list(args))
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(list(args), code, out, err)
+
+    return run
+
+
+# --- conformance counts in the terminal summary (tests/conformance/test_conformance.py) ---
 # Under pytest-xdist each test runs in a worker process and the summary is printed by
 # the controller, so a report travels on the test's report (`user_properties`, which
 # xdist sends back), not in a module global that only the worker would see.
@@ -116,72 +150,6 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             f"capabilities {caps_ok} of {len(report['results'])} passed "
             f"({detected} detected); level {report['conformance_level']}"
         )
-
-
-def run_together(argvs: list[list[str]], flag: str, timeout: float = 120) -> list[Any]:
-    """Start one child per argv, let them go at once (by creating `flag`), wait for all.
-
-    Each child waits for the file `flag` to exist before it starts its work,
-    so they contend for real. Returns each child's `(returncode, stdout,
-    stderr)`; children still running after `timeout` are killed.
-    """
-    import subprocess
-
-    procs = [
-        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for argv in argvs
-    ]
-    try:
-        with open(flag, "w"):
-            pass
-        outputs = [p.communicate(timeout=timeout) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return [(p.returncode, out, err) for p, (out, err) in zip(procs, outputs, strict=True)]
-
-
-def dump(path: str) -> dict[str, list[Any]]:
-    """Read every row of every table of a database file, read-only."""
-    import sqlite3
-
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in tables}
-    finally:
-        conn.close()
-
-
-def import_twice_changes_nothing(run_import: Any, dest: str) -> None:
-    """Run an importer into the store of file `dest` twice: the rerun reports the same
-    and leaves every row as the first left it (events and counters included)."""
-    first = run_import()
-    rows = dump(dest)
-    assert run_import() == first
-    assert dump(dest) == rows
-
-
-def read_bytes(path: str) -> bytes:
-    """Return a file's bytes."""
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def reseal(conn: Any) -> None:
-    """Give every row of a plain sqlite3 connection's file a valid checksum again.
-
-    For tests that plant a hostile row on purpose and test what lies behind
-    the checksum (a forger who knows the format recomputes it).
-    """
-    from langgraph_fenced_sqlite.core.checksums import checksum
-    from langgraph_fenced_sqlite.sqlite import schema
-
-    conn.create_function(schema.CHECKSUM_FUNCTION, -1, checksum, deterministic=True)
-    for statement in schema.BACKFILL_CHECKSUMS:
-        conn.execute(statement)
 
 
 # --- PostgreSQL: one throwaway server per test session (per xdist worker) ---------------

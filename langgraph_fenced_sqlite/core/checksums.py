@@ -45,7 +45,7 @@ _PREFIXES = tuple(_LENGTH(n) for n in range(_SHORT))
 # about 7x fewer instructions on a checkpoint's few KB. Every read hashes
 # every value it returns, and with zlib's crc32 that was a ninth of a
 # `list` page's CPU. Same function, same bytes: only its speed differs
-# (tests/test_checksums.py pins the values against zlib's).
+# (tests/core/test_checksums.py pins the values against zlib's).
 try:
     from isal.isal_zlib import crc32 as _crc32
 except ImportError:  # pragma: no cover - isal has no wheel for this platform

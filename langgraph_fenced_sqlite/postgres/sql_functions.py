@@ -7,7 +7,7 @@ statement it runs, so under READ COMMITTED the statements after the fence
 see every commit made before the lock was had, as the statement-by-statement
 path does (one data-modifying CTE would read with the snapshot taken before
 it waited for the lock, and its version check would miss a checkpoint
-committed meanwhile: tests/test_postgres_fencing.py). Anything but a new
+committed meanwhile: tests/postgres/test_postgres_fencing.py). Anything but a new
 checkpoint whose parent passes the version check, or writes under the
 current token, refuses (`lgfs_refuse`): the caller then decides statement
 by statement. psycopg's cost is per statement (about 100 us of client CPU

@@ -198,7 +198,7 @@ def run_pytest(
     root: Path, mode: str, args: argparse.Namespace, log: Path, targets: list[str]
 ) -> tuple[int, dict[str, str], int, float]:
     """Run pytest on `targets` in `mode`; return (passed, failures, skipped, seconds)."""
-    # Run from a pytest-xdist worker (tests/test_langgraph_suite.py), the child must
+    # Run from a pytest-xdist worker (tests/conformance/test_langgraph_suite.py), the child must
     # not take the worker's PYTEST_XDIST_* variables for its own: it is a fresh run.
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
     env.update(

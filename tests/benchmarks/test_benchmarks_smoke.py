@@ -1,0 +1,165 @@
+"""Smoke-run each benchmark script with `--quick` so the scripts cannot rot.
+
+Only that each exits 0 and prints its tables is checked: timings are the
+scripts' business (they print PASS/MISS and never assert one).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+
+import pytest
+
+pytestmark = pytest.mark.subprocess
+
+BENCH = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks"
+)
+
+EXPECTED = {
+    "bench_saver.py": [
+        "WRITES:",
+        "READS:",
+        "STATEMENTS per list()",
+        "floor: raw sqlite3",
+        "contract rows, raw sqlite3",
+        "contract rows + our hop",
+        "FencedSqliteSaver",
+        "SqliteSaver",
+        "AsyncSqliteSaver",
+        "put_writes",
+        "list(limit=10)",
+        "result",
+    ],
+    # Where a put's time goes, statement by statement: the statements seen
+    # through the engine's connection and its kept cursor (a put that runs
+    # where the proxies do not look would print none of them).
+    "bench_saver.py --profile": [
+        "statement by statement",
+        "BEGIN IMMEDIATE",
+        "INSERT INTO checkpoints",
+        "COMMIT",
+        "cProfile",
+    ],
+    "bench_events.py": [
+        "EVENT LATENCY:",
+        "p95 commit -> receipt",
+        "IDLE WATCHER:",
+        "statements/s",
+        "PRUNE:",
+        "longest writer put during prune",
+        "result",
+    ],
+    "bench_pages.py": [
+        "WAL FRAMES per write",
+        "STATEMENTS per write",
+        "SqliteSaver",
+        "put_writes 4KB +run_id",
+        "RUN IDS:",
+    ],
+    "bench_layout.py": [
+        "WAL FRAMES per put",
+        "checkpoints B-TREES: frames per put",
+        "wr-position",
+        "4KB x16",
+        "KEPT LAYOUT:",
+    ],
+    "bench_postgres.py": [
+        "PUT: one checkpoint per call",
+        "FencedPostgresSaver.put (fenced)",
+        "PostgresSaver.put",
+        "INVOKE: a 5-node chain",
+        "result",
+    ],
+    "bench_calls.py": [
+        "SQLite: ours / SqliteSaver",
+        "PostgreSQL: ours / PostgresSaver",
+        "update_state (one after another)",
+        "stream up to the interrupt",
+        "result",
+    ],
+    "bench_calls.py --fsync-ms 2": [
+        "SQLite, every fsync +2 ms: ours / SqliteSaver",
+        "update_state (one after another)",
+        "result",
+    ],
+    "bench_handoff.py": [
+        "HAND-OFF: a run's end -> the other process's claim",
+        "SQLite",
+        "PostgreSQL",
+        "events",
+        "poll",
+        "result",
+    ],
+    "bench_syncs.py": [
+        "ours syncs",
+        "stock syncs",
+        "contract/stock",
+        "contract floor",
+        "syncs per 5-node chain invoke",
+        "syncs per 6-way fan-out invoke",
+        "fsync +2 ms",
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def runs() -> Iterator[Callable[[str], subprocess.Popen[str]]]:
+    """Start a script when its test asks for it; stop any left running at the end.
+
+    Started on demand, not all at once: under pytest-xdist every worker that
+    runs one of these tests makes this fixture, and one that started every
+    script killed those whose tests ran elsewhere (or that `-k` left out).
+    A killed `bench_postgres.py` never stops the server it started (its
+    `atexit` does not run), so each such kill left a PostgreSQL running.
+    A script still running at the end (it hung) gets SIGINT first, so its
+    `atexit` cleanup runs, and SIGKILL only if that does not end it.
+    """
+    procs: dict[str, subprocess.Popen[str]] = {}
+
+    def start(name: str) -> subprocess.Popen[str]:
+        # `name` is a script, then any options it runs with besides `--quick`.
+        script, *options = name.split()
+        if name not in procs:
+            procs[name] = subprocess.Popen(
+                [sys.executable, os.path.join(BENCH, script), "--quick", *options],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=BENCH,
+            )
+        return procs[name]
+
+    yield start
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+@pytest.mark.parametrize("script", sorted(EXPECTED))
+def test_quick_run_prints_its_tables(
+    runs: Callable[[str], subprocess.Popen[str]], script: str
+) -> None:
+    """Run `script --quick`: it exits 0 and prints every table with a result column."""
+    proc = runs(script)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, f"{script} failed:\n{out}\n{err}"
+    missing = [text for text in EXPECTED[script] if text not in out]
+    assert not missing, f"{script} did not print {missing}:\n{out}"
+    assert "PASS" in out or "MISS" in out
+    # A PostgreSQL DSN handed to the SQLite store by mistake becomes a file
+    # named after it in the script's directory (bench_handoff once measured
+    # SQLite in its PostgreSQL row so).
+    assert not [name for name in os.listdir(BENCH) if "dbname=" in name]
