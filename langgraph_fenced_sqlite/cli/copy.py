@@ -1,6 +1,6 @@
 """`lgfs copy-to DSN`: move a checkpoint file's threads into PostgreSQL.
 
-Invariant: as in `cli.py`, nothing here judges: what is copied, refused or
+Invariant: as in `main.py`, nothing here judges: what is copied, refused or
 busy is `transfer.copy_threads`'s. This module checks the DSN, opens both
 stores, calls and prints; errors go through the one converter (`fail`).
 """
@@ -8,17 +8,34 @@ stores, calls and prints; errors go through the one converter (`fail`).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 
 from .allow import cli_serde
+from .commands import arg, command, defaults
 from .io import CliError, Out, open_existing, plural
 
-__all__ = ["add_copy_command", "cmd_copy_to"]
+__all__ = ["cmd_copy_to"]
 
-_Register = Callable[..., argparse.ArgumentParser]
 _SCHEMES = ("postgresql://", "postgres://")
 
 
+@command(
+    "copy-to",
+    "copy the file's threads (whole, with history) into a PostgreSQL store",
+    defaults(path=None),  # the file is --db PATH or $LGFS_PATH: DSN is the operand
+    arg("dsn", metavar="DSN", help="the PostgreSQL database (postgresql://...)"),
+    arg(
+        "--thread",
+        dest="threads",
+        action="append",
+        metavar="THREAD",
+        help="copy only THREAD (repeatable; default: every thread)",
+    ),
+    arg(
+        "--ignore-claims",
+        action="store_true",
+        help="copy threads with a live claim too (a worker may still be writing them)",
+    ),
+)
 def cmd_copy_to(args: argparse.Namespace, out: Out) -> int:
     """`copy-to DSN [--thread T ...]`: copy the file's threads into PostgreSQL.
 
@@ -62,26 +79,3 @@ def cmd_copy_to(args: argparse.Namespace, out: Out) -> int:
         ),
     )
     return 1 if report.refused else 0
-
-
-def add_copy_command(command: _Register) -> None:
-    """Register `copy-to` with `build_parser`'s `command` helper."""
-    p = command(
-        "copy-to",
-        cmd_copy_to,
-        "copy the file's threads (whole, with history) into a PostgreSQL store",
-    )
-    p.set_defaults(path=None)  # the file is --db PATH or $LGFS_PATH: DSN is the operand
-    p.add_argument("dsn", metavar="DSN", help="the PostgreSQL database (postgresql://...)")
-    p.add_argument(
-        "--thread",
-        dest="threads",
-        action="append",
-        metavar="THREAD",
-        help="copy only THREAD (repeatable; default: every thread)",
-    )
-    p.add_argument(
-        "--ignore-claims",
-        action="store_true",
-        help="copy threads with a live claim too (a worker may still be writing them)",
-    )

@@ -13,6 +13,7 @@ import argparse
 
 from ..tools.doctor import Diagnosis, diagnose, diagnose_pg
 from .allow import cli_serde
+from .commands import command, path_only
 from .io import Out, check_existing
 from .stores import is_pg_url, open_pg
 
@@ -23,6 +24,7 @@ _SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 _LABELS = {"journal_size_limit": "wal size limit"}
 
 
+@command("doctor", "check the file; exit 1 on a problem", path_only)
 def cmd_doctor(args: argparse.Namespace, out: Out) -> int:
     """Run `lgfs doctor PATH`: pragmas, schema, counts (orphan writes too), claims, integrity.
 

@@ -2,10 +2,11 @@
 
 Invariant: a thin shell over the public API with no SQL of its own. Commands
 open only stores that exist, a file (import's destination excepted) or a
-PostgreSQL database never set up by them (`cli_pg.open_store`), always close
+PostgreSQL database never set up by them (`stores.open_store`), always close
 them, print results through one emitter (`Out`) and failures through one
 converter (`_fail`) that picks the documented exit code; no command removes
-data without `--yes` (or a yes at a terminal prompt).
+data without `--yes` (or a yes at a terminal prompt). Each command's
+arguments stand on it (`commands.command`); `build_parser` only assembles them.
 """
 
 from __future__ import annotations
@@ -23,9 +24,20 @@ from ..core import status as st
 from ..errors import CheckpointNotFound
 from ..sqlite.saver import FencedSqliteSaver
 from ..tools import importer
+from . import copy, doctor, ops, retention  # noqa: F401 (they register their commands)
 from .allow import add_allow_options, allow_from_args, cli_serde
-from .copy import add_copy_command
-from .doctor import cmd_doctor
+from .commands import (
+    ORDER,
+    REGISTRY,
+    arg,
+    command,
+    path_only,
+    path_thread,
+    path_thread_ns,
+    view,
+    view_channels,
+    yes,
+)
 from .io import (
     EXIT_CODES,
     CliError,
@@ -41,9 +53,8 @@ from .io import (
     is_number,
     plural,
 )
-from .ops import add_claims_command, add_db_option, parse_claims_words, resolve_file
+from .ops import add_db_option, parse_claims_words, resolve_file
 from .render import claim_cell, diff_text, event_line, show_text, status_cell
-from .retention import add_prune_command, add_vacuum_command
 from .stores import check_store, is_pg_url, migrate, open_store, redacted
 from .text import Fit, stamp
 
@@ -61,7 +72,7 @@ _STATUS = Fit(squeeze=30)
 
 def _open(path: str) -> FencedSqliteSaver:
     # Every command reads with the allow-list the command line gave, from a
-    # file or a PostgreSQL URL (`cli_pg.open_store`: the same calls on either).
+    # file or a PostgreSQL URL (`stores.open_store`: the same calls on either).
     # An older store is refused as `_read` refuses it: only `lgfs migrate` migrates.
     store: FencedSqliteSaver = open_store(path)
     return store
@@ -90,6 +101,27 @@ def _ns(saver: FencedSqliteSaver, args: argparse.Namespace) -> None:
     args.ns = saver.resolve_namespace(args.thread, args.ns)
 
 
+@command(
+    "threads",
+    "list threads, most recently active first",
+    path_only,
+    arg("--limit", type=count(1), help="at most N threads"),
+    arg(
+        "--status",
+        action="append",
+        choices=st.THREAD_STATES,
+        metavar="STATE",
+        help=f"only threads in STATE (repeatable): {', '.join(st.THREAD_STATES)}",
+    ),
+    arg(
+        "--inactive-for",
+        type=duration,
+        metavar="DURATION",
+        help="only threads not written for DURATION, e.g. 7d",
+    ),
+    view,
+    streams=True,
+)
 def _cmd_threads(args: argparse.Namespace, out: Out) -> int:
     with _read(args.path) as saver:
         rows = saver.threads(status=args.status, inactive_for=args.inactive_for)
@@ -120,6 +152,15 @@ def _cmd_threads(args: argparse.Namespace, out: Out) -> int:
     return 1 if damaged else 0
 
 
+@command(
+    "history",
+    "list a thread's checkpoints, newest first",
+    path_thread_ns,
+    arg("--limit", type=count(1), default=20, help="page size (default 20)"),
+    arg("--before", metavar="ID", help="start below this checkpoint id"),
+    view,
+    streams=True,
+)
 def _cmd_history(args: argparse.Namespace, out: Out) -> int:
     with _read(args.path) as saver:
         _thread(saver, args.thread)
@@ -155,6 +196,13 @@ def _inspect(saver: FencedSqliteSaver, args: argparse.Namespace, cid: str | None
     return found
 
 
+@command(
+    "show",
+    "show a checkpoint's values, metadata and pending writes",
+    path_thread_ns,
+    arg("--checkpoint", metavar="ID", help="checkpoint id (default: the latest)"),
+    view_channels,
+)
 def _cmd_show(args: argparse.Namespace, out: Out) -> int:
     with _read(args.path) as saver:
         _thread(saver, args.thread)
@@ -178,6 +226,14 @@ def _cmd_show(args: argparse.Namespace, out: Out) -> int:
     return 1 if bad else 0
 
 
+@command(
+    "diff",
+    "show channel-level differences between two checkpoints",
+    path_thread_ns,
+    arg("--from", dest="from_", metavar="ID", help="default: the parent of --to"),
+    arg("--to", metavar="ID", help="default: the latest checkpoint"),
+    view_channels,
+)
 def _cmd_diff(args: argparse.Namespace, out: Out) -> int:
     with _read(args.path) as saver:
         _thread(saver, args.thread)
@@ -191,6 +247,21 @@ def _cmd_diff(args: argparse.Namespace, out: Out) -> int:
     return 1 if diff.errors else 0
 
 
+@command(
+    "events",
+    "print a thread's event log",
+    path_thread,
+    arg("--after", type=count(0), metavar="N", help="only events after seq N"),
+    arg("--limit", type=count(1), help="at most N events (without --follow)"),
+    arg(
+        "--follow",
+        action="store_true",
+        help="keep printing new events until Ctrl-C (waits for a thread not there yet)",
+    ),
+    arg("--kind", action="append", metavar="KIND", help="only events of KIND (repeatable)"),
+    view,
+    streams=True,
+)
 def _cmd_events(args: argparse.Namespace, out: Out) -> int:
     if args.follow and out.mode == "json":
         raise CliError("usage", "events --follow streams: use --nl instead of --json")
@@ -230,6 +301,13 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+@command(
+    "compact",
+    "remove a thread's events below seq SEQ",
+    path_thread,
+    arg("--before", type=count(1), metavar="SEQ", required=True, help="new floor"),
+    yes(),
+)
 def _cmd_compact(args: argparse.Namespace, out: Out) -> int:
     with _open(args.path) as saver:
         summary = _thread(saver, args.thread)
@@ -243,6 +321,13 @@ def _cmd_compact(args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
+@command(
+    "retract",
+    "remove a thread's latest turn (or run --run-id)",
+    path_thread,
+    arg("--run-id", metavar="ID", help="the run to remove (default: the latest)"),
+    yes(),
+)
 def _cmd_retract(args: argparse.Namespace, out: Out) -> int:
     with _open(args.path) as saver:
         _thread(saver, args.thread)
@@ -267,6 +352,7 @@ def _cmd_retract(args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
+@command("delete", "delete a thread (refused while a run holds it)", path_thread, yes())
 def _cmd_delete(args: argparse.Namespace, out: Out) -> int:
     with _open(args.path) as saver:
         summary = _thread(saver, args.thread)
@@ -280,6 +366,14 @@ def _cmd_delete(args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
+@command(
+    "runs",
+    "steer a thread's run: `runs cancel` asks it to stop",
+    arg("action", choices=["cancel"], help="cancel: ask the run to stop"),
+    arg("path", metavar="PATH", nargs="?", help="the file (default: $LGFS_PATH)"),
+    arg("thread", metavar="THREAD", help="the thread id"),
+    arg("--by", metavar="NAME", help="who asks, for the event log (default: lgfs:HOST:PID)"),
+)
 def _cmd_runs(args: argparse.Namespace, out: Out) -> int:
     path = args.path or os.environ.get("LGFS_PATH")
     if not path:
@@ -302,6 +396,7 @@ def _cmd_runs(args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
+@command("migrate", "upgrade an older store's schema (no other command does)", path_only)
 def _cmd_migrate(args: argparse.Namespace, out: Out) -> int:
     before, version = migrate(args.path)
     doc = {"path": redacted(args.path), "migrated": before is not None, "from_version": before}
@@ -317,6 +412,25 @@ def _cmd_migrate(args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
+_IMPORT_PROGRESS = arg(
+    "--progress", action="store_true", help="draw the progress bar even off a TTY"
+)
+
+
+@command(
+    "import-sqlitesaver",
+    "copy a LangGraph SqliteSaver file into DEST",
+    arg("src", metavar="SRC", help="the SqliteSaver file (read-only)"),
+    arg("dest", metavar="DEST", help="the fenced file (created if missing)"),
+    _IMPORT_PROGRESS,
+)
+@command(
+    "import-postgressaver",
+    "copy a LangGraph PostgresSaver database into DEST",
+    arg("src", metavar="SRC", help="the PostgresSaver database's URL (read-only)"),
+    arg("dest", metavar="DEST", help="the fenced file (created if missing) or URL"),
+    _IMPORT_PROGRESS,
+)
 def _cmd_import(args: argparse.Namespace, out: Out) -> int:
     """`import-sqlitesaver SRC DEST` and `import-postgressaver SRC DEST`."""
     if args.command == "import-postgressaver":
@@ -383,7 +497,7 @@ def _postgressaver_import(src: str) -> Callable[..., importer.ImportReport]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Build the `lgfs` argument parser (its subcommands are the documented commands)."""
+    """Build the `lgfs` argument parser from the registered commands, in `commands.ORDER`."""
     epilog = "exit codes:\n" + "\n".join(f"  {code:>3}  {text}" for code, text in EXIT_CODES)
     parser = Parser(
         prog="lgfs",
@@ -400,123 +514,20 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--json", action="store_true", help="print one JSON document")
     group.add_argument("--nl", action="store_true", help="print one JSON object per line")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
     allow = add_allow_options(Parser(add_help=False))
     db = Parser(add_help=False)
     add_db_option(db)
-    file_help = "the checkpoint file (or --db PATH, or $LGFS_PATH)"
-
-    def command(name: str, fn: Callable, help: str, streams: bool = False, **kw: Any) -> Parser:
-        parents = [stream if streams else doc, allow]
+    for name in ORDER:
+        spec = REGISTRY[name]
+        parents = [stream if spec.streams else doc, allow]
         if not name.startswith("import-"):  # they name their own two stores
             parents.append(db)
-        p = sub.add_parser(name, parents=parents, help=help, description=help, **kw)
-        p.set_defaults(func=fn)
-        return p
-
-    def path_only(p: argparse.ArgumentParser) -> None:
-        p.add_argument("path", metavar="PATH", nargs="?", help=file_help)
-
-    def path_thread(p: argparse.ArgumentParser, ns: bool = True) -> None:
-        path_only(p)
-        p.add_argument("thread", metavar="THREAD", help="the thread id")
-        if ns:
-            p.add_argument(
-                "--ns",
-                default="",
-                help='checkpoint namespace, or a unique prefix of one (default "", the root)',
-            )
-
-    def yes(p: argparse.ArgumentParser, what: str = "remove data") -> None:
-        p.add_argument("-y", "--yes", action="store_true", help=f"{what} without asking")
-
-    def view(p: argparse.ArgumentParser, channels: bool = False) -> None:
-        p.add_argument("--full", action="store_true", help="show everything, uncut")
-        if channels:
-            p.add_argument(
-                "--all-channels", action="store_true", help="show LangGraph's internal channels too"
-            )
-
-    p = command("threads", _cmd_threads, "list threads, most recently active first", True)
-    path_only(p)
-    p.add_argument("--limit", type=count(1), help="at most N threads")
-    p.add_argument(
-        "--status",
-        action="append",
-        choices=st.THREAD_STATES,
-        metavar="STATE",
-        help=f"only threads in STATE (repeatable): {', '.join(st.THREAD_STATES)}",
-    )
-    p.add_argument(
-        "--inactive-for",
-        type=duration,
-        metavar="DURATION",
-        help="only threads not written for DURATION, e.g. 7d",
-    )
-    view(p)
-    p = command("history", _cmd_history, "list a thread's checkpoints, newest first", True)
-    path_thread(p)
-    p.add_argument("--limit", type=count(1), default=20, help="page size (default 20)")
-    p.add_argument("--before", metavar="ID", help="start below this checkpoint id")
-    view(p)
-    p = command("show", _cmd_show, "show a checkpoint's values, metadata and pending writes")
-    path_thread(p)
-    p.add_argument("--checkpoint", metavar="ID", help="checkpoint id (default: the latest)")
-    view(p, channels=True)
-    p = command("diff", _cmd_diff, "show channel-level differences between two checkpoints")
-    path_thread(p)
-    p.add_argument("--from", dest="from_", metavar="ID", help="default: the parent of --to")
-    p.add_argument("--to", metavar="ID", help="default: the latest checkpoint")
-    view(p, channels=True)
-    add_claims_command(command, yes, view)
-    p = command("events", _cmd_events, "print a thread's event log", True)
-    path_thread(p, ns=False)
-    p.add_argument("--after", type=count(0), metavar="N", help="only events after seq N")
-    p.add_argument("--limit", type=count(1), help="at most N events (without --follow)")
-    p.add_argument(
-        "--follow",
-        action="store_true",
-        help="keep printing new events until Ctrl-C (waits for a thread not there yet)",
-    )
-    p.add_argument(
-        "--kind", action="append", metavar="KIND", help="only events of KIND (repeatable)"
-    )
-    view(p)
-    add_prune_command(command, path_only, yes)
-    p = command("compact", _cmd_compact, "remove a thread's events below seq SEQ")
-    path_thread(p, ns=False)
-    p.add_argument("--before", type=count(1), metavar="SEQ", required=True, help="new floor")
-    yes(p)
-    p = command("retract", _cmd_retract, "remove a thread's latest turn (or run --run-id)")
-    path_thread(p, ns=False)
-    p.add_argument("--run-id", metavar="ID", help="the run to remove (default: the latest)")
-    yes(p)
-    p = command("delete", _cmd_delete, "delete a thread (refused while a run holds it)")
-    path_thread(p, ns=False)
-    yes(p)
-    p = command("runs", _cmd_runs, "steer a thread's run: `runs cancel` asks it to stop")
-    p.add_argument("action", choices=["cancel"], help="cancel: ask the run to stop")
-    p.add_argument("path", metavar="PATH", nargs="?", help="the file (default: $LGFS_PATH)")
-    p.add_argument("thread", metavar="THREAD", help="the thread id")
-    p.add_argument(
-        "--by", metavar="NAME", help="who asks, for the event log (default: lgfs:HOST:PID)"
-    )
-    p = command("doctor", cmd_doctor, "check the file; exit 1 on a problem")
-    path_only(p)
-    p = command("migrate", _cmd_migrate, "upgrade an older store's schema (no other command does)")
-    path_only(p)
-    add_vacuum_command(command, path_only)
-    p = command("import-sqlitesaver", _cmd_import, "copy a LangGraph SqliteSaver file into DEST")
-    p.add_argument("src", metavar="SRC", help="the SqliteSaver file (read-only)")
-    p.add_argument("dest", metavar="DEST", help="the fenced file (created if missing)")
-    p.add_argument("--progress", action="store_true", help="draw the progress bar even off a TTY")
-    p = command(
-        "import-postgressaver", _cmd_import, "copy a LangGraph PostgresSaver database into DEST"
-    )
-    p.add_argument("src", metavar="SRC", help="the PostgresSaver database's URL (read-only)")
-    p.add_argument("dest", metavar="DEST", help="the fenced file (created if missing) or URL")
-    p.add_argument("--progress", action="store_true", help="draw the progress bar even off a TTY")
-    add_copy_command(command)
+        p = sub.add_parser(name, parents=parents, help=spec.help, description=spec.help)
+        if spec.usage is not None:
+            p.usage = spec.usage
+        p.set_defaults(func=spec.fn)
+        for option in spec.options:
+            option(p)
     return parser
 
 

@@ -1,6 +1,6 @@
 """`lgfs` for an operator's hand on a file: which file, which status, which claim.
 
-Invariant: as in `cli.py`, nothing here judges: a claim is released or taken
+Invariant: as in `main.py`, nothing here judges: a claim is released or taken
 over by `force_release` / `take_over(operator=...)`, and its liveness is
 `claim_live`'s (through `claim_doc`). This module parses, asks for `--yes`,
 calls and prints. The file a command works on is
@@ -15,14 +15,13 @@ import argparse
 import getpass
 import os
 import socket
-from collections.abc import Callable
 
+from .commands import arg, command, view, yes
 from .io import CliError, Out, claim_doc, claim_text, confirm, duration, find_thread, span
 from .stores import is_pg_url, open_store, redacted
 from .text import Cell, Fit, stamp
 
 __all__ = [
-    "add_claims_command",
     "add_db_option",
     "cmd_claims",
     "operator_name",
@@ -121,6 +120,38 @@ def parse_claims_words(args: argparse.Namespace) -> None:
     args.thread = words[-1] if want else None
 
 
+_CLAIMS_USAGE = (
+    "lgfs claims [PATH] [--db PATH] [--json | --nl] [--full]\n"
+    "       lgfs claims release [PATH] THREAD --yes [--operator NAME]\n"
+    "       lgfs claims take-over [PATH] THREAD --yes [--ttl DURATION] [--operator NAME]"
+)
+
+
+@command(
+    "claims",
+    "list claims; release or take over a thread's claim",
+    arg(
+        "words",
+        nargs="*",
+        metavar="[release | take-over] [PATH] [THREAD]",
+        help="no action: list every claim, live or expired; `release THREAD` ends "
+        "the thread's claim, whoever holds it; `take-over THREAD` gives it to you with "
+        "a new token; either fences off the holder (its next write is refused) and "
+        "logs an event naming you",
+    ),
+    arg("--operator", metavar="NAME", help="who you are, for the event (user@host)"),
+    arg(
+        "--ttl",
+        type=duration,
+        default=_TAKE_OVER_TTL,
+        metavar="DURATION",
+        help="how long a take-over holds the thread (default 5m)",
+    ),
+    yes("release or take over"),
+    view,
+    streams=True,
+    usage=_CLAIMS_USAGE,
+)
 def cmd_claims(args: argparse.Namespace, out: Out) -> int:
     """List claims, or release / take over one thread's claim (`--yes` needed)."""
     if args.action == "list":
@@ -183,42 +214,3 @@ def _list_claims(args: argparse.Namespace, out: Out) -> int:
         ],
     )
     return 1 if any(i.get("error") for i in items) else 0
-
-
-_CLAIMS_USAGE = (
-    "lgfs claims [PATH] [--db PATH] [--json | --nl] [--full]\n"
-    "       lgfs claims release [PATH] THREAD --yes [--operator NAME]\n"
-    "       lgfs claims take-over [PATH] THREAD --yes [--ttl DURATION] [--operator NAME]"
-)
-
-
-def add_claims_command(
-    command: Callable[..., argparse.ArgumentParser], yes: Callable, view: Callable
-) -> None:
-    """Register `claims` (list, release, take-over) through `cli.build_parser`'s helpers."""
-    p = command(
-        "claims",
-        cmd_claims,
-        "list claims; release or take over a thread's claim",
-        True,
-        usage=_CLAIMS_USAGE,
-    )
-    p.add_argument(
-        "words",
-        nargs="*",
-        metavar="[release | take-over] [PATH] [THREAD]",
-        help="no action: list every claim, live or expired; `release THREAD` ends "
-        "the thread's claim, whoever holds it; `take-over THREAD` gives it to you with "
-        "a new token; either fences off the holder (its next write is refused) and "
-        "logs an event naming you",
-    )
-    p.add_argument("--operator", metavar="NAME", help="who you are, for the event (user@host)")
-    p.add_argument(
-        "--ttl",
-        type=duration,
-        default=_TAKE_OVER_TTL,
-        metavar="DURATION",
-        help="how long a take-over holds the thread (default 5m)",
-    )
-    yes(p, "release or take over")
-    view(p)

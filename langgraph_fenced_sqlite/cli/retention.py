@@ -1,6 +1,6 @@
 """`lgfs prune` and `lgfs vacuum`: retention an operator can run.
 
-Invariant: as in `cli.py`, nothing here judges: which checkpoints go is
+Invariant: as in `main.py`, nothing here judges: which checkpoints go is
 `prune`'s / `sweep`'s, and whether a vacuum may run is `vacuum`'s. A command
 that removes data first reports the real operation's dry run, and does it
 only with `--yes` (or a yes at a terminal).
@@ -10,17 +10,40 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from ..core.retention import PruneResult, RetentionPolicy
+from .commands import arg, command, path_only, yes
 from .io import CliError, Out, confirm, count, duration, find_thread, plural
 from .stores import open_store
 
-__all__ = ["add_prune_command", "add_vacuum_command", "cmd_prune", "cmd_vacuum"]
-
-_Register = Callable[..., argparse.ArgumentParser]
+__all__ = ["cmd_prune", "cmd_vacuum"]
 
 
+@command(
+    "prune",
+    "remove old checkpoints and events of threads",
+    path_only,
+    arg("threads", metavar="THREAD", nargs="*", help="thread ids (or --all)"),
+    arg("--all", action="store_true", help="sweep every thread, one at a time"),
+    arg(
+        "--inactive-for",
+        type=duration,
+        metavar="DURATION",
+        help="with --all: only threads not written for DURATION, e.g. 30d",
+    ),
+    arg("--keep", type=count(0), metavar="N", help="keep the N newest checkpoints"),
+    arg("--max-age", type=duration, metavar="DURATION", help="e.g. 30s, 15m, 2h, 7d"),
+    arg("--max-events", type=count(0), metavar="N", help="keep the N newest events"),
+    arg(
+        "--keep-subgraph-runs",
+        type=count(0),
+        metavar="N",
+        help="keep N past subgraph runs' namespaces, remove older ones",
+    ),
+    arg("--dry-run", action="store_true", help="only report what would be removed"),
+    yes(),
+)
 def cmd_prune(args: argparse.Namespace, out: Out) -> int:
     """`prune THREAD...` by a policy, or `prune --all`: a sweep (`--yes` needed)."""
     given = (args.keep, args.max_age, args.max_events, args.keep_subgraph_runs)
@@ -102,6 +125,12 @@ def _sweep(args: argparse.Namespace, out: Out, policy: RetentionPolicy) -> int:
     return 1 if done.errors else 0
 
 
+@command(
+    "vacuum",
+    "reclaim free space (refused while a writer is active)",
+    path_only,
+    arg("--force", action="store_true", help="vacuum despite live claims or a held write lock"),
+)
 def cmd_vacuum(args: argparse.Namespace, out: Out) -> int:
     """`vacuum`: reclaim free space; refused while a writer is active unless `--force`."""
     with open_store(args.path) as saver:
@@ -115,37 +144,3 @@ def cmd_vacuum(args: argparse.Namespace, out: Out) -> int:
         ),
     )
     return 0
-
-
-def add_prune_command(command: _Register, path_only: Callable, yes: Callable) -> None:
-    """Register `prune` through `cli.build_parser`'s helpers."""
-    p = command("prune", cmd_prune, "remove old checkpoints and events of threads")
-    path_only(p)
-    p.add_argument("threads", metavar="THREAD", nargs="*", help="thread ids (or --all)")
-    p.add_argument("--all", action="store_true", help="sweep every thread, one at a time")
-    p.add_argument(
-        "--inactive-for",
-        type=duration,
-        metavar="DURATION",
-        help="with --all: only threads not written for DURATION, e.g. 30d",
-    )
-    p.add_argument("--keep", type=count(0), metavar="N", help="keep the N newest checkpoints")
-    p.add_argument("--max-age", type=duration, metavar="DURATION", help="e.g. 30s, 15m, 2h, 7d")
-    p.add_argument("--max-events", type=count(0), metavar="N", help="keep the N newest events")
-    p.add_argument(
-        "--keep-subgraph-runs",
-        type=count(0),
-        metavar="N",
-        help="keep N past subgraph runs' namespaces, remove older ones",
-    )
-    p.add_argument("--dry-run", action="store_true", help="only report what would be removed")
-    yes(p)
-
-
-def add_vacuum_command(command: _Register, path_only: Callable) -> None:
-    """Register `vacuum` through `cli.build_parser`'s helpers."""
-    p = command("vacuum", cmd_vacuum, "reclaim free space (refused while a writer is active)")
-    path_only(p)
-    p.add_argument(
-        "--force", action="store_true", help="vacuum despite live claims or a held write lock"
-    )
