@@ -399,13 +399,47 @@ def check_filter(value: Any) -> Mapping[str, Any] | None:
     return check_json(check_dict(value, "filter"), "filter", strict=True)
 
 
+# A checkpoint's own key, as LangGraph's Agent Server passes `before`.
+_CHECKPOINT_KEYS = frozenset({"thread_id", "checkpoint_ns", "checkpoint_id"})
+
+
 def check_before(value: Any) -> str | None:
-    """Return the checkpoint id of `list`'s `before` config (None if it names none)."""
+    """Return the checkpoint id `list`'s `before` names (None: no `before`).
+
+    Two shapes name a checkpoint: a config (`{"configurable": {...,
+    "checkpoint_id": ID}}`, as LangGraph passes it) and a checkpoint's own
+    key (`{"thread_id": ..., "checkpoint_ns": ..., "checkpoint_id": ID}`,
+    with no `configurable`, as LangGraph's Agent Server passes it when it
+    pages history). Anything else names no checkpoint and is refused: read
+    as "no `before`", it would silently return the first page again.
+
+    Raises:
+        InvalidArgument: (`before...`) any other shape, or a bad id.
+    """
     if value is None:
         return None
+    if (
+        isinstance(value, Mapping)
+        and "configurable" not in value
+        and value.keys() & _CHECKPOINT_KEYS
+    ):
+        extra = sorted(map(str, value.keys() - _CHECKPOINT_KEYS))
+        if extra:
+            raise bad_argument("before", f"a checkpoint's key has no {', '.join(extra)}")
+        for key in ("thread_id", "checkpoint_ns"):
+            if key in value:
+                check_name(value[key], f"before[{key!r}]", allow_empty=key == "checkpoint_ns")
+        if value.get("checkpoint_id") is None:
+            raise bad_argument('before["checkpoint_id"]', "names no checkpoint")
+        return check_name(value["checkpoint_id"], 'before["checkpoint_id"]')
     conf = check_config(value, "before")
     cid = conf.get("checkpoint_id")
-    return None if cid is None else check_name(cid, 'before["configurable"]["checkpoint_id"]')
+    if cid is None:
+        raise bad_argument(
+            'before["configurable"]["checkpoint_id"]',
+            "names no checkpoint: give the config of the checkpoint to page below",
+        )
+    return check_name(cid, 'before["configurable"]["checkpoint_id"]')
 
 
 def checked_arguments(fn: Callable[P, R]) -> Callable[P, R]:

@@ -74,6 +74,15 @@ def case_malformed_writes_events_configs_and_filters_are_rejected(env: ContractE
         ("config", lambda: store.get_tuple({"configurable": "t"})),
         ("before", lambda: list(store.list(None, before="abc"))),
         ("before", lambda: list(store.list(None, before={"configurable": "x"}))),
+        # Read as "no before", these would return the first page again.
+        ("before", lambda: list(store.list(None, before={}))),
+        ("before", lambda: list(store.list(None, before={"configurable": {"thread_id": "t"}}))),
+        ("before", lambda: list(store.list(None, before={"thread_id": "t", "checkpoint_ns": ""}))),
+        ("before", lambda: list(store.list(None, before={"checkpoint_id": cp_id, "id": 1}))),
+        ("before", lambda: list(store.list(None, before={"checkpoint_id": 5}))),
+        ("before", lambda: list(store.list(None, before={"thread_id": 5, "checkpoint_id": cp_id}))),
+        # Read without `configurable`, this would list every thread.
+        ("config", lambda: list(store.list({"thread_id": "t"}))),
         ("filter", lambda: list(store.list(None, filter={"a": object()}))),
         ("filter", lambda: list(store.list(None, filter={"a": math.nan}))),
         ("filter", lambda: list(store.list(None, filter={1: 1}))),

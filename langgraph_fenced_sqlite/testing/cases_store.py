@@ -313,6 +313,29 @@ def case_history_paging_visits_every_checkpoint_once(env: ContractEnv) -> None:
         assert seen == written[::-1], size
 
 
+@contract_case(4)
+def case_list_pages_by_either_shape_of_before(env: ContractEnv) -> None:
+    """`list`'s `before` is a config or a checkpoint's own key (LangGraph's Agent Server's)."""
+    store = env.open()
+    written = _put_chain(store, "t", 7)
+    _put_chain(store, "other", 2)
+    config = {"configurable": {"thread_id": "t"}}
+    for shape in ("config", "key"):
+        seen: list[str] = []
+        before: Any = None
+        for _ in range(len(written)):  # bounded: a `before` read as none repeats page 1
+            page = list(store.list(config, before=before, limit=3))
+            if not page:
+                break
+            seen.extend(t.checkpoint["id"] for t in page)
+            last = page[-1].config["configurable"]
+            if shape == "config":
+                before = {"configurable": dict(last)}
+            else:  # the Agent Server's: the checkpoint's key, no `configurable`
+                before = {k: last[k] for k in ("thread_id", "checkpoint_ns", "checkpoint_id")}
+        assert seen == written[::-1], shape
+
+
 # --- 5. reopen ----------------------------------------------------------------------
 
 

@@ -28,6 +28,7 @@ PG_CASES: tuple[str, ...] = (
     "03-values_metadata_and_writes_round_trip",
     "04-history_pages_newest_first",
     "04-history_paging_visits_every_checkpoint_once",
+    "04-list_pages_by_either_shape_of_before",
     "05-reopen_keeps_everything",
     "06-close_twice_then_calls_raise_store_closed",
     "08-claim_is_exclusive_until_expiry",
