@@ -539,3 +539,32 @@ def test_the_wal_stays_under_the_limit_between_checkpoints(open_store: Any, db_p
     assert largest <= WAL_LIMIT
     # It filled to WAL_AUTOCHECKPOINT frames (not SQLite's 1000) before restarting.
     assert largest >= 32 + lgfs_schema.WAL_AUTOCHECKPOINT * (page + 24)
+
+
+def test_several_savers_on_one_file_and_the_last_close_folds_the_wal(db_path: str) -> None:
+    """Savers opened in one process on one file each work; closing the last folds the WAL.
+
+    LangGraph's Agent Server can open one saver per event loop on the same
+    file. Each has its own connection; while one is open the WAL stays (its
+    frames may be what the others read), and when the last closes, SQLite
+    checkpoints the WAL into the file and removes it: no `-wal` or `-shm` is
+    left for the operator to find.
+    """
+    savers = [FencedSqliteSaver(db_path) for _ in range(4)]
+    try:
+        for i, saver in enumerate(savers):
+            put_value(saver, f"t{i}", i)
+        for saver in savers:  # each sees every other's commits
+            assert {t.config["configurable"]["thread_id"] for t in saver.list(None)} == {
+                f"t{i}" for i in range(4)
+            }
+        for saver in savers[:-1]:
+            saver.close()
+        assert os.path.exists(db_path + "-wal")  # the last saver's connection is open
+        assert savers[-1].get_tuple(saver_config("t0")) is not None
+    finally:
+        for saver in savers:
+            saver.close()
+    assert not os.path.exists(db_path + "-wal") and not os.path.exists(db_path + "-shm")
+    with FencedSqliteSaver(db_path, readonly=True) as reader:
+        assert len(list(reader.list(None))) == 4
