@@ -2,8 +2,8 @@
 
 Invariant: the runner, leases, importers and transfer annotate a store with
 `FencedStore` and test one with `isinstance(x, FencedStore)`; none of them
-names `FencedSqliteSaver` or `FencedPostgresSaver` for that, so no module
-outside the stores imports both.
+names `FencedSqliteSaver` or `FencedPostgresSaver` for that, so no
+annotation ties the two stores into one import cycle.
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ from .validation import (
     check_checkpoint,
     check_config,
     check_filter,
+    check_keys_nested,
     check_limit,
     check_name,
     check_writes,
@@ -488,12 +489,7 @@ def list_query(
     """
     thread_id = ns = cid = None
     if config is not None:
-        if isinstance(config, Mapping) and "configurable" not in config:
-            stray = sorted(
-                k for k in ("thread_id", "checkpoint_ns", "checkpoint_id") if k in config
-            )
-            if stray:  # read as no `configurable`, it would list every thread
-                raise bad_argument("config", f"put {', '.join(stray)} in config['configurable']")
+        check_keys_nested(config, "config")  # else read as every thread
         conf = check_config(config)
         if conf.get("thread_id") is not None:
             thread_id, _, cid = conf_target(conf)

@@ -403,6 +403,21 @@ def check_filter(value: Any) -> Mapping[str, Any] | None:
 _CHECKPOINT_KEYS = frozenset({"thread_id", "checkpoint_ns", "checkpoint_id"})
 
 
+def check_keys_nested(config: Any, name: str) -> None:
+    """Refuse a config whose checkpoint keys stand beside `configurable`, not in it.
+
+    Read as it is, such a config names no thread or checkpoint at all.
+
+    Raises:
+        InvalidArgument: (`name`) `thread_id`, `checkpoint_ns` or
+            `checkpoint_id` at the config's top level, with no `configurable`.
+    """
+    if isinstance(config, Mapping) and "configurable" not in config:
+        stray = sorted(k for k in _CHECKPOINT_KEYS if k in config)
+        if stray:
+            raise bad_argument(name, f"put {', '.join(stray)} in {name}['configurable']")
+
+
 def check_before(value: Any) -> str | None:
     """Return the checkpoint id `list`'s `before` names (None: no `before`).
 

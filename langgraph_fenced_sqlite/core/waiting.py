@@ -18,7 +18,7 @@ from typing import Any
 
 from .events import Event
 
-__all__ = ["READ", "Stopped", "adrive", "drive", "wait_plan"]
+__all__ = ["READ", "Plan", "Stopped", "adrive", "drive", "wait_plan"]
 
 # What the wait plan asks its driver for: read the events, or wait this long
 # for a wake-up (the driver sends back the notified thread ids, or None for a

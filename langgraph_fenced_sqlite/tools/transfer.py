@@ -107,7 +107,7 @@ def copy_threads(
             `ignore_claims` is False; nothing is written.
     """
     for name, saver in (("source", source), ("target", target)):
-        if not _is_store(saver):
+        if not isinstance(saver, FencedStore):
             raise bad_argument(
                 name,
                 f"expected a FencedSqliteSaver or FencedPostgresSaver, got {type(saver).__name__}",
@@ -150,10 +150,6 @@ def copy_threads(
         copier.unchanged,
         tuple(copier.refused),
     )
-
-
-def _is_store(saver: Any) -> bool:
-    return isinstance(saver, FencedStore)
 
 
 def _same_file(a: Any, b: Any) -> bool:
