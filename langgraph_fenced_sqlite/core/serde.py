@@ -42,6 +42,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from ..errors import SerializationError, bad_argument
+from .compression import ZSTD_MSGPACK, inflate
 from .rebuild import PACK_OPTION, construct, encodes_to, equal, short
 from .user_types import (
     TaggedValue,
@@ -72,7 +73,7 @@ READ_OPTION = _OPTION
 _unpackb = ormsgpack.unpackb
 
 # The tags we write and read; everything else (pickle, json, ...) is refused.
-_TAGS = frozenset({"null", "bytes", "bytearray", "msgpack"})
+_TAGS = frozenset({"null", "bytes", "bytearray", "msgpack", ZSTD_MSGPACK})
 _CONSTRUCTORS = {
     jsonplus.EXT_CONSTRUCTOR_SINGLE_ARG,
     jsonplus.EXT_CONSTRUCTOR_POS_ARGS,
@@ -272,12 +273,52 @@ class DataOnlySerializer(JsonPlusSerializer):
         return []
 
     def _dumps(self, obj: Any) -> tuple[str, bytes]:
+        tag, data, used_ext = self.pack(obj)
+        if used_ext:
+            self.prove(obj, data)
+        return tag, data
+
+    def pack(self, obj: Any) -> tuple[str, bytes, bool]:
+        """Encode `obj` as `dumps_typed` would, without proving it; also say whether it must be.
+
+        Returns:
+            `(tag, bytes, needs_proof)`: `needs_proof` is False when the
+            encoding names no class (plain data rebuilds as itself); else the
+            bytes may be stored only once `prove(obj, bytes)` returned.
+
+        Raises:
+            SerializationError: `obj` holds a type with no data encoding.
+        """
         if obj is None:
-            return "null", b""
+            return "null", b"", False
         if isinstance(obj, bytes):
-            return "bytes", obj
+            return "bytes", obj, False
         if isinstance(obj, bytearray):
-            return "bytearray", bytes(obj)
+            return "bytearray", bytes(obj), False
+        data, used_ext = self._pack(obj, obj)
+        return "msgpack", data, used_ext
+
+    def pack_items(self, items: list[Any]) -> tuple[list[bytes], list[bool]]:
+        """Encode each element of a list on its own, without proving it.
+
+        The array header for `len(items)` followed by the returned bytes,
+        joined, is exactly the bytes `pack(items)` returns: msgpack encodes
+        an array as its header and its elements, one after another. The
+        flags say which elements must be proven (`prove`) before they are
+        stored.
+
+        Raises:
+            SerializationError: an element holds a type with no data encoding.
+        """
+        parts: list[bytes] = []
+        flags: list[bool] = []
+        for item in items:
+            data, used_ext = self._pack(item, items)
+            parts.append(data)
+            flags.append(used_ext)
+        return parts, flags
+
+    def _pack(self, obj: Any, whole: Any) -> tuple[bytes, bool]:
         used_ext = False
         refused: list[SerializationError] = []
 
@@ -305,12 +346,16 @@ class DataOnlySerializer(JsonPlusSerializer):
         except (ormsgpack.MsgpackEncodeError, TypeError, ValueError) as exc:
             if refused:
                 raise refused[0] from None
-            raise SerializationError(_qualname(obj), message=f"cannot encode: {exc}") from exc
-        if used_ext:
-            self._prove(obj, data)
-        return "msgpack", data
+            raise SerializationError(_qualname(whole), message=f"cannot encode: {exc}") from exc
+        return data, used_ext
 
-    def _prove(self, obj: Any, data: bytes) -> None:
+    def prove(self, obj: Any, data: bytes) -> None:
+        """Prove that `data` (`pack(obj)`'s bytes) reads back equal to `obj`; learn its classes.
+
+        Raises:
+            SerializationError: a class the encoding names is not allowed, or
+                the value does not rebuild into an equal one.
+        """
         # Walk first with a hook that checks but builds nothing: LangGraph's
         # own safe types need no proof, and building them on every put costs.
         user_types: list[TypeKey] = []
@@ -352,6 +397,14 @@ class DataOnlySerializer(JsonPlusSerializer):
                 type outside the allow-list or one that does not rebuild.
         """
         tag, payload = data
+        if tag == ZSTD_MSGPACK:
+            # A stored value compressed (compression.compress_typed); its
+            # checksum covered the compressed bytes.
+            try:
+                payload = inflate(payload)
+            except (ValueError, TypeError) as exc:
+                raise SerializationError(tag, message=f"{tag}: {exc}") from exc
+            tag = "msgpack"
         if tag == "msgpack":
             # The common case (every value of every read), first and with no
             # keyword call: `_unpack`'s plain read, inlined.
@@ -454,7 +507,7 @@ class DataOnlySerializer(JsonPlusSerializer):
         overlay: Mapping[TypeKey, type],
     ) -> Callable[[int, bytes], Any]:
         # `seen` is the write-time walk: it lists the user types the encoding
-        # names and refuses none of them (`_prove` decides, with the value's
+        # names and refuses none of them (`prove` decides, with the value's
         # own classes in hand). `errors` None: the calling thread's list
         # (`_hook_errors`), for a hook shared by every plain read.
         def hook(code: int, data: bytes) -> Any:
