@@ -28,6 +28,7 @@ from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 
 from ..errors import CheckpointConflict, FencedSqliteError, SerializationError, UndecodableRow
 from .checksums import checkpoint_checksum, write_checksum
+from .compression import compress_typed
 from .serde import write_context
 from .stored_json import (
     MAX_INT,
@@ -39,6 +40,7 @@ from .stored_json import (
     loads_json,
 )
 from .validation import flat_metadata
+from .values import REFS
 
 __all__ = [
     "EncodedCheckpoint",
@@ -80,6 +82,14 @@ class EncodedCheckpoint(NamedTuple):
     step: int | None
     run_id: str | None
     checksum: int
+    # The value rows this checkpoint adds (`values.Blob`; empty: its values are inline).
+    blobs: tuple[Any, ...]
+    # The parent's refs this checkpoint's values name rows of, as read or put
+    # here; the store checks, in the put's transaction, that the parent still
+    # holds them (None: it names only rows it adds).
+    borrows: bytes | None
+    # What this process then holds of its values (`values.ValueCache`); None: inline.
+    held: dict[str, Any] | None
 
 
 class EncodedWrite(NamedTuple):
@@ -106,6 +116,7 @@ def encode_checkpoint(
     plain_envelope: bool | None = None,
     plain_metadata: bool = False,
     envelope: dict[str, Any] | None = None,
+    values: tuple[str, bytes, tuple[Any, ...], bytes | None, dict[str, Any]] | None = None,
 ) -> EncodedCheckpoint:
     """Encode a `put`'s arguments; raises `SerializationError` on non-data.
 
@@ -116,11 +127,19 @@ def encode_checkpoint(
     (it plus the config's keys) is judged with no second walk. `envelope`:
     the checkpoint without its channel values, as `check_checkpoint` built it
     (a dict of the caller's that this changes); None: built here.
+    `values` is `(values_type, values_blob, blobs, borrows, held)` when the channel
+    values are encoded already (`values.encode_values`); None: encoded
+    here, inline.
     """
     if envelope is None:
         envelope = {k: v for k, v in checkpoint.items() if k != "channel_values"}
     envelope["format"] = ENVELOPE_FORMAT
-    values_type, values_blob = serde.dumps_typed(checkpoint.get("channel_values", {}))
+    if values is None:
+        values_type, values_blob = serde.dumps_typed(checkpoint.get("channel_values", {}))
+        blobs: tuple[Any, ...] = ()
+        borrows = held = None
+    else:
+        values_type, values_blob, blobs, borrows, held = values
     config_md = config.get("metadata")
     if config_md is not None and type(config_md) is not dict:
         flat = flat_metadata(config_md)
@@ -160,6 +179,9 @@ def encode_checkpoint(
             step if isinstance(step, int) and not isinstance(step, bool) else None,
             str(run_id) if run_id is not None else None,
             checkpoint_checksum(envelope_text, values_type, values_blob, metadata_text),
+            blobs,
+            borrows,
+            held,
         ),
     )
     return result
@@ -197,13 +219,23 @@ def _metadata_kind(md: Mapping[str, Any], metadata: Any) -> int | None:
 
 
 def encode_writes(
-    serde: SerializerProtocol, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+    serde: SerializerProtocol,
+    writes: Sequence[tuple[str, Any]],
+    task_id: str,
+    task_path: str,
+    *,
+    compress: bool = False,
 ) -> list[EncodedWrite]:
-    """Encode `put_writes`' arguments, mapping special channels to their idx."""
+    """Encode `put_writes`' arguments, mapping special channels to their idx.
+
+    `compress`: a value that compresses is stored so (`compress_typed`).
+    """
     out = []
     for idx, (channel, value) in enumerate(writes):
         try:
             type_, blob = serde.dumps_typed(value)
+            if compress:
+                type_, blob = compress_typed(type_, blob)
         except SerializationError as exc:
             # Name the channel and the node: "type X refused" alone sends the
             # user hunting through every node of the graph.
@@ -473,7 +505,9 @@ def decode_checked(
 ) -> CheckpointTuple:
     """Rebuild a `CheckpointTuple` from cells `check_cells` passed.
 
-    `stored` is `(envelope, values_type, values_blob, metadata)`.
+    `stored` is `(envelope, values_type, values_blob, metadata)`. A row whose
+    values are in the value table reaches here resolved (`values.resolve_rows`)
+    unless its value rows are missing or damaged.
 
     Raises:
         UndecodableRow: a cell, or a write, does not decode.
@@ -491,6 +525,10 @@ def decode_checked(
         if env.get("id") != cid:
             # Checksums cover one row's cells, not which row they sit in.
             raise UndecodableRow(thread_id, cid, "the envelope is another checkpoint's")
+        if values_type == REFS:
+            raise UndecodableRow(
+                thread_id, cid, "its channel values' rows are missing or damaged (lgfs doctor)"
+            )
         values = serde.loads_typed((values_type, values_blob))
         if not isinstance(values, dict):
             raise UndecodableRow(

@@ -10,6 +10,9 @@ What each row's checksum covers (and nothing else):
 - checkpoints: `(envelope, values_type, values_blob, metadata)`
 - writes: `(channel, type, blob)`
 - events: `(kind, data)`
+- value rows (`values.Blob`): `(channel, key, base, type, count, ordinal, codec, size, data)`,
+  `data` as stored (compressed or not); the checkpoint's checksum covers
+  their keys, and a key the CRC of the value rebuilt from them (values.py)
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = [
+    "blob_checksum",
     "checkpoint_checksum",
     "checkpoint_checksum_of_bytes",
     "checksum",
@@ -194,3 +198,18 @@ def event_checksum(kind: Any, data: Any) -> int:
             )
         )
     return checksum(kind, data)
+
+
+def blob_checksum(
+    channel: Any,
+    key: Any,
+    base: Any,
+    type_: Any,
+    count: Any,
+    ordinal: Any,
+    codec: Any,
+    size: Any,
+    data: Any,
+) -> int:
+    """Return the checksum of a value row's cells (`values.Blob`), `data` as stored."""
+    return checksum(channel, key, base, type_, count, ordinal, codec, size, data)

@@ -30,8 +30,9 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from typing_extensions import Self
 
 from ..clock import Clock
-from ..errors import bad_argument
+from ..errors import FencedSqliteError, SerializationError, bad_argument
 from . import checkpoints as cps
+from . import values
 from .claims import token_from_config
 from .delta_history import DeltaWalk
 from .serde import DataOnlySerializer, TypeKey, schema_classes, schema_types
@@ -49,6 +50,7 @@ from .validation import (
     conf_target,
     config_target,
 )
+from .values import StaleParent, ValueCache
 
 __all__ = ["FencedSaverBase", "StoredWrite", "list_query", "store_options"]
 
@@ -289,18 +291,78 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
             CheckpointConflict: see docs/semantics.md §3 (version and identity).
         """
         enc, token, stored = self._encode_put(config, checkpoint, metadata)
-        self._put(enc, token)
+        try:
+            self._put(enc, token)
+        except StaleParent:
+            # Its values named rows of a parent deleted or replaced since this
+            # process read it: stored whole, naming nothing of the parent's.
+            enc, token, stored = self._encode_put(config, checkpoint, metadata, whole=True)
+            self._put(enc, token)
+        if enc.held is not None:
+            self._value_cache.put(
+                enc.thread_id, enc.checkpoint_ns, enc.checkpoint_id, enc.values_blob, enc.held
+            )
         return stored
 
     aput = async_twin(put)
 
+    # The store keeps channel values in its value table (core/values.py), or
+    # inline in each checkpoint row (False).
+    _value_table = False
+    _value_cache: ValueCache
+
+    def _encode_values(
+        self, thread_id: str, ns: str, parent_id: str | None, checkpoint: Checkpoint, whole: bool
+    ) -> values.Encoded:
+        """Encode a put's channel values against its parent's (`values.encode_values`).
+
+        The parent's values come from what this process last put or read of
+        the namespace; if that was not the parent, the parent is read first.
+        """
+        cache = self._value_cache
+        parent = None
+        if parent_id and not whole:
+            parent = cache.get(thread_id, ns, parent_id)
+            if parent is None:
+                try:
+                    self._read_tuple(thread_id, ns, parent_id)  # learns its values
+                except FencedSqliteError:
+                    pass  # unreadable: its values are not named, they are stored whole
+                parent = cache.get(thread_id, ns, parent_id)
+        channel_values = checkpoint.get("channel_values", {})
+        try:
+            return values.encode_values(
+                self.serde,
+                channel_values,
+                checkpoint.get("channel_versions", {}),
+                None if parent is None else parent[1],
+                None if parent is None else parent[0],
+            )
+        except SerializationError:
+            # Refused: `dumps_typed` of the whole raises the same refusal,
+            # located (channel, and key within a dict) as it always was.
+            self.serde.dumps_typed(channel_values)
+            raise
+
     def _encode_put(
-        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        *,
+        whole: bool = False,
     ) -> tuple[cps.EncodedCheckpoint, int | None, RunnableConfig]:
-        """Check and encode `put`'s arguments: the row, the token, the config `put` returns."""
+        """Check and encode `put`'s arguments: the row, the token, the config `put` returns.
+
+        `whole`: values name no row of the parent's (after `StaleParent`).
+        """
         thread_id, ns, _ = config_target(config)
         token = token_from_config(config)
         envelope, plain, plain_md = check_checkpoint(checkpoint, metadata)
+        encoded = None
+        if self._value_table:
+            parent_id = config["configurable"].get("checkpoint_id")
+            encoded = self._encode_values(thread_id, ns, parent_id, checkpoint, whole)
         enc = cps.encode_checkpoint(
             self.serde,
             config,
@@ -311,6 +373,7 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
             plain_envelope=plain,
             plain_metadata=plain_md,
             envelope=envelope,
+            values=None if encoded is None else encoded.row,
         )
         stored: RunnableConfig = {
             "configurable": {
@@ -353,7 +416,9 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
         check_name(task_id, "task_id")
         check_name(task_path, "task_path", allow_empty=True)
         token = token_from_config(config)
-        encoded = cps.encode_writes(self.serde, check_writes(writes), task_id, task_path)
+        encoded = cps.encode_writes(
+            self.serde, check_writes(writes), task_id, task_path, compress=self._value_table
+        )
         if not encoded:
             return None
         return (thread_id, ns, cid), encoded, token, cps.run_id_of(config)

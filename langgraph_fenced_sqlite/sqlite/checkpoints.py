@@ -10,7 +10,10 @@ is encoded, checked and decoded is `core/checkpoints.py`'s.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
 
 from ..core.checkpoints import (
     _FENCED_SOURCES,
@@ -25,10 +28,20 @@ from ..core.checkpoints import (
 )
 from ..core.events import checkpoint_event_text, writes_event_text
 from ..core.stored_json import loads_json
+from ..core.values import Held, RowCells, StaleParent, resolve_rows
 from ..errors import FencedSqliteError, UndecodableRow
 from . import claims, events, schema
 
-__all__ = ["fetch_tuple", "put_txn", "put_writes_txn", "read_skeleton"]
+__all__ = [
+    "fetch_tuple",
+    "put_txn",
+    "put_writes_txn",
+    "read_resolved",
+    "read_skeleton",
+    "resolved",
+]
+
+_dumps = orjson.dumps
 
 
 def put_txn(
@@ -53,7 +66,8 @@ def put_txn(
     """
     # The encoded row's cells in one unpacking (attribute reads of a named
     # tuple cost a lookup each, fifteen a put).
-    thread_id, ns, cid, parent_id, envelope, values_type, blob, md, source, step, run_id, sum_ = enc
+    thread_id, ns, cid, parent_id, envelope, values_type, blob, md, source, step, run_id = enc[:11]
+    sum_ = enc.checksum
     # `needs_version_check(source, token)`, inlined.
     version = token is not None and source in _FENCED_SOURCES
     position = claims.next_seq_if_fenced(
@@ -96,6 +110,17 @@ def put_txn(
         # Checked after the insert (which a conflict rolls back) so that the
         # common case costs one statement less.
         check_version(enc, token, lambda: _latest_before(conn, enc, position))
+    if enc.blobs:
+        conn.executemany(schema.INSERT_BLOB, [(thread_id, ns, *b) for b in enc.blobs])
+    if enc.borrows is not None and (
+        parent_id is None
+        or conn.execute(schema.HOLDS_REFS, (thread_id, ns, parent_id, enc.borrows)).fetchone()
+        is None
+    ):
+        # The parent this put's values name rows of is gone or was replaced
+        # (deleted and put again) since this process read it: those rows may
+        # be gone. Rolled back; the saver encodes the values whole and retries.
+        raise StaleParent(thread_id, ns, parent_id)
     events.append_text(
         conn,
         thread_id,
@@ -191,12 +216,69 @@ def put_writes_txn(
 
 
 def fetch_tuple(
-    conn: sqlite3.Connection, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
+    conn: sqlite3.Connection,
+    thread_id: str,
+    checkpoint_ns: str,
+    checkpoint_id: str | None,
+    strict: bool = False,
+    keep: Keep | None = None,
 ) -> tuple[Row, list[WriteRow]] | None:
-    """Read one checkpoint row (latest by position if no id) and its writes, in one statement."""
+    """Read one checkpoint row (latest by position if no id) and its writes, values inline.
+
+    Runs inside a read transaction (`Engine.read`): the value rows are read
+    in the same snapshot (`resolved`; `strict` and `keep` as its).
+    """
     sql, params = schema.get_tuple(thread_id, checkpoint_ns, checkpoint_id)
-    found = split_tuple(conn.execute(sql, params).fetchall())
+    rows = resolved(
+        conn, conn.execute(sql, params).fetchall(), FULL_CELLS, strict=strict, keep=keep
+    )
+    found = split_tuple(rows)
     return None if found is None else (found[0][:12], found[1])
+
+
+# Where rows hold the cells `values.resolve_rows` reads: `_CHECKPOINT_COLUMNS`
+# rows, and `schema.read_tuple`'s (whose thread and namespace the read named).
+FULL_CELLS = RowCells(0, 1, 2, 4, 5, 6, 7, 11)
+NARROW_CELLS = RowCells(None, None, 0, 2, 3, 4, 5, 6)
+# `schema.read_page`'s rows of a query that did not name both (their thread and namespace first).
+PAGE_CELLS = RowCells(0, 1, 2, 4, 5, 6, 7, 8)
+Keep = Callable[[str, str, str, bytes, dict[str, Held]], None]
+
+
+def resolved(
+    conn: sqlite3.Connection,
+    rows: list[Any],
+    cells: RowCells,
+    *,
+    thread_id: str | None = None,
+    ns: str | None = None,
+    strict: bool = True,
+    keep: Keep | None = None,
+) -> list[Any]:
+    """`values.resolve_rows` of rows just read on `conn`, the value rows read in its snapshot."""
+    return resolve_rows(
+        rows,
+        cells,
+        lambda want: conn.execute(schema.READ_BLOBS, (_dumps(want).decode(),)).fetchall(),
+        thread_id=thread_id,
+        ns=ns,
+        strict=strict,
+        keep=keep,
+    )
+
+
+def read_resolved(
+    conn: sqlite3.Connection,
+    sql: str,
+    params: Any,
+    cells: RowCells,
+    thread_id: str | None,
+    ns: str | None,
+    keep: Keep | None,
+) -> list[Any]:
+    """Run one read statement and `resolved` its rows (an `Engine.read` job)."""
+    rows = conn.execute(sql, params).fetchall()
+    return resolved(conn, rows, cells, thread_id=thread_id, ns=ns, keep=keep)
 
 
 def fetch_writes_for(

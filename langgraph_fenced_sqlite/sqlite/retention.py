@@ -41,7 +41,11 @@ def _remove(conn: sqlite3.Connection, thread_id: str, keys: Iterable[tuple[str, 
     conn.executemany(schema.DELETE_CHECKPOINT, rows)
     before = conn.total_changes
     conn.executemany(schema.DELETE_WRITES_OF_CHECKPOINT, rows)
-    return conn.total_changes - before
+    removed = conn.total_changes - before
+    if rows:
+        # The values only the removed checkpoints named go with them.
+        conn.execute(schema.COLLECT_BLOBS, (thread_id,))
+    return removed
 
 
 def keep_latest_txn(
@@ -204,6 +208,7 @@ def delete_all_checkpoints_txn(
     removed = [(n.ns, n.cid) for n in _skeleton(conn, thread_id)]
     writes = conn.execute(schema.THREAD_WRITE_COUNT, (thread_id,)).fetchone()[0]
     conn.execute(schema.DELETE_THREAD_CHECKPOINTS, (thread_id,))
+    conn.execute(schema.DELETE_THREAD_BLOBS, (thread_id,))
     conn.execute(schema.DELETE_THREAD_WRITES, (thread_id,))
     conn.execute(schema.DELETE_THREAD_RUNS, (thread_id,))
     floor = events.raise_floor(conn, thread_id, row.next_seq)
@@ -225,6 +230,7 @@ def delete_thread_txn(conn: sqlite3.Connection, thread_id: str) -> None:
     # First: whether the thread is more than a tombstone depends on its rows.
     conn.execute(schema.TOMBSTONE_THREAD, (thread_id, thread_id))
     conn.execute(schema.DELETE_THREAD_CHECKPOINTS, (thread_id,))
+    conn.execute(schema.DELETE_THREAD_BLOBS, (thread_id,))
     conn.execute(schema.DELETE_THREAD_WRITES, (thread_id,))
     conn.execute(schema.DELETE_THREAD_RUNS, (thread_id,))
     conn.execute(schema.DELETE_THREAD_EVENTS, (thread_id,))
@@ -325,6 +331,12 @@ def copy_thread_txn(
             "copied_from": source,
         }
         new.append(events.NewEvent("checkpoint", data, node.ns, node.cid))
+    if copied:
+        # The value rows the copies name (keys name content: a row the target
+        # holds already is the same value), not counted among the changes.
+        changes = conn.total_changes
+        conn.execute(schema.COPY_BLOBS, (target, source))
+        before += conn.total_changes - changes
     if clashes:
         names = ", ".join(f"{ns!r}/{cid!r}" for ns, cid in clashes)
         ns, cid = clashes[0]

@@ -25,11 +25,12 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..clock import Clock, read_now, to_seconds
 from ..core import narrow_reads
-from ..core.checkpoints import split_tuple, step_role
+from ..core.checkpoints import step_role
 from ..core.fenced_store import FencedStore
 from ..core.saver import store_options
 from ..core.serde import TypeKey
 from ..core.validation import check_name, checked_arguments
+from ..core.values import ValueCache
 from ..errors import UndecodableRow, bad_argument
 from . import checkpoints as cps
 from . import schema
@@ -114,6 +115,9 @@ class FencedSqliteSaver(  # type: ignore[misc]
         super().__init__(serde=serde)
         self.require_claim = require_claim
         self._engine = Engine(path, busy_timeout=busy, clock=clock, readonly=readonly)
+        self._value_cache = ValueCache()
+
+    _value_table = True
 
     # --- opening and closing -------------------------------------------------------
 
@@ -217,21 +221,31 @@ class FencedSqliteSaver(  # type: ignore[misc]
     def _fetch_tuple(
         self, op: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
     ) -> tuple[Any, _list[Any]] | None:
-        # One statement (the checkpoint and its writes, UNION ALL) is one
-        # snapshot: no BEGIN/COMMIT.
-        rows = self._engine.query(op, *schema.get_tuple(thread_id, checkpoint_ns, checkpoint_id))
-        return split_tuple(rows)
+        return self._engine.read(
+            op, cps.fetch_tuple, thread_id, checkpoint_ns, checkpoint_id, True, self._keep_values
+        )
 
     # `get_tuple` and `list` read only the cells they return or check (a
     # sixth of a read's CPU went to converting cells it never used); a row
     # whose position, token or created_at holds the wrong type is read again
-    # in full, so that `decode_tuple` names the cell as it always did.
+    # in full, so that `decode_tuple` names the cell as it always did. Value
+    # rows are read in the same transaction (`cps.read_resolved`).
 
     def _read_tuple(
         self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
     ) -> CheckpointTuple | None:
         sql, params = schema.read_tuple(thread_id, checkpoint_ns, checkpoint_id)
-        found = narrow_reads.split_read(self._engine.query("get_tuple", sql, params))
+        rows = self._engine.read(
+            "get_tuple",
+            cps.read_resolved,
+            sql,
+            params,
+            cps.NARROW_CELLS,
+            thread_id,
+            checkpoint_ns,
+            self._keep_values,
+        )
+        found = narrow_reads.split_read(rows)
         if found is None:
             return None
         row, writes = found
@@ -245,10 +259,27 @@ class FencedSqliteSaver(  # type: ignore[misc]
         sql, params = schema.read_page(**query, after_key=after_key, limit=size)
         # Rows carry their thread and namespace unless the query named both (`read_page`).
         at = 0 if query["thread_id"] is not None and query["checkpoint_ns"] is not None else 2
-        rows = self._engine.query("list", sql, params)
+        cells = cps.NARROW_CELLS if at == 0 else cps.PAGE_CELLS
+        rows = self._engine.read(
+            "list",
+            cps.read_resolved,
+            sql,
+            params,
+            cells,
+            query["thread_id"],
+            query["checkpoint_ns"],
+            None,
+        )
         return narrow_reads.decode_page(
             self.serde, query["thread_id"], query["checkpoint_ns"], rows, at, self._reread
         )
+
+    def _keep_values(
+        self, thread_id: str, ns: str, cid: str, refs: bytes, held: dict[str, Any]
+    ) -> None:
+        # What a read rebuilt, for the next put's encoding (`values.ValueCache`).
+        if getattr(self.serde, "unknown", "refuse") == "refuse":
+            self._value_cache.put(thread_id, ns, cid, refs, held)
 
     def _reread(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointTuple:
         # A page's row whose cells hold the wrong SQL types, read in full so

@@ -21,7 +21,7 @@ from ..core.saver_inspect import (  # noqa: F401 (moved)
 from ..core.validation import check_int, check_name
 from ..errors import CheckpointNotFound
 from . import schema
-from .checkpoints import fetch_tuple, fetch_writes_for
+from .checkpoints import FULL_CELLS, fetch_tuple, fetch_writes_for, resolved
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -61,6 +61,7 @@ class InspectionAPI(InspectionBase):
                 start = row[0]
             page = (thread_id, checkpoint_ns, start, size)
             rows = [tuple(r) for r in conn.execute(schema.HISTORY_PAGE, page)]
+            rows = resolved(conn, rows, FULL_CELLS, strict=False)
             return rows, (fetch_writes_for(conn, rows) if with_writes else {})
 
         return self._engine.read(op, job)

@@ -199,6 +199,29 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             INSERT INTO thread_runs (thread_id, run_id) VALUES (NEW.thread_id, NEW.run_id);
         END""",
     ),
+    # 4 -> 5: channel values stored once each (core/values.py). A checkpoint
+    # written from now on holds `{channel: key}` (values_type 'lgfs-refs')
+    # naming rows here; rows written before keep their values inline and
+    # read as they always did (`lgfs compact` rewrites them). A rowid table:
+    # its rows are large (a whole list, or a step's new elements) and append
+    # at the right edge; the primary key is a second, small B-tree.
+    (
+        """CREATE TABLE blobs (
+            thread_id TEXT NOT NULL,
+            checkpoint_ns TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            key TEXT NOT NULL,
+            base TEXT,
+            type TEXT NOT NULL,
+            count INTEGER NOT NULL,
+            ordinal INTEGER NOT NULL,
+            codec TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            data BLOB NOT NULL,
+            checksum INTEGER,
+            PRIMARY KEY (thread_id, checkpoint_ns, channel, key)
+        )""",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -555,6 +578,68 @@ COPY_IDENTITY = (
     "ON s.thread_id = ? AND s.checkpoint_ns = t.checkpoint_ns "
     "AND s.checkpoint_id = t.checkpoint_id "
     "WHERE t.thread_id = ? AND t.checkpoint_ns = ? AND t.checkpoint_id = ?"
+)
+
+# --- channel values (core/values.py) ------------------------------------------------
+
+_BLOB_COLUMNS = (
+    "thread_id, checkpoint_ns, channel, key, base, type, count, ordinal, codec, size, data, "
+    "checksum"
+)
+# A row already stored under its key holds the same value (keys name content).
+INSERT_BLOB = (
+    f"INSERT INTO blobs ({_BLOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT DO NOTHING"
+)
+# Whether the parent (thread, ns, id) still holds the refs (`?4`) a put's values
+# were encoded against: a put names rows only through its parent.
+HOLDS_REFS = (
+    "SELECT 1 FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
+    "AND checkpoint_id = ? AND values_type = 'lgfs-refs' AND values_blob = ?"
+)
+# The value rows that the refs `?1` (JSON `[[thread, ns, channel, key], ...]`)
+# name, and the rows each extends, back to its whole value: one statement,
+# so one snapshot with the checkpoint rows read in the same transaction.
+# UNION, not UNION ALL: a damaged `base` naming a row of its own chain ends
+# the walk instead of looping (the reader then refuses the value).
+READ_BLOBS = (
+    "WITH RECURSIVE want(t, n, c, k) AS (SELECT json_extract(value, '$[0]'), "
+    "json_extract(value, '$[1]'), json_extract(value, '$[2]'), json_extract(value, '$[3]') "
+    "FROM json_each(?1) UNION SELECT b.thread_id, b.checkpoint_ns, b.channel, b.base "
+    "FROM want w JOIN blobs b ON b.thread_id = w.t AND b.checkpoint_ns = w.n "
+    "AND b.channel = w.c AND b.key = w.k WHERE b.base IS NOT NULL) "
+    "SELECT b.thread_id, b.checkpoint_ns, b.channel, b.key, b.base, b.type, b.count, "
+    "b.ordinal, b.codec, b.size, b.data, b.checksum FROM want w JOIN blobs b "
+    "ON b.thread_id = w.t AND b.checkpoint_ns = w.n AND b.channel = w.c AND b.key = w.k"
+)
+DELETE_THREAD_BLOBS = "DELETE FROM blobs WHERE thread_id = ?"
+# A refs cell as the JSON object it must be (else NULL: damage).
+_REFS_OF = (
+    "CASE WHEN json_valid(CAST({0}.values_blob AS TEXT)) "
+    "AND json_type(CAST({0}.values_blob AS TEXT)) = 'object' "
+    "THEN CAST({0}.values_blob AS TEXT) END"
+)
+# Remove the thread's (`?1`) value rows that no checkpoint of it needs: those
+# its checkpoints' refs name, and the rows those extend, stay. Nothing goes
+# while any of its refs cells is damaged: what it named cannot be known.
+COLLECT_BLOBS = (
+    "WITH RECURSIVE live(n, c, k) AS (SELECT c.checkpoint_ns, j.key, j.value "
+    f"FROM checkpoints c, json_each({_REFS_OF.format('c')}) j "
+    "WHERE c.thread_id = ?1 AND c.values_type = 'lgfs-refs' "
+    f"AND {_REFS_OF.format('c')} IS NOT NULL "
+    "UNION SELECT b.checkpoint_ns, b.channel, b.base FROM live l JOIN blobs b "
+    "ON b.thread_id = ?1 AND b.checkpoint_ns = l.n AND b.channel = l.c AND b.key = l.k "
+    "WHERE b.base IS NOT NULL) "
+    "DELETE FROM blobs WHERE thread_id = ?1 "
+    "AND (checkpoint_ns, channel, key) NOT IN (SELECT n, c, k FROM live) "
+    "AND NOT EXISTS (SELECT 1 FROM checkpoints d WHERE d.thread_id = ?1 "
+    f"AND d.values_type = 'lgfs-refs' AND {_REFS_OF.format('d')} IS NULL)"
+)
+# Every value row of the source thread (`?2`) into the target (`?1`).
+COPY_BLOBS = (
+    f"INSERT INTO blobs ({_BLOB_COLUMNS}) SELECT ?1, checkpoint_ns, channel, key, base, type, "
+    "count, ordinal, codec, size, data, checksum FROM blobs WHERE thread_id = ?2 "
+    "ON CONFLICT DO NOTHING"
 )
 
 # --- writes ------------------------------------------------------------------------

@@ -304,12 +304,15 @@ def case_bad_envelope_or_allowed_type_with_bad_args_is_undecodable(env: Contract
     bad_uuid = ormsgpack.packb(
         ormsgpack.Ext(jsonplus.EXT_CONSTRUCTOR_SINGLE_ARG, ormsgpack.packb(["uuid", "UUID", "no"]))
     )
-    _plant(env.path, "UPDATE checkpoints SET values_blob = ? WHERE thread_id = 't'", (bad_uuid,))
+    # Values inline, as every row before the value table held them (still read).
+    inline = "UPDATE checkpoints SET values_type = 'msgpack', values_blob = ? WHERE thread_id = 't'"
+    _plant(env.path, inline, (bad_uuid,))
     exc = _expect(lambda: store.get_tuple(_config("t")), UndecodableRow)
     assert exc.checkpoint_id == cp_id and "uuid.UUID" in str(exc), str(exc)
     _plant(
         env.path,
-        "UPDATE checkpoints SET values_blob = ?, envelope = json_set(envelope, '$.format', 99) "
+        "UPDATE checkpoints SET values_type = 'msgpack', values_blob = ?, "
+        "envelope = json_set(envelope, '$.format', 99) "
         "WHERE thread_id = 't'",
         (_encoded({"step": 0})[1],),
     )

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from support.files import reseal
+from support.files import inline_values, reseal
 
 from langgraph_fenced_sqlite import FencedSqliteSaver, InvalidArgument, UndecodableRow
 from langgraph_fenced_sqlite.core import stored_json
@@ -110,7 +110,11 @@ def test_a_blob_that_decodes_to_a_non_dict_is_undecodable(open_store: Any, db_pa
     configs = _fill(store)
     cid = configs["second"]["configurable"]["checkpoint_id"]
     # 0x07 is the msgpack integer 7; ormsgpack ignores the bytes after it.
-    _plant(db_path, "UPDATE checkpoints SET values_blob = x'076a756e6b'", sealed=True)
+    _plant(
+        db_path,
+        "UPDATE checkpoints SET values_type = 'msgpack', values_blob = x'076a756e6b'",
+        sealed=True,
+    )
     with pytest.raises(UndecodableRow) as info:
         store.get_tuple(configs["second"])
     assert info.value.checkpoint_id == cid and "dict" in info.value.reason
@@ -176,6 +180,7 @@ def test_a_schema_1_file_migrates_with_valid_checksums(open_store: Any, tmp_path
         names = ", ".join(columns)
         conn.execute(f"DELETE FROM main.{table}")
         conn.execute(f"INSERT INTO main.{table} ({names}) SELECT {names} FROM v2.{table}")
+    inline_values(conn, source, checksums=False)
     conn.commit()
     conn.execute("DETACH DATABASE v2")
     conn.close()
@@ -441,8 +446,8 @@ def test_list_reads_through_a_users_serializer_as_get_tuple_does(open_store: Any
         ("UPDATE writes SET blob = 'text' WHERE channel = 'a'", "blob holds str"),
         ("UPDATE checkpoints SET metadata = '[]'", "not an object"),
         ("UPDATE checkpoints SET envelope = '{}'", "format"),
-        ("UPDATE checkpoints SET values_blob = x'c1'", "msgpack"),
-        ("UPDATE checkpoints SET values_blob = x'07'", "not a dict"),
+        ("UPDATE checkpoints SET values_type = 'msgpack', values_blob = x'c1'", "msgpack"),
+        ("UPDATE checkpoints SET values_type = 'msgpack', values_blob = x'07'", "not a dict"),
         ("UPDATE writes SET blob = x'c7016300' WHERE channel = 'a'", "write 'task-1'"),
     ],
 )

@@ -107,9 +107,9 @@ def test_a_schema_3_file_migrates_and_reads_back_the_same(
     v3_file: tuple[str, dict[str, Any]], open_store: Any
 ) -> None:
     path, expected = v3_file
-    assert SCHEMA_VERSION == 4 and user_version(path) == 3
+    assert SCHEMA_VERSION == 5 and user_version(path) == 3
     migrated = open_store(path)
-    assert user_version(path) == 4
+    assert user_version(path) == SCHEMA_VERSION
     assert _reads(migrated) == expected
     # The runs' threads were backfilled: a run of both threads goes from both.
     assert _run_rows(path, "r1") == 6
@@ -180,7 +180,7 @@ def test_a_migration_killed_midway_changes_nothing(
     assert user_version(path) == 3 and dump(path) == before
     with FencedSqliteSaver(path) as store:
         assert _reads(store) == expected
-        assert user_version(path) == 4
+        assert user_version(path) == SCHEMA_VERSION
         store.delete_for_runs(["r2"])
     assert _run_rows(path, "r2") == 0
 

@@ -17,7 +17,8 @@ import pytest
 
 from langgraph_fenced_sqlite.core.checksums import checksum
 from langgraph_fenced_sqlite.sqlite import schema
-from langgraph_fenced_sqlite.sqlite.schema import CHECKSUM_FUNCTION, MIGRATIONS
+from langgraph_fenced_sqlite.sqlite.checkpoints import FULL_CELLS, resolved
+from langgraph_fenced_sqlite.sqlite.schema import _CHECKPOINT_COLUMNS, CHECKSUM_FUNCTION, MIGRATIONS
 
 
 def dump(path: str) -> dict[str, list[Any]]:
@@ -76,6 +77,12 @@ def reseal(conn: Any) -> None:
     conn.create_function(schema.CHECKSUM_FUNCTION, -1, checksum, deterministic=True)
     for statement in schema.BACKFILL_CHECKSUMS:
         conn.execute(statement)
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'blobs'").fetchone():
+        # `checksums.blob_checksum`'s cells, in its order.
+        conn.execute(
+            f"UPDATE blobs SET checksum = {schema.CHECKSUM_FUNCTION}(channel, key, base, type, "
+            "count, ordinal, codec, size, data)"
+        )
 
 
 def file_fixtures(
@@ -111,6 +118,28 @@ def file_fixtures(
 _V3_TABLES = ("meta", "threads", "checkpoints", "writes", "events")
 
 
+def inline_values(conn: sqlite3.Connection, source: str, *, checksums: bool = True) -> None:
+    """Give `conn`'s checkpoints (copied from `source`) their values inline, as before schema 5.
+
+    Files before the value table held every checkpoint's values in its row;
+    the current code writes `{channel: key}` there instead. `checksums`:
+    the target's rows have a checksum column (schema 2 on), resealed.
+    """
+    src = sqlite3.connect(source)
+    try:
+        rows = src.execute(f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints").fetchall()
+        for r in resolved(src, rows, FULL_CELLS):
+            sets = "values_type = ?, values_blob = ?" + (", checksum = ?" if checksums else "")
+            cells = (r[5], r[6], r[11]) if checksums else (r[5], r[6])
+            conn.execute(
+                f"UPDATE main.checkpoints SET {sets} "
+                "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
+                (*cells, r[0], r[1], r[2]),
+            )
+    finally:
+        src.close()
+
+
 def make_v3_file(source: str, target: str) -> None:
     """Write `target` as a version-3 file holding `source`'s rows (WAL, as a store leaves it).
 
@@ -132,6 +161,7 @@ def make_v3_file(source: str, target: str) -> None:
         names = ", ".join(r[1] for r in conn.execute(f"PRAGMA main.table_info({table})"))
         conn.execute(f"DELETE FROM main.{table}")
         conn.execute(f"INSERT INTO main.{table} ({names}) SELECT {names} FROM src.{table}")
+    inline_values(conn, source)
     conn.execute("COMMIT")
     conn.execute("DETACH DATABASE src")
     conn.close()

@@ -1,0 +1,522 @@
+"""Channel values stored once each, a growing list as what it gained (docs/semantics.md §7a).
+
+A checkpoint of this layout (`values_type == REFS`) holds no channel value:
+its `values_blob` is the JSON object `{channel: key}`, one key per channel of
+its `channel_values`, each naming a row of the store's value table in the
+same thread and namespace. A value row holds a whole value, or, for a list
+that extends a stored list (the same leading elements, byte for byte, then
+new ones: what `add_messages` and `operator.add` produce), the key of that
+list's row (`base`) and the new elements' bytes. A value unchanged since the
+parent checkpoint is not stored again: the checkpoint names its parent's row.
+
+Invariant: a key names content. It is the CRC-32 and the size of the whole
+value's encoded bytes and the CRC-32 of the channel version it was stored
+under, so one key never names two different values (a retry stores nothing
+new), and a reader rebuilds the value from the chain's rows and refuses it
+unless its bytes give the key's CRC and size: the checkpoint's own checksum
+covers the keys, so it covers every byte its values are read from. Each
+value row carries a checksum of its own cells too (`checksums.blob_checksum`),
+checked before its bytes are decompressed.
+
+Whether an element is unchanged is decided from encoded bytes only: every
+value is encoded on every put, as LangGraph's savers do, and compared with
+the parent's bytes. What is new is all that is proven (`DataOnlySerializer.prove`),
+checksummed and compressed; bytes this process already proved or read are
+not proven again.
+
+A read never follows an unbounded chain: the n-th extension of a whole list
+covers the last `SPAN**p` extensions, for the largest `p < LEVELS` with
+`n % SPAN**p == 0`, so a chain has at most `(SPAN - 1) * LEVELS` rows after
+its whole value, and every `SPAN**LEVELS`-th extension is stored whole.
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import orjson
+import ormsgpack
+
+from ..errors import UndecodableRow
+from .checksums import blob_checksum, checkpoint_checksum
+from .compression import ZSTD, compress, inflate
+from .serde import DataOnlySerializer
+
+_dumps = orjson.dumps
+
+__all__ = [
+    "LEVELS",
+    "REFS",
+    "SPAN",
+    "Blob",
+    "StaleParent",
+    "Encoded",
+    "Held",
+    "RowCells",
+    "ValueCache",
+    "encode_values",
+    "resolve_rows",
+    "wanted",
+]
+
+# The `values_type` of a checkpoint whose values are in the value table.
+REFS = "lgfs-refs"
+SPAN = 16
+LEVELS = 3
+
+
+class StaleParent(Exception):
+    """A put's values name rows of a parent that no longer holds them (never leaves the saver).
+
+    The saver then encodes the values whole, naming no row it does not add,
+    and puts again.
+    """
+
+
+class Blob(NamedTuple):
+    """One row of a store's value table (its thread and namespace aside)."""
+
+    channel: str
+    key: str
+    base: str | None
+    type: str
+    items: int  # a list's elements in the whole value; -1: not a list (stored whole)
+    ordinal: int  # extensions since the whole value its chain starts from (0: whole)
+    codec: str  # "" or "zstd"
+    size: int  # `data` uncompressed
+    data: bytes
+    checksum: int
+
+
+# The columns a store reads a value row as (after its thread and namespace).
+BlobRow = tuple[Any, ...]
+
+
+class Held(NamedTuple):
+    """A stored value whose encoded bytes this process holds (proven or read here)."""
+
+    key: str
+    type: str
+    items: int
+    body: bytes  # a list: its elements' bytes, joined (no array header)
+    crc: int
+    # The rows a read of it follows: (ordinal, key, count, crc), its own first.
+    anchors: tuple[tuple[int, str, int, int], ...]
+
+
+class Encoded(NamedTuple):
+    """A checkpoint's channel values, encoded for the value table."""
+
+    refs: bytes
+    blobs: tuple[Blob, ...]
+    held: dict[str, Held]
+    # The parent's refs, when these name rows of the parent's.
+    borrows: bytes | None
+
+    @property
+    def row(self) -> tuple[str, bytes, tuple[Blob, ...], bytes | None, dict[str, Held]]:
+        """The checkpoint row's share: `encode_checkpoint`'s `values`."""
+        return REFS, self.refs, self.blobs, self.borrows, self.held
+
+
+def array_header(n: int) -> bytes:
+    """Return msgpack's header of an array of `n` elements."""
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 0x10000:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+def _span(ordinal: int) -> int | None:
+    """The extensions a row at `ordinal` covers; None: it is stored whole."""
+    if ordinal % SPAN**LEVELS == 0:
+        return None
+    span = 1
+    while ordinal % (span * SPAN) == 0:
+        span *= SPAN
+    return span
+
+
+def _key(crc: int, size: int, version: Any) -> str:
+    return f"{crc:08x}.{size:x}.{zlib.crc32(repr(version).encode()):08x}"
+
+
+def _row(
+    channel: str, key: str, base: str | None, type_: str, count: int, ordinal: int, data: bytes
+) -> Blob:
+    codec, stored = compress(data)
+    sum_ = blob_checksum(channel, key, base, type_, count, ordinal, codec, len(data), stored)
+    return Blob(channel, key, base, type_, count, ordinal, codec, len(data), stored, sum_)
+
+
+def encode_values(
+    serde: Any,
+    values: Mapping[str, Any],
+    versions: Mapping[str, Any],
+    parent: Mapping[str, Held] | None,
+    parent_refs: bytes | None = None,
+) -> Encoded:
+    """Encode a checkpoint's `channel_values` against its parent's, as this process holds them.
+
+    `parent` is what this process holds of the parent's values, `parent_refs`
+    the parent's refs cell (which the store checks the parent still holds).
+
+    Raises:
+        SerializationError: a value does not encode or prove (`dumps_typed`'s errors).
+    """
+    refs: dict[str, str] = {}
+    blobs: list[Blob] = []
+    held: dict[str, Held] = {}
+    for channel, value in values.items():
+        prev = parent.get(channel) if parent else None
+        h = _encode(serde, channel, value, versions.get(channel), prev, blobs)
+        refs[channel] = h.key
+        held[channel] = h
+    named = {b.key for b in blobs}
+    borrows = None
+    if parent is not None and any(h.key not in named or h.anchors[1:] for h in held.values()):
+        borrows = parent_refs
+    return Encoded(_dumps(refs), tuple(blobs), held, borrows)
+
+
+def _encode(
+    serde: Any, channel: str, value: Any, version: Any, prev: Held | None, out: list[Blob]
+) -> Held:
+    # A serializer of the user's (one that overrides `dumps_typed`) encodes
+    # and proves each value its own way; ours, by element.
+    ours = (
+        isinstance(serde, DataOnlySerializer)
+        and type(serde).dumps_typed is DataOnlySerializer.dumps_typed
+    )
+    if ours and type(value) is list:
+        return _encode_list(serde, channel, value, version, prev, out)
+    if ours:
+        type_, data, needs_proof = serde.pack(value)
+        if prev is not None and prev.items < 0 and prev.type == type_ and prev.body == data:
+            return prev
+        if needs_proof:
+            serde.prove(value, data)
+    else:
+        type_, data = serde.dumps_typed(value)
+        if prev is not None and prev.items < 0 and prev.type == type_ and prev.body == data:
+            return prev
+    crc = zlib.crc32(data)
+    key = _key(_seal(crc, type_, -1), len(data), version)
+    out.append(_row(channel, key, None, type_, -1, 0, data))
+    return Held(key, type_, -1, data, crc, ((0, key, -1, crc),))
+
+
+def _encode_list(
+    serde: DataOnlySerializer,
+    channel: str,
+    value: list[Any],
+    version: Any,
+    prev: Held | None,
+    out: list[Blob],
+) -> Held:
+    parts, flags = serde.pack_items(value)
+    n = len(parts)
+    start = 0
+    if prev is not None and prev.type == "msgpack" and 0 <= prev.items <= n:
+        head = b"".join(parts[: prev.items])
+        if head == prev.body:
+            if prev.items == n:
+                return prev
+            start = prev.items
+    if any(flags[start:]):
+        serde.prove(value[start:], array_header(n - start) + b"".join(parts[start:]))
+    body = b"".join(parts)
+    if prev is not None and start:
+        ordinal = prev.anchors[0][0] + 1
+        span = _span(ordinal)
+        base = None
+        if span is not None:
+            base = next((a for a in prev.anchors if a[0] == ordinal - span), None)
+        if base is not None:
+            data = b"".join(parts[base[2] :])
+            crc = zlib.crc32(data, base[3])
+            key = _key(_seal(crc, "msgpack", n), len(body), version)
+            out.append(_row(channel, key, base[1], "msgpack", n, ordinal, data))
+            older = (a for a in prev.anchors if a[0] <= base[0])
+            return Held(key, "msgpack", n, body, crc, ((ordinal, key, n, crc), *older))
+    crc = zlib.crc32(body)
+    key = _key(_seal(crc, "msgpack", n), len(body), version)
+    out.append(_row(channel, key, None, "msgpack", n, 0, body))
+    return Held(key, "msgpack", n, body, crc, ((0, key, n, crc),))
+
+
+def _seal(crc: int, type_: str, count: int) -> int:
+    # The key's CRC: the body's, then the value's tag and element count, so
+    # that the key covers every cell a read rebuilds the value from.
+    return zlib.crc32(f"{type_}:{count}".encode(), crc)
+
+
+def wanted(thread_id: Any, ns: Any, refs: Any) -> list[tuple[Any, Any, str, str]]:
+    """Return the value rows `(thread, ns, channel, key)` a checkpoint's refs name.
+
+    Refs that are not a JSON object of strings name nothing: the checkpoint
+    then fails its decode (`assemble`), which says why.
+    """
+    try:
+        decoded = _load_refs(refs)
+    except ValueError:  # damage: `resolve_rows` names it
+        return []
+    return [(thread_id, ns, channel, key) for channel, key in decoded.items() if type(key) is str]
+
+
+def _load_refs(refs: Any) -> dict[str, Any]:
+    if type(refs) is not bytes:
+        raise ValueError(f"refs cell holds {type(refs).__name__}")
+    decoded = orjson.loads(refs)  # orjson.JSONDecodeError is a ValueError
+    if type(decoded) is not dict:
+        raise ValueError(f"refs are JSON {type(decoded).__name__}, not an object")
+    return decoded
+
+
+def index(rows: Iterable[BlobRow]) -> dict[tuple[Any, ...], BlobRow]:
+    """Index value rows (thread, ns, channel, key, ...) by their first four cells."""
+    return {tuple(row[:4]): row for row in rows}
+
+
+# Cells 4-11 of a value row: base, type, count, ordinal, codec, size, data, checksum.
+_MAX_CHAIN = (SPAN - 1) * LEVELS + 1
+
+
+class RowCells(NamedTuple):
+    """Where a store's checkpoint row holds the cells `resolve_rows` reads (indexes).
+
+    `thread` and `ns` are None for rows of a read that named them.
+    """
+
+    thread: int | None
+    ns: int | None
+    cid: int
+    envelope: int
+    values_type: int
+    values_blob: int
+    metadata: int
+    checksum: int
+
+
+def resolve_rows(
+    rows: list[Any],
+    cells: RowCells,
+    fetch: Callable[[list[tuple[Any, ...]]], Iterable[BlobRow]],
+    *,
+    thread_id: Any = None,
+    ns: Any = None,
+    strict: bool = True,
+    keep: Callable[[str, str, str, bytes, dict[str, Held]], None] | None = None,
+) -> list[Any]:
+    """Return `rows` with each value-table checkpoint's values inline, as the old layout held them.
+
+    A row of this layout whose checksum holds has its refs replaced by the
+    msgpack map of its values (the bytes `dumps_typed(channel_values)`
+    gives) and its checksum by that of the row so rebuilt, so that every
+    reader decodes it as it decodes any row, through the same checks. Its
+    value rows come from `fetch(wanted)`, which the store runs in the same
+    snapshot as the read of `rows`. A row whose checksum does not hold is
+    left as it is (its reader refuses it); one whose value rows are missing
+    or damaged raises `UndecodableRow` (`strict`), or is left as it is
+    (its reader then refuses it: for display and `doctor`).
+
+    `keep(thread, ns, cid, refs, held)` is told what each resolved row holds.
+    """
+    todo: list[tuple[int, Any, Any]] = []
+    want: list[tuple[Any, ...]] = []
+    for i, row in enumerate(rows):
+        if row[cells.values_type] != REFS:
+            continue
+        refs = row[cells.values_blob]
+        if type(refs) is not bytes or row[cells.checksum] != checkpoint_checksum(
+            row[cells.envelope], REFS, refs, row[cells.metadata]
+        ):
+            continue
+        t = thread_id if cells.thread is None else row[cells.thread]
+        n = ns if cells.ns is None else row[cells.ns]
+        todo.append((i, t, n))
+        want.extend(wanted(t, n, refs))
+    if not todo:
+        return rows
+    found = index(fetch(want)) if want else {}
+    out = list(rows)
+    for i, t, n in todo:
+        row = rows[i]
+        cid = row[cells.cid]
+        try:
+            packed, held = _inline(t, n, cid, row[cells.values_blob], found)
+        except UndecodableRow:
+            if strict:
+                raise
+            continue
+        new = list(row)
+        new[cells.values_type] = "msgpack"
+        new[cells.values_blob] = packed
+        new[cells.checksum] = checkpoint_checksum(
+            row[cells.envelope], "msgpack", packed, row[cells.metadata]
+        )
+        out[i] = tuple(new)
+        if keep is not None:
+            keep(t, n, cid, row[cells.values_blob], held)
+    return out
+
+
+def map_header(n: int) -> bytes:
+    """Return msgpack's header of a map of `n` entries."""
+    if n < 16:
+        return bytes((0x80 | n,))
+    if n < 0x10000:
+        return b"\xde" + n.to_bytes(2, "big")
+    return b"\xdf" + n.to_bytes(4, "big")
+
+
+def _inline(
+    thread_id: Any, ns: Any, cid: Any, refs: Any, rows: Mapping[tuple[Any, ...], BlobRow]
+) -> tuple[bytes, dict[str, Held]]:
+    # The channel values as one msgpack map, as `dumps_typed(channel_values)`
+    # encodes it: each key, then its value's bytes (a tagged value's as the
+    # map holds it: None as nil, bytes as bin).
+    try:
+        decoded = _load_refs(refs)
+    except ValueError as exc:
+        raise UndecodableRow(thread_id, cid, f"channel values: {exc}") from exc
+    parts = [map_header(len(decoded))]
+    held: dict[str, Held] = {}
+    for channel, key in decoded.items():
+        if type(key) is not str:
+            raise UndecodableRow(thread_id, cid, f"channel {channel!r}: key is not a string")
+        h = _rebuild(thread_id, ns, cid, channel, key, rows)
+        parts.append(ormsgpack.packb(channel))
+        if h.type == "msgpack":
+            parts.append(array_header(h.items) + h.body if h.items >= 0 else h.body)
+        elif h.type == "null":
+            parts.append(b"\xc0")
+        elif h.type in ("bytes", "bytearray"):
+            parts.append(ormsgpack.packb(h.body))
+        else:
+            raise UndecodableRow(thread_id, cid, f"channel {channel!r}: tag {h.type!r} refused")
+        held[channel] = h
+    return b"".join(parts), held
+
+
+def _rebuild(
+    thread_id: str, ns: str, cid: str, channel: str, key: str, rows: Mapping[tuple[Any, ...], Any]
+) -> Held:
+    chain: list[Any] = []
+    at: Any = key
+    while at is not None:
+        row = rows.get((thread_id, ns, channel, at))
+        if row is None or len(chain) >= _MAX_CHAIN:
+            why = "is missing" if row is None else "extends too long a chain"
+            raise UndecodableRow(thread_id, cid, f"channel {channel!r}: value {at!r} {why}")
+        _check_blob(thread_id, cid, row)
+        chain.append(row)
+        at = row[4]
+    crc = 0
+    body = b""
+    anchors: list[tuple[int, str, int, int]] = []
+    for row in reversed(chain):
+        data = _inflate(thread_id, cid, row)
+        crc = zlib.crc32(data, crc)
+        body += data
+        anchors.append((row[7], row[3], row[6], crc))
+    top = chain[0]
+    type_, count = top[5], top[6]
+    head, _, rest = key.partition(".")
+    size = rest.partition(".")[0]
+    if f"{_seal(crc, type_, count):08x}" != head or f"{len(body):x}" != size:
+        raise UndecodableRow(
+            thread_id, cid, f"channel {channel!r}: value {key!r} does not match its rows"
+        )
+    anchors.reverse()
+    return Held(key, type_, count, body, crc, tuple(anchors))
+
+
+def _check_blob(thread_id: str, cid: str, row: Sequence[Any]) -> None:
+    channel, key, base, type_, count, ordinal, codec, size, data, stored = row[2:12]
+    if stored is None or stored != blob_checksum(
+        channel, key, base, type_, count, ordinal, codec, size, data
+    ):
+        raise UndecodableRow(
+            thread_id, cid, f"channel {channel!r}: value {key!r}: checksum mismatch (damaged)"
+        )
+    if not (
+        type(type_) is str
+        and type(count) is int
+        and type(ordinal) is int
+        and type(size) is int
+        and type(data) is bytes
+        and codec in ("", ZSTD)
+        and 0 <= size < 2**31
+    ):
+        raise UndecodableRow(thread_id, cid, f"channel {channel!r}: value {key!r}: bad cells")
+
+
+def _inflate(thread_id: str, cid: str, row: Sequence[Any]) -> bytes:
+    codec, size, data = row[8], row[9], row[10]
+    if not codec:
+        out = data
+    else:
+        try:
+            out = inflate(data, size)
+        except ValueError as exc:
+            raise UndecodableRow(
+                thread_id, cid, f"channel {row[2]!r}: value {row[3]!r}: {exc}"
+            ) from exc
+    if len(out) != size:
+        raise UndecodableRow(thread_id, cid, f"channel {row[2]!r}: value {row[3]!r}: wrong size")
+    return out
+
+
+class ValueCache:
+    """The latest checkpoint's values each (thread, namespace) put or read here, bounded by bytes.
+
+    A put encodes against its parent's entry; a parent not here is read
+    first (which fills the entry). Thread-safe.
+    """
+
+    def __init__(self, max_bytes: int = 64 * 1024 * 1024) -> None:
+        """Keep entries up to `max_bytes` of encoded values in all (least recent go first)."""
+        self._max = max_bytes
+        self._bytes = 0
+        self._entries: OrderedDict[tuple[str, str], tuple[str, bytes, dict[str, Held], int]] = (
+            OrderedDict()
+        )
+        self._lock = threading.Lock()
+
+    def get(self, thread_id: str, ns: str, cid: str) -> tuple[bytes, dict[str, Held]] | None:
+        """Return `(refs, held)` of checkpoint `cid` if it is its namespace's entry."""
+        with self._lock:
+            entry = self._entries.get((thread_id, ns))
+            if entry is None or entry[0] != cid:
+                return None
+            self._entries.move_to_end((thread_id, ns))
+            return entry[1], entry[2]
+
+    def put(self, thread_id: str, ns: str, cid: str, refs: bytes, held: dict[str, Held]) -> None:
+        """Make checkpoint `cid` its namespace's entry."""
+        size = sum(len(h.body) for h in held.values())
+        if size > self._max:
+            self.forget(thread_id, ns)
+            return
+        with self._lock:
+            old = self._entries.pop((thread_id, ns), None)
+            if old is not None:
+                self._bytes -= old[3]
+            self._entries[(thread_id, ns)] = (cid, refs, held, size)
+            self._bytes += size
+            while self._bytes > self._max and self._entries:
+                _, dropped = self._entries.popitem(last=False)
+                self._bytes -= dropped[3]
+
+    def forget(self, thread_id: str, ns: str) -> None:
+        """Drop the namespace's entry."""
+        with self._lock:
+            old = self._entries.pop((thread_id, ns), None)
+            if old is not None:
+                self._bytes -= old[3]

@@ -1,0 +1,273 @@
+"""Channel values stored once each, lists as what they gained (core/values.py), on SQLite."""
+
+from __future__ import annotations
+
+import operator
+import random
+import sqlite3
+from typing import Annotated, Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from pydantic import BaseModel
+from support.files import reseal
+from typing_extensions import TypedDict
+
+from langgraph_fenced_sqlite import FencedSqliteSaver, UndecodableRow
+from langgraph_fenced_sqlite.core import values
+from langgraph_fenced_sqlite.core.serde import DataOnlySerializer
+
+_WORDS = [f"w{i}x{i * 7919 % 1000}" for i in range(3000)]
+
+
+class Note(BaseModel):
+    """A pydantic model in state, appended each turn."""
+
+    turn: int
+    tags: list[str]
+
+
+class Chat(TypedDict):
+    messages: Annotated[list, add_messages]
+    notes: Annotated[list, operator.add]
+
+
+def _text(rng: random.Random, n: int = 60) -> str:
+    return " ".join(rng.choice(_WORDS) for _ in range(n))
+
+
+def _graph(saver: Any) -> Any:
+    def reply(state: Chat) -> dict[str, Any]:
+        n = len(state["messages"])
+        rng = random.Random(n)
+        return {
+            "messages": [AIMessage(_text(rng), id=f"ai-{n}")],
+            "notes": [Note(turn=n, tags=[_text(rng, 2)])],
+        }
+
+    builder = StateGraph(Chat)
+    builder.add_node("reply", reply)
+    builder.add_edge(START, "reply")
+    builder.add_edge("reply", END)
+    return builder.compile(checkpointer=saver)
+
+
+def _chat(graph: Any, thread: str, turns: int, start: int = 0) -> None:
+    config = {"configurable": {"thread_id": thread}}
+    for i in range(start, start + turns):
+        message = HumanMessage(_text(random.Random(-i)), id=f"h-{i}")
+        graph.invoke({"messages": [message]}, config, durability="sync")
+
+
+def _history(graph: Any, thread: str) -> list[Any]:
+    config = {"configurable": {"thread_id": thread}}
+    return [(s.values, s.next, s.metadata["step"]) for s in graph.get_state_history(config)]
+
+
+def _blob_rows(path: str, thread: str = "t") -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(
+            "SELECT channel, key, base, ordinal, length(data) FROM blobs WHERE thread_id = ?",
+            (thread,),
+        ).fetchall()
+    finally:
+        conn.close()
+
+
+def test_an_element_encodes_alone_as_it_does_inside_its_list() -> None:
+    """The layout joins elements' bytes under an array header: that is msgpack's own list."""
+    serde = DataOnlySerializer(allowed_types=[Note])
+    items = [
+        HumanMessage("hi", id="1"),
+        {"a": [1, 2.5, None]},
+        Note(turn=1, tags=["x"]),
+        "é" * 300,
+        list(range(20)),
+        b"\x00\x01",
+    ]
+    for n in (0, 1, 15, 16, 300, 70000):
+        value = (items * (n // len(items) + 1))[:n]
+        parts, _ = serde.pack_items(value)
+        joined = values.array_header(n) + b"".join(parts)
+        assert joined == serde.pack(value)[1]
+        assert len(serde.loads_typed(("msgpack", joined))) == n
+
+
+def test_every_checkpoint_of_a_long_chat_reads_back_as_in_memory(tmp_path: Any) -> None:
+    """Each checkpoint of the history equals InMemorySaver's, here and in a fresh saver."""
+    path = str(tmp_path / "f.db")
+    memory = _graph(InMemorySaver())
+    _chat(memory, "t", 40)
+    expected = _history(memory, "t")
+    with FencedSqliteSaver(path, allowed_types=[Note]) as saver:
+        ours = _graph(saver)
+        _chat(ours, "t", 40)
+        assert _history(ours, "t") == expected
+    with FencedSqliteSaver(path, allowed_types=[Note]) as fresh:  # nothing cached
+        assert _history(_graph(fresh), "t") == expected
+    rows = _blob_rows(path)
+    assert any(base is not None for _, _, base, _, _ in rows)  # lists stored as extensions
+
+
+def test_a_list_is_stored_as_what_it_gained_and_a_read_follows_a_bounded_chain(
+    tmp_path: Any,
+) -> None:
+    path = str(tmp_path / "f.db")
+    with FencedSqliteSaver(path, allowed_types=[Note]) as saver:
+        _chat(_graph(saver), "t", 150)  # 300 versions of `messages`: past SPAN**2
+    rows = {(c, k): (base, ordinal, size) for c, k, base, ordinal, size in _blob_rows(path)}
+    longest = 0
+    for (channel, key), _ in rows.items():
+        hops, at = 0, key
+        while at is not None:
+            hops += 1
+            at = rows[(channel, at)][0]
+        longest = max(longest, hops)
+    assert longest <= (values.SPAN - 1) * values.LEVELS + 1
+    # Each element is stored once per level, not once per checkpoint.
+    messages = [size for (c, _), (_, _, size) in rows.items() if c == "messages"]
+    whole = max(messages)
+    assert sum(messages) < 4 * values.LEVELS * whole
+
+
+def test_a_put_proves_only_what_the_step_added(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Proof work per put stays flat as the history grows (new bytes only)."""
+    proven: list[int] = []
+    real = DataOnlySerializer.prove
+
+    def counting(self: DataOnlySerializer, obj: Any, data: bytes) -> None:
+        proven.append(len(data))
+        real(self, obj, data)
+
+    monkeypatch.setattr(DataOnlySerializer, "prove", counting)
+    with FencedSqliteSaver(str(tmp_path / "f.db"), allowed_types=[Note]) as saver:
+        graph = _graph(saver)
+        _chat(graph, "t", 5)
+        early = sum(proven)
+        proven.clear()
+        _chat(graph, "t", 60, start=5)
+        proven.clear()
+        _chat(graph, "t", 5, start=65)
+        late = sum(proven)
+    assert late < 2 * early
+
+
+def test_a_rewritten_list_is_stored_whole_and_reads_back(tmp_path: Any) -> None:
+    """A RemoveMessage (update_state), then a fork from an old checkpoint: both read back."""
+    path = str(tmp_path / "f.db")
+    memory = _graph(InMemorySaver())
+    with FencedSqliteSaver(path, allowed_types=[Note]) as saver:
+        for graph in (memory, _graph(saver)):
+            _chat(graph, "t", 6)
+            config = {"configurable": {"thread_id": "t"}}
+            graph.update_state(config, {"messages": [RemoveMessage(id="h-2")]})
+            old = list(graph.get_state_history(config))[-4].config
+            graph.update_state(old, {"messages": [HumanMessage("fork", id="f")]})
+            _chat(graph, "t", 2, start=100)
+        assert _history(_graph(saver), "t") == _history(memory, "t")
+
+
+def test_removal_frees_the_values_only_removed_checkpoints_named(tmp_path: Any) -> None:
+    path = str(tmp_path / "f.db")
+    with FencedSqliteSaver(path, allowed_types=[Note]) as saver:
+        graph = _graph(saver)
+        _chat(graph, "t", 30)
+        _chat(graph, "u", 3)
+        latest = graph.get_state({"configurable": {"thread_id": "t"}}).values
+        before = len(_blob_rows(path))
+        saver.prune(["t"], strategy="keep_latest")
+        after = _blob_rows(path)
+        assert 0 < len(after) < before
+        assert graph.get_state({"configurable": {"thread_id": "t"}}).values == latest
+        _chat(graph, "t", 2, start=30)  # the chain goes on from what was kept
+        saver.delete_thread("t")
+        assert _blob_rows(path) == [] and _blob_rows(path, "u")
+
+
+def test_a_damaged_or_forged_value_row_is_undecodable(tmp_path: Any) -> None:
+    path = str(tmp_path / "f.db")
+    with FencedSqliteSaver(path, allowed_types=[Note]) as saver:
+        _chat(_graph(saver), "t", 3)
+    damage = "UPDATE blobs SET data = CAST(data || x'00' AS BLOB) WHERE channel = 'messages'"
+    for sealed in (False, True):
+        conn = sqlite3.connect(path)
+        conn.execute(damage)
+        conn.commit()
+        conn.close()
+        if sealed:  # a forged row with a valid checksum: its key still refuses it
+            conn = sqlite3.connect(path)
+            reseal(conn)
+            conn.commit()
+            conn.close()
+        with FencedSqliteSaver(path, allowed_types=[Note]) as saver:
+            with pytest.raises(UndecodableRow, match="messages"):
+                saver.get_tuple({"configurable": {"thread_id": "t"}})
+            with pytest.raises(UndecodableRow, match="messages"):
+                list(saver.list({"configurable": {"thread_id": "t"}}))
+
+
+def test_a_parent_replaced_since_it_was_read_is_not_named(tmp_path: Any) -> None:
+    """Another saver deletes the thread and writes it again: this one's next put stores whole."""
+    path = str(tmp_path / "f.db")
+    with (
+        FencedSqliteSaver(path, allowed_types=[Note]) as a,
+        FencedSqliteSaver(path, allowed_types=[Note]) as b,
+    ):
+        graph_a, graph_b = _graph(a), _graph(b)
+        _chat(graph_a, "t", 3)
+        config = graph_a.get_state({"configurable": {"thread_id": "t"}}).config
+        tup = a.get_tuple(config)
+        b.delete_thread("t")
+        # The same checkpoint id again, with other values (as an import or a restore may).
+        checkpoint = {**tup.checkpoint, "channel_values": {"messages": [], "notes": []}}
+        b.put(
+            {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, checkpoint, tup.metadata, {}
+        )
+        child = {**checkpoint, "id": "1f000000-0000-6000-8000-000000000001"}
+        child["channel_values"] = {**tup.checkpoint["channel_values"]}
+        a.put(config, child, {"source": "update", "step": 99}, {})
+        got = b.get_tuple({"configurable": {"thread_id": "t", "checkpoint_id": child["id"]}})
+        assert got.checkpoint["channel_values"] == tup.checkpoint["channel_values"]
+        assert graph_b.get_state({"configurable": {"thread_id": "t"}}).values
+
+
+def test_a_large_write_is_stored_compressed_and_reads_back(tmp_path: Any) -> None:
+    path = str(tmp_path / "f.db")
+    with FencedSqliteSaver(path) as saver:
+        config = saver.put(
+            {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
+            {
+                "v": 4,
+                "id": "1f000000-0000-6000-8000-000000000002",
+                "ts": "",
+                "channel_values": {},
+                "channel_versions": {},
+                "versions_seen": {},
+                "updated_channels": None,
+            },
+            {},
+            {},
+        )
+        text = _text(random.Random(1), 400)
+        saver.put_writes(config, [("c", text), ("d", "short")], "task")
+        conn = sqlite3.connect(path)
+        types = dict(conn.execute("SELECT channel, type FROM writes").fetchall())
+        conn.close()
+        assert types == {"c": "zstd+msgpack", "d": "msgpack"}
+        assert saver.get_tuple(config).pending_writes == [
+            ("task", "c", text),
+            ("task", "d", "short"),
+        ]
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE writes SET blob = CAST(substr(blob, 1, 20) AS BLOB) WHERE channel = 'c'")
+    reseal(conn)
+    conn.commit()
+    conn.close()
+    with FencedSqliteSaver(path) as saver, pytest.raises(UndecodableRow, match="zstd"):
+        saver.get_tuple(config)
