@@ -87,6 +87,19 @@ EXPECTED = {
         "update_state (one after another)",
         "result",
     ],
+    "bench_growth.py": [
+        "CHAT: 12 turns",
+        "CHAT async: the same 12 turns through ainvoke",
+        "AGENT LOOP: 6 turns",
+        "history reads back equal",
+        "POSTGRESQL CHAT",
+        "result",
+    ],
+    "bench_growth.py --fsync-ms 2 --only chat": [
+        "CHAT: 12 turns of ~1 KB each way, durability sync, every fsync +2 ms",
+        "ours/InMemorySaver",
+        "result",
+    ],
     "bench_handoff.py": [
         "HAND-OFF: a run's end -> the other process's claim",
         "SQLite",
