@@ -49,7 +49,7 @@ def _stored(path: Path) -> dict[str, Any]:
             "WHERE e.thread_id = c.thread_id AND e.seq = c.position AND e.kind = 'checkpoint' "
             "AND e.checkpoint_id = c.checkpoint_id)"
         ).fetchone()[0]
-        # The yardstick stores each checkpoint's values inline (CONTRACT.md
+        # The yardstick stores each checkpoint's values inline (docs/semantics.md
         # promises values, not a layout); ours keeps them in `blobs` (schema 5),
         # compared by what a reader finds, not by row counts there.
         counted = [t for t in tables if t != "blobs"]
