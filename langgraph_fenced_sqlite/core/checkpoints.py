@@ -40,7 +40,7 @@ from .stored_json import (
     loads_json,
 )
 from .validation import flat_metadata
-from .values import REFS
+from .values import REFS, REFS_ERROR
 
 __all__ = [
     "EncodedCheckpoint",
@@ -529,6 +529,8 @@ def decode_checked(
             raise UndecodableRow(
                 thread_id, cid, "its channel values' rows are missing or damaged (lgfs doctor)"
             )
+        if values_type == REFS_ERROR and type(values_blob) is bytes:
+            raise UndecodableRow(thread_id, cid, values_blob.decode())
         values = serde.loads_typed((values_type, values_blob))
         if not isinstance(values, dict):
             raise UndecodableRow(

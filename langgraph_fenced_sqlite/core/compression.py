@@ -55,13 +55,20 @@ def inflate(data: bytes, size: int | None = None) -> bytes:
             size = zstd.get_frame_info(data).decompressed_size
         except zstd.ZstdError as exc:
             raise ValueError(f"not a zstd frame: {exc}") from exc
-    if size is None or not 0 <= size <= MAX_SIZE:
+    if type(data) is not bytes or size is None or not 0 <= size <= MAX_SIZE:
         raise ValueError(f"zstd frame of unstated or too large size {size!r}")
-    decompressor = zstd.ZstdDecompressor()
     try:
-        out = decompressor.decompress(data, max_length=size)
+        stated = zstd.get_frame_info(data).decompressed_size
+    except zstd.ZstdError as exc:
+        raise ValueError(f"not a zstd frame: {exc}") from exc
+    if stated != size:
+        # Ours always state their size: so one-shot decompression (no
+        # decompressor object per value) is bounded by it.
+        raise ValueError(f"the zstd frame states {stated!r} bytes, not {size}")
+    try:
+        out = zstd.decompress(data)
     except zstd.ZstdError as exc:
         raise ValueError(f"corrupt zstd frame: {exc}") from exc
-    if not decompressor.eof or decompressor.unused_data or len(out) != size:
+    if len(out) != size:
         raise ValueError("the zstd frame is not of its stated size")
     return out

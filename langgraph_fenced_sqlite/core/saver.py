@@ -77,6 +77,10 @@ class StoredWrite(NamedTuple):
     """The decoded value."""
 
 
+# The counter digits of a thread's first channel version (`get_next_version`).
+_VERSION_WIDTH = 10
+
+
 class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
     """LangGraph's `BaseCheckpointSaver` methods, written once for both fenced stores.
 
@@ -424,17 +428,24 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
         return (thread_id, ns, cid), encoded, token, cps.run_id_of(config)
 
     def get_next_version(self, current: str | None, channel: None = None) -> str:
-        """Return the next channel version: a zero-padded counter plus a random suffix."""
+        """Return the next channel version: a zero-padded counter plus a random suffix.
+
+        A thread's first version has a 10-digit counter and an 8-digit hex
+        suffix (`0000000001.3f9a0c2e`); every later one keeps the width of
+        the counter it follows, so versions written before (32 digits, a
+        `random.random()` suffix) still order as LangGraph compares them,
+        as strings. Short versions: each checkpoint's envelope holds several.
+        """
         if current is None:
-            current_v = 0
+            current_v, width = 0, _VERSION_WIDTH
         elif isinstance(current, int) and not isinstance(current, bool):
-            current_v = current
+            current_v, width = current, 32
         else:
             head = current.split(".")[0] if isinstance(current, str) else ""
             if not head.isdigit():
                 raise bad_argument("current", f"expected a channel version, got {current!r}")
-            current_v = int(head)
-        return f"{current_v + 1:032}.{random.random():016}"
+            current_v, width = int(head), len(head)
+        return f"{current_v + 1:0{width}}.{random.getrandbits(32):08x}"
 
     # --- the store's primitives: checked, encoded arguments in, one transaction each ----
 

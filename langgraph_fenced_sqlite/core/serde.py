@@ -298,26 +298,6 @@ class DataOnlySerializer(JsonPlusSerializer):
         data, used_ext = self._pack(obj, obj)
         return "msgpack", data, used_ext
 
-    def pack_items(self, items: list[Any]) -> tuple[list[bytes], list[bool]]:
-        """Encode each element of a list on its own, without proving it.
-
-        The array header for `len(items)` followed by the returned bytes,
-        joined, is exactly the bytes `pack(items)` returns: msgpack encodes
-        an array as its header and its elements, one after another. The
-        flags say which elements must be proven (`prove`) before they are
-        stored.
-
-        Raises:
-            SerializationError: an element holds a type with no data encoding.
-        """
-        parts: list[bytes] = []
-        flags: list[bool] = []
-        for item in items:
-            data, used_ext = self._pack(item, items)
-            parts.append(data)
-            flags.append(used_ext)
-        return parts, flags
-
     def _pack(self, obj: Any, whole: Any) -> tuple[bytes, bool]:
         used_ext = False
         refused: list[SerializationError] = []

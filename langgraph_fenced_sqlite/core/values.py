@@ -33,7 +33,6 @@ its whole value, and every `SPAN**LEVELS`-th extension is stored whole.
 from __future__ import annotations
 
 import threading
-import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -42,7 +41,7 @@ import orjson
 import ormsgpack
 
 from ..errors import UndecodableRow
-from .checksums import blob_checksum, checkpoint_checksum
+from .checksums import _crc32, blob_checksum, checkpoint_checksum
 from .compression import ZSTD, compress, inflate
 from .serde import DataOnlySerializer
 
@@ -51,6 +50,7 @@ _dumps = orjson.dumps
 __all__ = [
     "LEVELS",
     "REFS",
+    "REFS_ERROR",
     "SPAN",
     "Blob",
     "StaleParent",
@@ -65,8 +65,12 @@ __all__ = [
 
 # The `values_type` of a checkpoint whose values are in the value table.
 REFS = "lgfs-refs"
-SPAN = 16
-LEVELS = 3
+# What a display read (`resolve_rows(strict=False)`) puts in place of the
+# values of a checkpoint whose value rows are missing or damaged, with the
+# reason; never stored.
+REFS_ERROR = "lgfs-refs-unreadable"
+SPAN = 64
+LEVELS = 2
 
 
 class StaleParent(Exception):
@@ -104,7 +108,8 @@ class Held(NamedTuple):
     items: int
     body: bytes  # a list: its elements' bytes, joined (no array header)
     crc: int
-    # The rows a read of it follows: (ordinal, key, count, crc), its own first.
+    # The rows a read of it follows: (ordinal, key, bytes of the body so far,
+    # CRC of the body so far), its own first.
     anchors: tuple[tuple[int, str, int, int], ...]
 
 
@@ -143,7 +148,7 @@ def _span(ordinal: int) -> int | None:
 
 
 def _key(crc: int, size: int, version: Any) -> str:
-    return f"{crc:08x}.{size:x}.{zlib.crc32(repr(version).encode()):08x}"
+    return f"{crc:08x}.{size:x}.{_crc32(repr(version).encode()):08x}"
 
 
 def _row(
@@ -187,28 +192,30 @@ def encode_values(
 def _encode(
     serde: Any, channel: str, value: Any, version: Any, prev: Held | None, out: list[Blob]
 ) -> Held:
+    # Every value is encoded and compared by its bytes: a put may carry a
+    # changed value under an unchanged version (LangGraph's own savers
+    # would return the old one; this one returns what was put).
     # A serializer of the user's (one that overrides `dumps_typed`) encodes
-    # and proves each value its own way; ours, by element.
+    # and proves each value its own way; ours proves only what is new.
     ours = (
         isinstance(serde, DataOnlySerializer)
         and type(serde).dumps_typed is DataOnlySerializer.dumps_typed
     )
-    if ours and type(value) is list:
-        return _encode_list(serde, channel, value, version, prev, out)
     if ours:
         type_, data, needs_proof = serde.pack(value)
-        if prev is not None and prev.items < 0 and prev.type == type_ and prev.body == data:
-            return prev
-        if needs_proof:
-            serde.prove(value, data)
     else:
         type_, data = serde.dumps_typed(value)
-        if prev is not None and prev.items < 0 and prev.type == type_ and prev.body == data:
-            return prev
-    crc = zlib.crc32(data)
+        needs_proof = False
+    if ours and type(value) is list and type_ == "msgpack":
+        return _encode_list(serde, channel, value, version, prev, data, needs_proof, out)
+    if prev is not None and prev.items < 0 and prev.type == type_ and prev.body == data:
+        return prev
+    if needs_proof:
+        serde.prove(value, data)
+    crc = _crc32(data)
     key = _key(_seal(crc, type_, -1), len(data), version)
     out.append(_row(channel, key, None, type_, -1, 0, data))
-    return Held(key, type_, -1, data, crc, ((0, key, -1, crc),))
+    return Held(key, type_, -1, data, crc, ((0, key, len(data), crc),))
 
 
 def _encode_list(
@@ -217,20 +224,30 @@ def _encode_list(
     value: list[Any],
     version: Any,
     prev: Held | None,
+    data: bytes,
+    needs_proof: bool,
     out: list[Blob],
 ) -> Held:
-    parts, flags = serde.pack_items(value)
-    n = len(parts)
+    # `data` is the whole list's msgpack: its array header, then each
+    # element's bytes. The parent's list is a prefix of it when its body is.
+    n = len(value)
+    body = data[len(array_header(n)) :]
     start = 0
-    if prev is not None and prev.type == "msgpack" and 0 <= prev.items <= n:
-        head = b"".join(parts[: prev.items])
-        if head == prev.body:
-            if prev.items == n:
-                return prev
-            start = prev.items
-    if any(flags[start:]):
-        serde.prove(value[start:], array_header(n - start) + b"".join(parts[start:]))
-    body = b"".join(parts)
+    if (
+        prev is not None
+        and prev.type == "msgpack"
+        and 0 <= prev.items <= n
+        and body.startswith(prev.body)
+    ):
+        if prev.items == n:
+            return prev
+        start = prev.items
+    if needs_proof:
+        if start:
+            new = body[len(prev.body) :]  # type: ignore[union-attr]
+            serde.prove(value[start:], array_header(n - start) + new)
+        else:
+            serde.prove(value, data)
     if prev is not None and start:
         ordinal = prev.anchors[0][0] + 1
         span = _span(ordinal)
@@ -238,22 +255,23 @@ def _encode_list(
         if span is not None:
             base = next((a for a in prev.anchors if a[0] == ordinal - span), None)
         if base is not None:
-            data = b"".join(parts[base[2] :])
-            crc = zlib.crc32(data, base[3])
+            added = body[base[2] :]
+            crc = _crc32(added, base[3])
             key = _key(_seal(crc, "msgpack", n), len(body), version)
-            out.append(_row(channel, key, base[1], "msgpack", n, ordinal, data))
+            out.append(_row(channel, key, base[1], "msgpack", n, ordinal, added))
             older = (a for a in prev.anchors if a[0] <= base[0])
-            return Held(key, "msgpack", n, body, crc, ((ordinal, key, n, crc), *older))
-    crc = zlib.crc32(body)
+            anchors = ((ordinal, key, len(body), crc), *older)
+            return Held(key, "msgpack", n, body, crc, anchors)
+    crc = _crc32(body)
     key = _key(_seal(crc, "msgpack", n), len(body), version)
     out.append(_row(channel, key, None, "msgpack", n, 0, body))
-    return Held(key, "msgpack", n, body, crc, ((0, key, n, crc),))
+    return Held(key, "msgpack", n, body, crc, ((0, key, len(body), crc),))
 
 
 def _seal(crc: int, type_: str, count: int) -> int:
     # The key's CRC: the body's, then the value's tag and element count, so
     # that the key covers every cell a read rebuilds the value from.
-    return zlib.crc32(f"{type_}:{count}".encode(), crc)
+    return _crc32(f"{type_}:{count}".encode(), crc)
 
 
 def wanted(thread_id: Any, ns: Any, refs: Any) -> list[tuple[Any, Any, str, str]]:
@@ -312,6 +330,7 @@ def resolve_rows(
     ns: Any = None,
     strict: bool = True,
     keep: Callable[[str, str, str, bytes, dict[str, Held]], None] | None = None,
+    cached: Callable[[str, str, str], tuple[bytes, dict[str, Held]] | None] | None = None,
 ) -> list[Any]:
     """Return `rows` with each value-table checkpoint's values inline, as the old layout held them.
 
@@ -322,12 +341,17 @@ def resolve_rows(
     value rows come from `fetch(wanted)`, which the store runs in the same
     snapshot as the read of `rows`. A row whose checksum does not hold is
     left as it is (its reader refuses it); one whose value rows are missing
-    or damaged raises `UndecodableRow` (`strict`), or is left as it is
-    (its reader then refuses it: for display and `doctor`).
+    or damaged raises `UndecodableRow` (`strict`), or has its values
+    replaced by `REFS_ERROR` and the reason, which its reader raises as
+    `UndecodableRow` (for display and `doctor`: one such row does not stop
+    a page).
 
     `keep(thread, ns, cid, refs, held)` is told what each resolved row holds.
+    `cached(thread, ns, cid)` returns what this process put or read of that
+    checkpoint: when its refs are the row's, the values are its bytes, which
+    the row's keys name (no value row is read).
     """
-    todo: list[tuple[int, Any, Any]] = []
+    todo: list[tuple[int, Any, Any, dict[str, Held] | None]] = []
     want: list[tuple[Any, ...]] = []
     for i, row in enumerate(rows):
         if row[cells.values_type] != REFS:
@@ -339,29 +363,35 @@ def resolve_rows(
             continue
         t = thread_id if cells.thread is None else row[cells.thread]
         n = ns if cells.ns is None else row[cells.ns]
-        todo.append((i, t, n))
+        hit = None if cached is None else cached(t, n, row[cells.cid])
+        if hit is not None and hit[0] == refs:
+            todo.append((i, t, n, hit[1]))
+            continue
+        todo.append((i, t, n, None))
         want.extend(wanted(t, n, refs))
     if not todo:
         return rows
     found = index(fetch(want)) if want else {}
     out = list(rows)
-    for i, t, n in todo:
+    for i, t, n, held in todo:
         row = rows[i]
         cid = row[cells.cid]
         try:
-            packed, held = _inline(t, n, cid, row[cells.values_blob], found)
-        except UndecodableRow:
+            if held is None:
+                held = _rebuild_all(t, n, cid, row[cells.values_blob], found)
+            kind, cell = "msgpack", _packed(t, cid, held)
+        except UndecodableRow as exc:
             if strict:
                 raise
-            continue
+            kind, cell = REFS_ERROR, exc.reason.encode("utf-8", "backslashreplace")
         new = list(row)
-        new[cells.values_type] = "msgpack"
-        new[cells.values_blob] = packed
+        new[cells.values_type] = kind
+        new[cells.values_blob] = cell
         new[cells.checksum] = checkpoint_checksum(
-            row[cells.envelope], "msgpack", packed, row[cells.metadata]
+            row[cells.envelope], kind, cell, row[cells.metadata]
         )
         out[i] = tuple(new)
-        if keep is not None:
+        if keep is not None and kind == "msgpack" and held is not None:
             keep(t, n, cid, row[cells.values_blob], held)
     return out
 
@@ -375,22 +405,31 @@ def map_header(n: int) -> bytes:
     return b"\xdf" + n.to_bytes(4, "big")
 
 
-def _inline(
-    thread_id: Any, ns: Any, cid: Any, refs: Any, rows: Mapping[tuple[Any, ...], BlobRow]
-) -> tuple[bytes, dict[str, Held]]:
-    # The channel values as one msgpack map, as `dumps_typed(channel_values)`
-    # encodes it: each key, then its value's bytes (a tagged value's as the
-    # map holds it: None as nil, bytes as bin).
+def _rebuild_all(
+    thread_id: Any,
+    ns: Any,
+    cid: Any,
+    refs: Any,
+    rows: Mapping[tuple[Any, ...], BlobRow],
+) -> dict[str, Held]:
     try:
         decoded = _load_refs(refs)
     except ValueError as exc:
         raise UndecodableRow(thread_id, cid, f"channel values: {exc}") from exc
-    parts = [map_header(len(decoded))]
     held: dict[str, Held] = {}
     for channel, key in decoded.items():
         if type(key) is not str:
             raise UndecodableRow(thread_id, cid, f"channel {channel!r}: key is not a string")
-        h = _rebuild(thread_id, ns, cid, channel, key, rows)
+        held[channel] = _rebuild(thread_id, ns, cid, channel, key, rows)
+    return held
+
+
+def _packed(thread_id: Any, cid: Any, held: Mapping[str, Held]) -> bytes:
+    # The channel values as one msgpack map, as `dumps_typed(channel_values)`
+    # encodes it: each key, then its value's bytes (a tagged value's as the
+    # map holds it: None as nil, bytes as bin).
+    parts = [map_header(len(held))]
+    for channel, h in held.items():
         parts.append(ormsgpack.packb(channel))
         if h.type == "msgpack":
             parts.append(array_header(h.items) + h.body if h.items >= 0 else h.body)
@@ -400,12 +439,16 @@ def _inline(
             parts.append(ormsgpack.packb(h.body))
         else:
             raise UndecodableRow(thread_id, cid, f"channel {channel!r}: tag {h.type!r} refused")
-        held[channel] = h
-    return b"".join(parts), held
+    return b"".join(parts)
 
 
 def _rebuild(
-    thread_id: str, ns: str, cid: str, channel: str, key: str, rows: Mapping[tuple[Any, ...], Any]
+    thread_id: str,
+    ns: str,
+    cid: str,
+    channel: str,
+    key: str,
+    rows: Mapping[tuple[Any, ...], Any],
 ) -> Held:
     chain: list[Any] = []
     at: Any = key
@@ -418,18 +461,20 @@ def _rebuild(
         chain.append(row)
         at = row[4]
     crc = 0
-    body = b""
+    size = 0
+    parts: list[bytes] = []
     anchors: list[tuple[int, str, int, int]] = []
     for row in reversed(chain):
         data = _inflate(thread_id, cid, row)
-        crc = zlib.crc32(data, crc)
-        body += data
-        anchors.append((row[7], row[3], row[6], crc))
+        crc = _crc32(data, crc)
+        size += len(data)
+        parts.append(data)
+        anchors.append((row[7], row[3], size, crc))
+    body = b"".join(parts)
     top = chain[0]
     type_, count = top[5], top[6]
     head, _, rest = key.partition(".")
-    size = rest.partition(".")[0]
-    if f"{_seal(crc, type_, count):08x}" != head or f"{len(body):x}" != size:
+    if f"{_seal(crc, type_, count):08x}" != head or f"{len(body):x}" != rest.partition(".")[0]:
         raise UndecodableRow(
             thread_id, cid, f"channel {channel!r}: value {key!r} does not match its rows"
         )

@@ -243,6 +243,7 @@ NARROW_CELLS = RowCells(None, None, 0, 2, 3, 4, 5, 6)
 # `schema.read_page`'s rows of a query that did not name both (their thread and namespace first).
 PAGE_CELLS = RowCells(0, 1, 2, 4, 5, 6, 7, 8)
 Keep = Callable[[str, str, str, bytes, dict[str, Held]], None]
+Cached = Callable[[str, str, str], tuple[bytes, dict[str, Held]] | None]
 
 
 def resolved(
@@ -254,6 +255,7 @@ def resolved(
     ns: str | None = None,
     strict: bool = True,
     keep: Keep | None = None,
+    cached: Cached | None = None,
 ) -> list[Any]:
     """`values.resolve_rows` of rows just read on `conn`, the value rows read in its snapshot."""
     return resolve_rows(
@@ -264,6 +266,7 @@ def resolved(
         ns=ns,
         strict=strict,
         keep=keep,
+        cached=cached,
     )
 
 
@@ -275,10 +278,11 @@ def read_resolved(
     thread_id: str | None,
     ns: str | None,
     keep: Keep | None,
+    cached: Cached | None = None,
 ) -> list[Any]:
     """Run one read statement and `resolved` its rows (an `Engine.read` job)."""
     rows = conn.execute(sql, params).fetchall()
-    return resolved(conn, rows, cells, thread_id=thread_id, ns=ns, keep=keep)
+    return resolved(conn, rows, cells, thread_id=thread_id, ns=ns, keep=keep, cached=cached)
 
 
 def fetch_writes_for(

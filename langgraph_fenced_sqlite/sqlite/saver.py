@@ -244,6 +244,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
             thread_id,
             checkpoint_ns,
             self._keep_values,
+            self._value_cache.get,
         )
         found = narrow_reads.split_read(rows)
         if found is None:

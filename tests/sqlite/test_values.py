@@ -71,15 +71,15 @@ def _blob_rows(path: str, thread: str = "t") -> list[tuple[Any, ...]]:
     conn = sqlite3.connect(path)
     try:
         return conn.execute(
-            "SELECT channel, key, base, ordinal, length(data) FROM blobs WHERE thread_id = ?",
+            "SELECT channel, key, base, ordinal, size FROM blobs WHERE thread_id = ?",
             (thread,),
         ).fetchall()
     finally:
         conn.close()
 
 
-def test_an_element_encodes_alone_as_it_does_inside_its_list() -> None:
-    """The layout joins elements' bytes under an array header: that is msgpack's own list."""
+def test_a_list_encodes_as_its_header_then_its_elements_in_order() -> None:
+    """What the layout relies on: a longer list's body starts with a shorter one's."""
     serde = DataOnlySerializer(allowed_types=[Note])
     items = [
         HumanMessage("hi", id="1"),
@@ -89,12 +89,16 @@ def test_an_element_encodes_alone_as_it_does_inside_its_list() -> None:
         list(range(20)),
         b"\x00\x01",
     ]
+    previous = b""
     for n in (0, 1, 15, 16, 300, 70000):
         value = (items * (n // len(items) + 1))[:n]
-        parts, _ = serde.pack_items(value)
-        joined = values.array_header(n) + b"".join(parts)
-        assert joined == serde.pack(value)[1]
-        assert len(serde.loads_typed(("msgpack", joined))) == n
+        data = serde.pack(value)[1]
+        header = values.array_header(n)
+        assert data.startswith(header)
+        body = data[len(header) :]
+        assert body.startswith(previous)
+        assert len(serde.loads_typed(("msgpack", data))) == n
+        previous = body
 
 
 def test_every_checkpoint_of_a_long_chat_reads_back_as_in_memory(tmp_path: Any) -> None:
@@ -128,10 +132,12 @@ def test_a_list_is_stored_as_what_it_gained_and_a_read_follows_a_bounded_chain(
             at = rows[(channel, at)][0]
         longest = max(longest, hops)
     assert longest <= (values.SPAN - 1) * values.LEVELS + 1
-    # Each element is stored once per level, not once per checkpoint.
-    messages = [size for (c, _), (_, _, size) in rows.items() if c == "messages"]
-    whole = max(messages)
-    assert sum(messages) < 4 * values.LEVELS * whole
+    # Each element is stored once per level (uncompressed sizes), not once per
+    # checkpoint: the rows of `messages` hold at most LEVELS times its final
+    # value, plus the first value, stored whole.
+    messages = {k: size for (c, k), (_, _, size) in rows.items() if c == "messages"}
+    final = max(int(k.split(".")[1], 16) for k in messages)  # a key names its size
+    assert sum(messages.values()) <= (values.LEVELS + 1) * final
 
 
 def test_a_put_proves_only_what_the_step_added(
@@ -210,6 +216,11 @@ def test_a_damaged_or_forged_value_row_is_undecodable(tmp_path: Any) -> None:
                 saver.get_tuple({"configurable": {"thread_id": "t"}})
             with pytest.raises(UndecodableRow, match="messages"):
                 list(saver.list({"configurable": {"thread_id": "t"}}))
+            # A display read goes on past it, naming what is wrong.
+            with pytest.raises(UndecodableRow, match="channel 'messages'"):
+                saver.history("t")
+            shown = saver.inspect_checkpoint("t")
+            assert shown is not None and "channel 'messages'" in shown["error"]["message"]
 
 
 def test_a_parent_replaced_since_it_was_read_is_not_named(tmp_path: Any) -> None:

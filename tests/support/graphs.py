@@ -129,7 +129,8 @@ _UUID = re.compile(
     r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\b(?=[0-9]*[a-f])[0-9a-f]{32}\b"
 )
 # A channel version: a counter, then a random suffix (`get_next_version`).
-_VERSION = re.compile(r"\b(\d{32})\.[0-9.]+")
+# A thread's own are 10 digits and 8 hex; those continuing an older thread, 32 digits.
+_VERSION = re.compile(r"\b(\d{10}|\d{32})\.(?:[0-9a-f]{8}\b|[0-9.]+)")
 
 
 def same_ids(value: Any) -> Any:
