@@ -32,6 +32,7 @@ ORDER = (
     "runs",
     "doctor",
     "migrate",
+    "repack",
     "vacuum",
     "import-sqlitesaver",
     "import-postgressaver",

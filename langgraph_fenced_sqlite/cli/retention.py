@@ -17,7 +17,7 @@ from .commands import arg, command, path_only, yes
 from .io import CliError, Out, confirm, count, duration, find_thread, plural
 from .stores import open_store
 
-__all__ = ["cmd_prune", "cmd_vacuum"]
+__all__ = ["cmd_prune", "cmd_repack", "cmd_vacuum"]
 
 
 @command(
@@ -123,6 +123,35 @@ def _sweep(args: argparse.Namespace, out: Out, policy: RetentionPolicy) -> int:
 
     out.document(doc, text)
     return 1 if done.errors else 0
+
+
+@command(
+    "repack",
+    "move inline values of older checkpoints into the value table",
+    path_only,
+    arg("--dry-run", action="store_true", help="report what would be rewritten; write nothing"),
+)
+def cmd_repack(args: argparse.Namespace, out: Out) -> int:
+    """`repack`: rewrite checkpoints stored before schema 5 so they share values."""
+    with open_store(args.path) as saver:
+        report = saver.repack(dry_run=args.dry_run)
+    verb = "would move" if args.dry_run else "moved"
+
+    def text() -> str:
+        lines = [
+            f"{verb} the values of {plural(report.checkpoints, 'checkpoint')} in "
+            f"{plural(len(report.threads), 'thread')}: {report.inline_bytes} inline bytes "
+            f"-> {report.stored_bytes} stored"
+            + ("" if args.dry_run or not report.checkpoints else " (run vacuum to shrink the file)")
+        ]
+        lines += [
+            f"left as it is: {s['thread_id']}/{s['checkpoint_id']}: {s['reason']}"
+            for s in report.skipped
+        ]
+        return "\n".join(lines)
+
+    out.document(dataclasses.asdict(report), text)
+    return 1 if report.skipped else 0
 
 
 @command(

@@ -50,6 +50,29 @@ class VacuumReport:
     bytes_after: int
 
 
+@dataclass
+class RepackReport:
+    """What `repack` rewrote (or, with `dry_run`, would rewrite).
+
+    Attributes:
+        threads: The threads that held checkpoints with values inline.
+        checkpoints: The checkpoints whose values moved to the value table.
+        inline_bytes: The bytes those checkpoints' inline values held.
+        stored_bytes: The bytes of the value rows written for them (what
+            they share with their parents is not counted twice).
+        skipped: One entry per checkpoint left inline: `thread_id`,
+            `checkpoint_id` and `reason` (does not decode, changed meanwhile).
+        dry_run: Whether nothing was written.
+    """
+
+    threads: list[str] = field(default_factory=list)
+    checkpoints: int = 0
+    inline_bytes: int = 0
+    stored_bytes: int = 0
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    dry_run: bool = False
+
+
 def is_inactive(activity: float, now: float, idle_for: float) -> bool:
     """Whether a thread last written at `activity` has been idle `idle_for` seconds at `now`."""
     return activity <= now - idle_for

@@ -559,6 +559,12 @@ class ValueCache:
                 _, dropped = self._entries.popitem(last=False)
                 self._bytes -= dropped[3]
 
+    def forget_thread(self, thread_id: str) -> None:
+        """Drop every entry of the thread."""
+        with self._lock:
+            for key in [k for k in self._entries if k[0] == thread_id]:
+                self._bytes -= self._entries.pop(key)[3]
+
     def forget(self, thread_id: str, ns: str) -> None:
         """Drop the namespace's entry."""
         with self._lock:

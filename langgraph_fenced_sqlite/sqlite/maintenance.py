@@ -12,15 +12,60 @@ or another connection holding the write lock.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
+from typing import Any
 
 from ..core.maintenance import VacuumReport, file_bytes, is_inactive
+from ..core.repack import Rewrite
 from ..core.retention import PruneResult, RetentionPolicy
 from ..core.saver_threads import last_activity
 from ..errors import StoreBusy, ThreadBusy
-from . import claims, retention, schema
+from . import checkpoints, claims, retention, schema
 from .connection import is_busy
 
-__all__ = ["sweep_thread_txn", "vacuum_job"]
+__all__ = ["repack_read", "repack_txn", "sweep_thread_txn", "vacuum_job"]
+
+
+class RowChanged(Exception):
+    """A row `repack` planned from changed before its transaction (never leaves the saver)."""
+
+
+def repack_read(
+    conn: sqlite3.Connection, thread_id: str
+) -> tuple[list[Any], list[tuple[str, str, bytes, dict[str, Any]]]]:
+    """Read a thread's checkpoints in order, those in the value table resolved (one snapshot).
+
+    Returns:
+        The rows, and `(ns, cid, refs, held)` of each that was resolved.
+    """
+    held: list[tuple[str, str, bytes, dict[str, Any]]] = []
+    rows = conn.execute(schema.THREAD_CHECKPOINTS_IN_ORDER, (thread_id,)).fetchall()
+    rows = checkpoints.resolved(
+        conn,
+        rows,
+        checkpoints.FULL_CELLS,
+        strict=False,
+        keep=lambda _t, ns, cid, refs, h: held.append((ns, cid, refs, h)),
+    )
+    return rows, held
+
+
+def repack_txn(conn: sqlite3.Connection, thread_id: str, rewrites: Sequence[Rewrite]) -> None:
+    """Apply a thread's planned rewrites, all or none (`RowChanged`: one row is not as read)."""
+    for r in rewrites:
+        changed = conn.execute(
+            schema.REPACK_CHECKPOINT,
+            (r.refs, r.checksum, thread_id, r.ns, r.cid, r.old_type, r.old_checksum),
+        ).rowcount
+        if not changed:
+            raise RowChanged(r.cid)
+        if r.blobs:
+            conn.executemany(schema.INSERT_BLOB, [(thread_id, r.ns, *b) for b in r.blobs])
+        if r.borrows is not None:
+            parent_id, refs = r.borrows
+            held = conn.execute(schema.HOLDS_REFS, (thread_id, r.ns, parent_id, refs)).fetchone()
+            if held is None:
+                raise RowChanged(parent_id)
 
 
 def thread_ids(conn: sqlite3.Connection) -> list[str]:

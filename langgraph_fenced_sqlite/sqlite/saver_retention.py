@@ -12,18 +12,21 @@ vacuum and retraction are this store's alone. Mixed into
 from __future__ import annotations
 
 import builtins
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..clock import read_now
-from ..core.maintenance import VacuumReport
+from ..core.maintenance import RepackReport, VacuumReport
+from ..core.repack import Rewrite, plan_thread
 from ..core.retention import PruneResult, RetentionPolicy, Retraction
 from ..core.saver_retention import RemovalsBase
 from ..core.twins import async_twin
 from ..core.validation import check_bool
 from ..errors import ReadOnlyStore
-from . import maintenance, retention
+from . import maintenance, retention, schema
 
 if TYPE_CHECKING:
+    from ..core.values import ValueCache
     from .engine import Engine
 
 __all__ = ["RetentionAPI"]
@@ -37,6 +40,8 @@ class RetentionAPI(RemovalsBase):
 
     _engine: Engine
     require_claim: bool
+    serde: Any
+    _value_cache: ValueCache
 
     def _delete_thread(self, thread_id: str) -> None:
         self._engine.write("delete_thread", lambda c: retention.delete_thread_txn(c, thread_id))
@@ -143,6 +148,57 @@ class RetentionAPI(RemovalsBase):
 
         return self._engine.write("sweep", job)
 
+    def repack(self, *, dry_run: bool = False) -> RepackReport:
+        """Move the values of checkpoints written before the value table into it.
+
+        Files written before schema 5 hold each checkpoint's values inline;
+        they read as they always did, and new checkpoints use the value
+        table (docs/semantics.md §7). This rewrites the old rows, one
+        thread per transaction, so that they share what they have in common
+        (then `vacuum` returns the freed pages to the file system). What
+        every checkpoint reads back does not change. A row whose values do
+        not decode (a type this saver does not allow), or a thread written
+        meanwhile, is left as it is and reported.
+
+        Args:
+            dry_run: Plan and report, writing nothing.
+
+        Raises:
+            ReadOnlyStore: the store was opened with `readonly=True` (unless `dry_run`).
+        """
+        check_bool(dry_run, "dry_run")
+        if self._engine.readonly and not dry_run:
+            raise ReadOnlyStore("repack", self._engine.path)
+        serde = getattr(self.serde, "refusing", lambda: self.serde)()
+        report = RepackReport(dry_run=dry_run)
+        threads = self._engine.read(
+            "repack",
+            lambda c: [r[0] for r in c.execute(schema.THREADS_WITH_INLINE_VALUES)],
+        )
+        for thread_id in threads:
+            rows, held = self._engine.read("repack", maintenance.repack_read, thread_id)
+            rewrites, skipped = plan_thread(serde, thread_id, rows, held)
+            report.skipped.extend(skipped)
+            if not rewrites:
+                continue
+            if not dry_run:
+                try:
+                    self._engine.write("repack", _repack_job(thread_id, rewrites))
+                except maintenance.RowChanged:
+                    reason = "the thread was written while it was repacked; run again"
+                    report.skipped.append(
+                        {"thread_id": thread_id, "checkpoint_id": None, "reason": reason}
+                    )
+                    continue
+                self._value_cache.forget_thread(thread_id)
+            report.threads.append(thread_id)
+            report.checkpoints += len(rewrites)
+            report.inline_bytes += sum(r.inline_bytes for r in rewrites)
+            report.stored_bytes += sum(len(b.data) for r in rewrites for b in r.blobs)
+        return report
+
+    arepack = async_twin(repack)
+
     def vacuum(self, *, force: bool = False) -> VacuumReport:
         """Reclaim the file's free pages (SQLite's `VACUUM`), then truncate the WAL.
 
@@ -184,3 +240,8 @@ class RetentionAPI(RemovalsBase):
         return self._engine.write(
             "retract_turn", lambda c: retention.retract_txn(c, thread_id, token, run_id, now=now)
         )
+
+
+def _repack_job(thread_id: str, rewrites: _list[Rewrite]) -> Callable[[Any], None]:
+    # One thread's rewrites as an engine write (bound here: a lambda in the loop would not be).
+    return lambda conn: maintenance.repack_txn(conn, thread_id, rewrites)

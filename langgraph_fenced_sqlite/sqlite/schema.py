@@ -635,6 +635,21 @@ COLLECT_BLOBS = (
     "AND NOT EXISTS (SELECT 1 FROM checkpoints d WHERE d.thread_id = ?1 "
     f"AND d.values_type = 'lgfs-refs' AND {_REFS_OF.format('d')} IS NULL)"
 )
+# `repack`: the threads holding checkpoints with values inline, and a
+# thread's checkpoints in commit order; a checkpoint's values moved to the
+# value table only if its row is still the one read (type and checksum).
+THREADS_WITH_INLINE_VALUES = (
+    "SELECT DISTINCT thread_id FROM checkpoints WHERE values_type IS NOT 'lgfs-refs' "
+    "ORDER BY thread_id"
+)
+THREAD_CHECKPOINTS_IN_ORDER = (
+    f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE thread_id = ? ORDER BY position"
+)
+REPACK_CHECKPOINT = (
+    "UPDATE checkpoints SET values_type = 'lgfs-refs', values_blob = ?, checksum = ? "
+    "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? AND values_type IS ? "
+    "AND checksum IS ?"
+)
 # Every value row of the source thread (`?2`) into the target (`?1`).
 COPY_BLOBS = (
     f"INSERT INTO blobs ({_BLOB_COLUMNS}) SELECT ?1, checkpoint_ns, channel, key, base, type, "

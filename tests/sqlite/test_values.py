@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import operator
+import os
 import random
 import sqlite3
 from typing import Annotated, Any
@@ -10,15 +12,19 @@ from typing import Annotated, Any
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from pydantic import BaseModel
-from support.files import reseal
+from support.files import dump, inline_values, reseal
+from support.processes import lgfs
 from typing_extensions import TypedDict
 
 from langgraph_fenced_sqlite import FencedSqliteSaver, UndecodableRow
 from langgraph_fenced_sqlite.core import values
 from langgraph_fenced_sqlite.core.serde import DataOnlySerializer
+from langgraph_fenced_sqlite.tools.importer import import_sqlitesaver
 
 _WORDS = [f"w{i}x{i * 7919 % 1000}" for i in range(3000)]
 
@@ -282,3 +288,87 @@ def test_a_large_write_is_stored_compressed_and_reads_back(tmp_path: Any) -> Non
     conn.close()
     with FencedSqliteSaver(path) as saver, pytest.raises(UndecodableRow, match="zstd"):
         saver.get_tuple(config)
+
+
+def _make_inline(path: str) -> None:
+    # What a file written before schema 5 holds: every checkpoint's values inline.
+    conn = sqlite3.connect(path)
+    inline_values(conn, path)
+    conn.execute("DELETE FROM blobs")
+    conn.commit()
+    conn.close()
+
+
+def _types(path: str) -> set[str]:
+    conn = sqlite3.connect(path)
+    try:
+        return {r[0] for r in conn.execute("SELECT DISTINCT values_type FROM checkpoints")}
+    finally:
+        conn.close()
+
+
+def test_repack_moves_older_rows_into_the_value_table_and_reads_back_the_same(
+    tmp_path: Any,
+) -> None:
+    path = str(tmp_path / "f.db")
+    with FencedSqliteSaver(path, allowed_types=[Note]) as saver:
+        _chat(_graph(saver), "t", 30)
+        _chat(_graph(saver), "u", 2)
+        expected = {t: _history(_graph(saver), t) for t in ("t", "u")}
+    _make_inline(path)
+    assert _types(path) == {"msgpack"}
+    with FencedSqliteSaver(path, allowed_types=[Note]) as saver:
+        assert {t: _history(_graph(saver), t) for t in ("t", "u")} == expected  # read as before
+        before = dump(path)
+        plan = saver.repack(dry_run=True)
+        assert dump(path) == before  # a dry run writes nothing
+        assert plan.threads == ["t", "u"] and plan.checkpoints == 96 and not plan.skipped
+        assert plan.stored_bytes < plan.inline_bytes / 5
+        done = saver.repack()
+        assert (done.threads, done.checkpoints, done.stored_bytes) == (
+            plan.threads,
+            plan.checkpoints,
+            plan.stored_bytes,
+        )
+        assert _types(path) == {"lgfs-refs"}
+        assert {t: _history(_graph(saver), t) for t in ("t", "u")} == expected
+        shrunk = saver.vacuum()
+        assert shrunk.bytes_after < shrunk.bytes_before / 3
+        assert saver.repack().checkpoints == 0  # nothing left to move
+        _chat(_graph(saver), "t", 2, start=30)  # and the chain goes on
+    with FencedSqliteSaver(path, allowed_types=[Note]) as fresh:
+        assert _history(_graph(fresh), "u") == expected["u"]
+
+
+def test_repack_leaves_a_row_it_cannot_decode_and_says_so(tmp_path: Any) -> None:
+    path = str(tmp_path / "f.db")
+    with FencedSqliteSaver(path, allowed_types=[Note]) as saver:
+        _chat(_graph(saver), "t", 2)
+    _make_inline(path)
+    result = lgfs("repack", path, "--json")  # the CLI's saver does not allow `Note`
+    assert result.returncode == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert report["checkpoints"] == 2  # the two input checkpoints hold no Note yet
+    assert {s["reason"].split(";")[0] for s in report["skipped"]} == {
+        f"type {Note.__module__}.Note is not allowed"
+    }
+    assert _types(path) == {"msgpack", "lgfs-refs"}
+    with FencedSqliteSaver(path, allowed_types=[Note]) as saver:
+        assert len(_history(_graph(saver), "t")) == 6
+        assert saver.repack().checkpoints == 4
+    assert _types(path) == {"lgfs-refs"}
+
+
+def test_importing_a_stock_file_writes_the_value_table_and_shrinks_it(tmp_path: Any) -> None:
+    """A SqliteSaver file of a 40-turn chat imports into a fraction of its size, equal."""
+    source, dest = str(tmp_path / "stock.db"), str(tmp_path / "ours.db")
+    with SqliteSaver.from_conn_string(source) as stock:
+        stock.serde = JsonPlusSerializer(allowed_msgpack_modules=[Note])
+        graph = _graph(stock)
+        _chat(graph, "t", 40)
+        expected = _history(graph, "t")
+    with FencedSqliteSaver(dest, allowed_types=[Note]) as fenced:
+        import_sqlitesaver(source, fenced)
+        assert _history(_graph(fenced), "t") == expected
+    assert _types(dest) == {"lgfs-refs"}
+    assert os.path.getsize(dest) < os.path.getsize(source) / 5

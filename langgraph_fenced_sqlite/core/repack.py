@@ -1,0 +1,112 @@
+"""Moving the values of checkpoints written before the value table into it (`repack`).
+
+Invariant: a checkpoint is repacked only from a row whose checksum holds and
+whose values decode (`checkpoints.decode_tuple`), and its new refs name
+values encoded as a put encodes them (`values.encode_values`), against its
+parent's when the parent was read or repacked just before; what it reads
+back is what it read back before. The store applies a thread's rewrites in
+one transaction, each only if its row is still the one read (same type,
+same checksum), so a thread changed meanwhile is left as it was.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+from ..errors import UndecodableRow
+from . import checkpoints as cps
+from .checksums import checkpoint_checksum
+from .values import REFS, Blob, Held, encode_values
+
+__all__ = ["Rewrite", "plan_thread"]
+
+# How many recent checkpoints' values a plan keeps to encode a child against
+# (a child of an older one is stored whole): a long thread's every version
+# would not fit in memory.
+_RECENT = 16
+
+
+class Rewrite(NamedTuple):
+    """One checkpoint's values moved to the value table."""
+
+    ns: str
+    cid: str
+    old_type: str
+    old_checksum: int
+    refs: bytes
+    checksum: int
+    blobs: tuple[Blob, ...]
+    # (parent id, its refs) when the new refs name rows of the parent's.
+    borrows: tuple[str, bytes] | None
+    inline_bytes: int
+
+
+def plan_thread(
+    serde: Any,
+    thread_id: str,
+    rows: Sequence[Sequence[Any]],
+    held: Iterable[tuple[str, str, bytes, dict[str, Held]]],
+) -> tuple[list[Rewrite], list[dict[str, Any]]]:
+    """Plan a thread's rewrites from its checkpoint rows, oldest first.
+
+    `rows` are `_CHECKPOINT_COLUMNS` rows in position order, those of the
+    value table already resolved; `held` names those (`(ns, cid, refs,
+    held)`), which are parents to encode against, not rows to rewrite.
+
+    Returns:
+        The rewrites, and one `{"thread_id", "checkpoint_id", "reason"}`
+        per inline row that does not decode (left as it is).
+    """
+    already = {(ns, cid): (refs, h) for ns, cid, refs, h in held}
+    recent: OrderedDict[tuple[str, str], tuple[bytes, dict[str, Held]]] = OrderedDict()
+    rewrites: list[Rewrite] = []
+    skipped: list[dict[str, Any]] = []
+    for row in rows:
+        ns, cid, parent_id = row[1], row[2], row[3]
+        key = (ns, cid)
+        if key in already:
+            _remember(recent, key, already[key])
+            continue
+        try:
+            tup = cps.decode_tuple(serde, tuple(row[:12]), [])
+        except UndecodableRow as exc:
+            skipped.append({"thread_id": thread_id, "checkpoint_id": cid, "reason": exc.reason})
+            continue
+        checkpoint = tup.checkpoint
+        parent = recent.get((ns, parent_id)) if parent_id else None
+        encoded = encode_values(
+            serde,
+            checkpoint.get("channel_values", {}),
+            checkpoint.get("channel_versions", {}),
+            None if parent is None else parent[1],
+            None if parent is None else parent[0],
+        )
+        _remember(recent, key, (encoded.refs, encoded.held))
+        envelope, metadata = row[4], row[7]
+        rewrites.append(
+            Rewrite(
+                ns,
+                cid,
+                row[5],
+                row[11],
+                encoded.refs,
+                checkpoint_checksum(envelope, REFS, encoded.refs, metadata),
+                encoded.blobs,
+                None if encoded.borrows is None else (parent_id, encoded.borrows),
+                len(row[6]),
+            )
+        )
+    return rewrites, skipped
+
+
+def _remember(
+    recent: OrderedDict[tuple[str, str], tuple[bytes, dict[str, Held]]],
+    key: tuple[str, str],
+    entry: tuple[bytes, dict[str, Held]],
+) -> None:
+    recent[key] = entry
+    recent.move_to_end(key)
+    while len(recent) > _RECENT:
+        recent.popitem(last=False)
