@@ -59,6 +59,7 @@ __all__ = [
     "RowCells",
     "ValueCache",
     "encode_values",
+    "is_tail",
     "resolve_rows",
     "wanted",
 ]
@@ -71,6 +72,9 @@ REFS = "lgfs-refs"
 REFS_ERROR = "lgfs-refs-unreadable"
 SPAN = 64
 LEVELS = 2
+# The codec of a value row whose value is the first `size` bytes of its
+# base's: a single extension, once a merged row holds its elements again.
+PREFIX = "prefix"
 
 
 class StaleParent(Exception):
@@ -111,6 +115,10 @@ class Held(NamedTuple):
     # The rows a read of it follows: (ordinal, key, bytes of the body so far,
     # CRC of the body so far), its own first.
     anchors: tuple[tuple[int, str, int, int], ...]
+    # The single extensions since the chain's last merged or whole row, its
+    # own first: (key, items, ordinal, body bytes). The next merged row
+    # stores them again, so they become prefixes of it (`PREFIX`).
+    recent: tuple[tuple[str, int, int, int], ...] = ()
 
 
 class Encoded(NamedTuple):
@@ -261,11 +269,32 @@ def _encode_list(
             out.append(_row(channel, key, base[1], "msgpack", n, ordinal, added))
             older = (a for a in prev.anchors if a[0] <= base[0])
             anchors = ((ordinal, key, len(body), crc), *older)
+            if span == 1:
+                recent = ((key, n, ordinal, len(body)), *prev.recent)
+                return Held(key, "msgpack", n, body, crc, anchors, recent)
+            _as_prefixes(channel, key, prev.recent, out)
             return Held(key, "msgpack", n, body, crc, anchors)
     crc = _crc32(body)
     key = _key(_seal(crc, "msgpack", n), len(body), version)
     out.append(_row(channel, key, None, "msgpack", n, 0, body))
+    if prev is not None and start:
+        _as_prefixes(channel, key, prev.recent, out)
     return Held(key, "msgpack", n, body, crc, ((0, key, len(body), crc),))
+
+
+def is_tail(blob: Blob) -> bool:
+    """Whether a value row is a single extension (a later merged row will hold its bytes too)."""
+    return blob.base is not None and blob.ordinal % SPAN != 0
+
+
+def _as_prefixes(
+    channel: str, key: str, recent: Sequence[tuple[str, int, int, int]], out: list[Blob]
+) -> None:
+    # The single extensions whose elements the new row `key` now holds too:
+    # each becomes the prefix of it that it is (the store rewrites those rows).
+    for k, items, ordinal, size in recent:
+        sum_ = blob_checksum(channel, k, key, "msgpack", items, ordinal, PREFIX, size, b"")
+        out.append(Blob(channel, k, key, "msgpack", items, ordinal, PREFIX, size, b"", sum_))
 
 
 def _seal(crc: int, type_: str, count: int) -> int:
@@ -302,7 +331,7 @@ def index(rows: Iterable[BlobRow]) -> dict[tuple[Any, ...], BlobRow]:
 
 
 # Cells 4-11 of a value row: base, type, count, ordinal, codec, size, data, checksum.
-_MAX_CHAIN = (SPAN - 1) * LEVELS + 1
+_MAX_CHAIN = (SPAN - 1) * LEVELS + 3
 
 
 class RowCells(NamedTuple):
@@ -465,10 +494,19 @@ def _rebuild(
     parts: list[bytes] = []
     anchors: list[tuple[int, str, int, int]] = []
     for row in reversed(chain):
-        data = _inflate(thread_id, cid, row)
-        crc = _crc32(data, crc)
-        size += len(data)
-        parts.append(data)
+        if row[8] == PREFIX:
+            # The first `size` bytes of what its base holds.
+            if not row[9] <= size:
+                raise UndecodableRow(
+                    thread_id, cid, f"channel {channel!r}: value {row[3]!r}: longer than its base"
+                )
+            cut = b"".join(parts)[: row[9]]
+            parts, size, crc = [cut], len(cut), _crc32(cut)
+        else:
+            data = _inflate(thread_id, cid, row)
+            crc = _crc32(data, crc)
+            size += len(data)
+            parts.append(data)
         anchors.append((row[7], row[3], size, crc))
     body = b"".join(parts)
     top = chain[0]
@@ -479,7 +517,13 @@ def _rebuild(
             thread_id, cid, f"channel {channel!r}: value {key!r} does not match its rows"
         )
     anchors.reverse()
-    return Held(key, type_, count, body, crc, tuple(anchors))
+    # The single extensions at the head of the chain (`Held.recent`).
+    recent = []
+    for row, (_, _, at, _) in zip(chain, anchors, strict=True):
+        if row[8] == PREFIX or row[7] % SPAN == 0:
+            break
+        recent.append((row[3], row[6], row[7], at))
+    return Held(key, type_, count, body, crc, tuple(anchors), tuple(recent))
 
 
 def _check_blob(thread_id: str, cid: str, row: Sequence[Any]) -> None:
@@ -496,7 +540,8 @@ def _check_blob(thread_id: str, cid: str, row: Sequence[Any]) -> None:
         and type(ordinal) is int
         and type(size) is int
         and type(data) is bytes
-        and codec in ("", ZSTD)
+        and codec in ("", ZSTD, PREFIX)
+        and (codec != PREFIX or (data == b"" and base is not None))
         and 0 <= size < 2**31
     ):
         raise UndecodableRow(thread_id, cid, f"channel {channel!r}: value {key!r}: bad cells")
@@ -504,6 +549,8 @@ def _check_blob(thread_id: str, cid: str, row: Sequence[Any]) -> None:
 
 def _inflate(thread_id: str, cid: str, row: Sequence[Any]) -> bytes:
     codec, size, data = row[8], row[9], row[10]
+    if codec == PREFIX:
+        return b""
     if not codec:
         out = data
     else:

@@ -28,7 +28,7 @@ from ..core.checkpoints import (
 )
 from ..core.events import checkpoint_event_text, writes_event_text
 from ..core.stored_json import loads_json
-from ..core.values import Held, RowCells, StaleParent, resolve_rows
+from ..core.values import PREFIX, Blob, Held, RowCells, StaleParent, is_tail, resolve_rows
 from ..errors import FencedSqliteError, UndecodableRow
 from . import claims, events, schema
 
@@ -111,7 +111,7 @@ def put_txn(
         # common case costs one statement less.
         check_version(enc, token, lambda: _latest_before(conn, enc, position))
     if enc.blobs:
-        conn.executemany(schema.INSERT_BLOB, [(thread_id, ns, *b) for b in enc.blobs])
+        store_blobs(conn, thread_id, ns, enc.blobs)
     if enc.borrows is not None and (
         parent_id is None
         or conn.execute(schema.HOLDS_REFS, (thread_id, ns, parent_id, enc.borrows)).fetchone()
@@ -133,6 +133,18 @@ def put_txn(
         now=now,
     )
     return True
+
+
+def store_blobs(conn: sqlite3.Connection, thread_id: str, ns: str, blobs: Sequence[Blob]) -> None:
+    """Insert a put's value rows; the single extensions it names become prefix rows."""
+    rows = []
+    for b in blobs:
+        if b.codec == PREFIX:
+            gone = conn.execute(schema.DELETE_TAIL, (thread_id, ns, b.channel, b.key)).rowcount
+            if not gone:
+                continue  # removed meanwhile, or a prefix already
+        rows.append((thread_id, ns, *b, b.codec != PREFIX and is_tail(b)))
+    conn.executemany(schema.INSERT_BLOB, rows)
 
 
 def _latest_before(conn: sqlite3.Connection, enc: EncodedCheckpoint, position: int) -> str | None:

@@ -60,7 +60,7 @@ def repack_txn(conn: sqlite3.Connection, thread_id: str, rewrites: Sequence[Rewr
         if not changed:
             raise RowChanged(r.cid)
         if r.blobs:
-            conn.executemany(schema.INSERT_BLOB, [(thread_id, r.ns, *b) for b in r.blobs])
+            checkpoints.store_blobs(conn, thread_id, r.ns, r.blobs)
         if r.borrows is not None:
             parent_id, refs = r.borrows
             held = conn.execute(schema.HOLDS_REFS, (thread_id, r.ns, parent_id, refs)).fetchone()

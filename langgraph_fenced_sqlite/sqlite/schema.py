@@ -587,9 +587,25 @@ _BLOB_COLUMNS = (
     "checksum"
 )
 # A row already stored under its key holds the same value (keys name content).
+# Rowids come from two ranges: a single extension (`?13` = 1) appends at the
+# end of the upper one, every other row at the end of the lower one. A single
+# extension gives its bytes up when a merged row holds them too (DELETE_TAIL,
+# then its prefix row inserted below), and SQLite frees a page only once every
+# row in it is gone: kept apart, those pages empty out together and are
+# reused, instead of leaving holes between rows that stay.
+_TAILS = 4611686018427387904  # 2**62
 INSERT_BLOB = (
-    f"INSERT INTO blobs ({_BLOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT DO NOTHING"
+    f"INSERT INTO blobs (rowid, {_BLOB_COLUMNS}) VALUES (CASE WHEN ?13 THEN "
+    f"max(coalesce((SELECT max(rowid) FROM blobs), 0), {_TAILS}) + 1 ELSE "
+    f"coalesce((SELECT max(rowid) FROM blobs WHERE rowid < {_TAILS}), 0) + 1 END, "
+    "?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) ON CONFLICT DO NOTHING"
+)
+# A single extension whose elements a merged row now holds too becomes the
+# prefix of it that it is (`values.PREFIX`): the row, if it is still a single
+# extension, is deleted here and its prefix row inserted (INSERT_BLOB).
+DELETE_TAIL = (
+    "DELETE FROM blobs WHERE thread_id = ? AND checkpoint_ns = ? AND channel = ? AND key = ? "
+    "AND codec IS NOT 'prefix'"
 )
 # Whether the parent (thread, ns, id) still holds the refs (`?4`) a put's values
 # were encoded against: a put names rows only through its parent.
