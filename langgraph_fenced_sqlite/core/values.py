@@ -11,8 +11,9 @@ parent checkpoint is not stored again: the checkpoint names its parent's row.
 
 Invariant: a key names content. It is the CRC-32 and the size of the whole
 value's encoded bytes and the CRC-32 of the channel version it was stored
-under, so one key never names two different values (a retry stores nothing
-new), and a reader rebuilds the value from the chain's rows and refuses it
+under (a value of at most 16 bytes: its tag, items and bytes themselves), so
+one key never names two different values (a retry stores nothing new), and
+a reader rebuilds the value from the chain's rows and refuses it
 unless its bytes give the key's CRC and size: the checkpoint's own checksum
 covers the keys, so it covers every byte its values are read from. Each
 value row carries a checksum of its own cells too (`checksums.blob_checksum`),
@@ -159,6 +160,16 @@ def _key(crc: int, size: int, version: Any) -> str:
     return f"{crc:08x}.{size:x}.{_crc32(repr(version).encode()):08x}"
 
 
+# A value this short is named by itself (`_small_key`): every `None`, `[]`
+# or small flag a graph writes turn after turn is then one row, and its key
+# cannot name two values.
+_SMALL = 16
+
+
+def _small_key(type_: str, items: int, body: bytes) -> str:
+    return f"={type_}.{items}.{body.hex()}"
+
+
 def _row(
     channel: str, key: str, base: str | None, type_: str, count: int, ordinal: int, data: bytes
 ) -> Blob:
@@ -221,7 +232,10 @@ def _encode(
     if needs_proof:
         serde.prove(value, data)
     crc = _crc32(data)
-    key = _key(_seal(crc, type_, -1), len(data), version)
+    if len(data) <= _SMALL:
+        key = _small_key(type_, -1, data)
+    else:
+        key = _key(_seal(crc, type_, -1), len(data), version)
     out.append(_row(channel, key, None, type_, -1, 0, data))
     return Held(key, type_, -1, data, crc, ((0, key, len(data), crc),))
 
@@ -275,7 +289,10 @@ def _encode_list(
             _as_prefixes(channel, key, prev.recent, out)
             return Held(key, "msgpack", n, body, crc, anchors)
     crc = _crc32(body)
-    key = _key(_seal(crc, "msgpack", n), len(body), version)
+    if len(body) <= _SMALL:
+        key = _small_key("msgpack", n, body)
+    else:
+        key = _key(_seal(crc, "msgpack", n), len(body), version)
     out.append(_row(channel, key, None, "msgpack", n, 0, body))
     if prev is not None and start:
         _as_prefixes(channel, key, prev.recent, out)
@@ -511,8 +528,15 @@ def _rebuild(
     body = b"".join(parts)
     top = chain[0]
     type_, count = top[5], top[6]
-    head, _, rest = key.partition(".")
-    if f"{_seal(crc, type_, count):08x}" != head or f"{len(body):x}" != rest.partition(".")[0]:
+    if key.startswith("="):
+        matches = key == _small_key(type_, count, body) and len(body) <= _SMALL
+    else:
+        head, _, rest = key.partition(".")
+        matches = (
+            f"{_seal(crc, type_, count):08x}" == head
+            and f"{len(body):x}" == (rest.partition(".")[0])
+        )
+    if not matches:
         raise UndecodableRow(
             thread_id, cid, f"channel {channel!r}: value {key!r} does not match its rows"
         )
