@@ -11,8 +11,8 @@ parent checkpoint is not stored again: the checkpoint names its parent's row.
 
 Invariant: a key names content. It is the CRC-32 and the size of the whole
 value's encoded bytes and the CRC-32 of the channel version it was stored
-under (a value of at most 16 bytes: its tag, items and bytes themselves), so
-one key never names two different values (a retry stores nothing new), and
+under, base64url-encoded (a value of at most 16 bytes: its tag, items and
+bytes themselves), so one key never names two different values (a retry stores nothing new), and
 a reader rebuilds the value from the chain's rows and refuses it
 unless its bytes give the key's CRC and size: the checkpoint's own checksum
 covers the keys, so it covers every byte its values are read from. Each
@@ -33,6 +33,8 @@ its whole value, and every `SPAN**LEVELS`-th extension is stored whole.
 
 from __future__ import annotations
 
+import base64
+import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -157,7 +159,22 @@ def _span(ordinal: int) -> int | None:
 
 
 def _key(crc: int, size: int, version: Any) -> str:
-    return f"{crc:08x}.{size:x}.{_crc32(repr(version).encode()):08x}"
+    # 16 characters (base64url of the three 32-bit numbers): every checkpoint's
+    # refs, and each row's key and base, hold keys.
+    packed = _KEY.pack(crc, size, _crc32(repr(version).encode()))
+    return base64.urlsafe_b64encode(packed).decode()
+
+
+def _key_matches(key: str, crc: int, size: int) -> bool:
+    # Whether `key` (a `_key`) names a value whose sealed CRC and size are these.
+    try:
+        named_crc, named_size, _ = _KEY.unpack(base64.urlsafe_b64decode(key.encode()))
+    except (ValueError, struct.error):
+        return False
+    return named_crc == crc and named_size == size
+
+
+_KEY = struct.Struct(">III")
 
 
 # A value this short is named by itself (`_small_key`): every `None`, `[]`
@@ -531,11 +548,7 @@ def _rebuild(
     if key.startswith("="):
         matches = key == _small_key(type_, count, body) and len(body) <= _SMALL
     else:
-        head, _, rest = key.partition(".")
-        matches = (
-            f"{_seal(crc, type_, count):08x}" == head
-            and f"{len(body):x}" == (rest.partition(".")[0])
-        )
+        matches = len(key) == 16 and _key_matches(key, _seal(crc, type_, count), len(body))
     if not matches:
         raise UndecodableRow(
             thread_id, cid, f"channel {channel!r}: value {key!r} does not match its rows"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import operator
 import os
 import random
 import sqlite3
+import struct
 from typing import Annotated, Any
 
 import pytest
@@ -146,7 +148,8 @@ def test_a_list_is_stored_as_what_it_gained_and_a_read_follows_a_bounded_chain(
     # checkpoint: in the merged rows, and in the single extensions since the
     # last of them (those before it are prefixes of it, holding no bytes).
     messages = {k: size for (c, k), (_, _, size) in rows.items() if c == "messages"}
-    final = max(int(k.split(".")[1], 16) for k in messages)  # a key names its size
+    # A key names its value's size: the second of its three big-endian numbers.
+    final = max(struct.unpack(">III", base64.urlsafe_b64decode(k))[1] for k in messages)
     assert sum(messages.values()) <= 1.5 * final
 
 
