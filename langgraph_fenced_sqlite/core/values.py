@@ -28,7 +28,8 @@ not proven again.
 A read never follows an unbounded chain: the n-th extension of a whole list
 covers the last `SPAN**p` extensions, for the largest `p < LEVELS` with
 `n % SPAN**p == 0`, so a chain has at most `(SPAN - 1) * LEVELS` rows after
-its whole value, and every `SPAN**LEVELS`-th extension is stored whole.
+its whole value (and one prefix row, `PREFIX`, before them), and every
+`SPAN**LEVELS`-th extension is stored whole.
 """
 
 from __future__ import annotations
