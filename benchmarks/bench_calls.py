@@ -34,9 +34,7 @@ from __future__ import annotations
 import itertools
 import os
 import sqlite3
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -200,29 +198,16 @@ def _table(store: str, ours: _App, theirs: _App, stock: str, rounds: int, ops: i
     table.print()
 
 
-def _options(parser: Any) -> None:
-    parser.add_argument(
-        "--fsync-ms",
-        type=float,
-        default=None,
-        help="SQLite only, every fsync this many ms slower (an LD_PRELOAD shim)",
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     """Print one table per store; exit 0 whatever the figures."""
     argv = sys.argv[1:] if argv is None else argv
-    args = parse_args("A LangGraph app's calls, ours vs the stock savers", argv, _options)
+    args = parse_args(
+        "A LangGraph app's calls, ours vs the stock savers", argv, fsync_shim.add_option
+    )
     slower = args.fsync_ms
-    if slower is not None and "LGFS_FSYNC_DELAY_US" not in os.environ:
-        # LD_PRELOAD is read at start: run again, in a child that loads the shim.
-        if not fsync_shim.available():
-            print("result: skipped (--fsync-ms needs Linux and a C compiler)")
-            return 0
-        with tempfile.TemporaryDirectory() as shim_dir:
-            lib = fsync_shim.build_shim(shim_dir)
-            child = [sys.executable, os.path.abspath(__file__), *argv]
-            return subprocess.run(child, env=fsync_shim.shim_env(lib, slower)).returncode
+    done = fsync_shim.rerun_slower(__file__, argv, slower)
+    if done is not None:
+        return done
     rounds = args.rounds or (2 if args.quick else 15)
     ops = 2 if args.quick else 6
     load = os.getloadavg()

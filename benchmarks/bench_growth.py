@@ -67,9 +67,7 @@ import os
 import random
 import sqlite3
 import string
-import subprocess
 import sys
-import tempfile
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -952,12 +950,7 @@ def _options(parser: Any) -> None:
         default="sqlite,postgres",
         help="comma-separated: sqlite (CHAT, AGENT LOOP), postgres (POSTGRESQL CHAT)",
     )
-    parser.add_argument(
-        "--fsync-ms",
-        type=float,
-        default=None,
-        help="SQLite only, every fsync this many ms slower (an LD_PRELOAD shim)",
-    )
+    fsync_shim.add_option(parser)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -965,15 +958,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args("Long conversations: storage and per-turn cost", argv, _options)
     slower = args.fsync_ms
-    if slower is not None and "LGFS_FSYNC_DELAY_US" not in os.environ:
-        # LD_PRELOAD is read at start: run again, in a child that loads the shim.
-        if not fsync_shim.available():
-            print("result: skipped (--fsync-ms needs Linux and a C compiler)")
-            return 0
-        with tempfile.TemporaryDirectory() as shim_dir:
-            lib = fsync_shim.build_shim(shim_dir)
-            child = [sys.executable, os.path.abspath(__file__), *argv]
-            return subprocess.run(child, env=fsync_shim.shim_env(lib, slower)).returncode
+    done = fsync_shim.rerun_slower(__file__, argv, slower)
+    if done is not None:
+        return done
     turns = args.turns or (12 if args.quick else 1000)
     agent_turns = args.agent_turns or (6 if args.quick else 300)
     rounds = args.rounds or (3 if args.quick else 10)

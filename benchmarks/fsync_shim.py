@@ -19,8 +19,12 @@ import ctypes
 import os
 import shutil
 import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from typing import Any
 
-__all__ = ["available", "build_shim", "shim_env", "sync_count"]
+__all__ = ["add_option", "available", "build_shim", "rerun_slower", "shim_env", "sync_count"]
 
 _SOURCE = r"""
 #define _GNU_SOURCE
@@ -99,3 +103,31 @@ def sync_count() -> int | None:
         return None
     fn.restype = ctypes.c_longlong
     return int(fn())
+
+
+def add_option(parser: Any) -> None:
+    """Add `--fsync-ms` (every fsync that many ms slower) to a benchmark's parser."""
+    parser.add_argument(
+        "--fsync-ms",
+        type=float,
+        default=None,
+        help="SQLite only, every fsync this many ms slower (an LD_PRELOAD shim)",
+    )
+
+
+def rerun_slower(script: str, argv: Sequence[str], slower: float | None) -> int | None:
+    """Run `script` again under the shim when `--fsync-ms` asks for it; return its exit code.
+
+    LD_PRELOAD is read when a process starts, so a script asked for slower
+    fsyncs re-runs itself in a child that loads the shim. Returns None when
+    nothing was asked (or this already is that child): the caller goes on.
+    """
+    if slower is None or "LGFS_FSYNC_DELAY_US" in os.environ:
+        return None
+    if not available():
+        print("result: skipped (--fsync-ms needs Linux and a C compiler)")
+        return 0
+    with tempfile.TemporaryDirectory() as shim_dir:
+        lib = build_shim(shim_dir)
+        child = [sys.executable, os.path.abspath(script), *argv]
+        return subprocess.run(child, env=shim_env(lib, slower)).returncode

@@ -142,11 +142,21 @@ class Encoded(NamedTuple):
 
 def array_header(n: int) -> bytes:
     """Return msgpack's header of an array of `n` elements."""
+    return _header(n, 0x90, b"\xdc", b"\xdd")
+
+
+def map_header(n: int) -> bytes:
+    """Return msgpack's header of a map of `n` entries."""
+    return _header(n, 0x80, b"\xde", b"\xdf")
+
+
+def _header(n: int, fixed: int, two: bytes, four: bytes) -> bytes:
+    # msgpack's smallest header for `n`: in the type byte, then 16, then 32 bits.
     if n < 16:
-        return bytes((0x90 | n,))
+        return bytes((fixed | n,))
     if n < 0x10000:
-        return b"\xdc" + n.to_bytes(2, "big")
-    return b"\xdd" + n.to_bytes(4, "big")
+        return two + n.to_bytes(2, "big")
+    return four + n.to_bytes(4, "big")
 
 
 def _span(ordinal: int) -> int | None:
@@ -458,15 +468,6 @@ def resolve_rows(
         if keep is not None and kind == "msgpack" and held is not None:
             keep(t, n, cid, row[cells.values_blob], held)
     return out
-
-
-def map_header(n: int) -> bytes:
-    """Return msgpack's header of a map of `n` entries."""
-    if n < 16:
-        return bytes((0x80 | n,))
-    if n < 0x10000:
-        return b"\xde" + n.to_bytes(2, "big")
-    return b"\xdf" + n.to_bytes(4, "big")
 
 
 def _rebuild_all(
