@@ -315,6 +315,10 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
     _value_table = False
     _value_cache: ValueCache
 
+    def _learn_values(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
+        """Read a checkpoint's values into `_value_cache` (a store may skip decoding them)."""
+        self._read_tuple(thread_id, ns, checkpoint_id)
+
     def _encode_values(
         self, thread_id: str, ns: str, parent_id: str | None, checkpoint: Checkpoint, whole: bool
     ) -> values.Encoded:
@@ -329,7 +333,7 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
             parent = cache.get(thread_id, ns, parent_id)
             if parent is None:
                 try:
-                    self._read_tuple(thread_id, ns, parent_id)  # learns its values
+                    self._learn_values(thread_id, ns, parent_id)
                 except FencedSqliteError:
                     pass  # unreadable: its values are not named, they are stored whole
                 parent = cache.get(thread_id, ns, parent_id)

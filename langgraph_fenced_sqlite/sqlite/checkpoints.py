@@ -282,6 +282,28 @@ def resolved(
     )
 
 
+class _MustRead(Exception):
+    """A value row must be read (`resolved_from_cache`)."""
+
+
+def _must_read(_want: Any) -> list[Any]:
+    raise _MustRead
+
+
+def resolved_from_cache(
+    rows: list[Any],
+    cells: RowCells,
+    thread_id: str | None,
+    ns: str | None,
+    cached: Cached,
+) -> list[Any] | None:
+    """`resolved` rows when no value row need be read (all inline, or held here); else None."""
+    try:
+        return resolve_rows(rows, cells, _must_read, thread_id=thread_id, ns=ns, cached=cached)
+    except _MustRead:
+        return None
+
+
 def read_resolved(
     conn: sqlite3.Connection,
     sql: str,

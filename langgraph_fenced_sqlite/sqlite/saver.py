@@ -235,17 +235,28 @@ class FencedSqliteSaver(  # type: ignore[misc]
         self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
     ) -> CheckpointTuple | None:
         sql, params = schema.read_tuple(thread_id, checkpoint_ns, checkpoint_id)
-        rows = self._engine.read(
-            "get_tuple",
-            cps.read_resolved,
-            sql,
-            params,
+        # One statement, no BEGIN/COMMIT, when no value row must be read (a
+        # checkpoint this process holds, or one with its values inline);
+        # else the statement again with the value rows, in one snapshot.
+        rows = cps.resolved_from_cache(
+            self._engine.query("get_tuple", sql, params),
             cps.NARROW_CELLS,
             thread_id,
             checkpoint_ns,
-            self._keep_values,
             self._value_cache.get,
         )
+        if rows is None:
+            rows = self._engine.read(
+                "get_tuple",
+                cps.read_resolved,
+                sql,
+                params,
+                cps.NARROW_CELLS,
+                thread_id,
+                checkpoint_ns,
+                self._keep_values,
+                self._value_cache.get,
+            )
         found = narrow_reads.split_read(rows)
         if found is None:
             return None
@@ -273,6 +284,20 @@ class FencedSqliteSaver(  # type: ignore[misc]
         )
         return narrow_reads.decode_page(
             self.serde, query["thread_id"], query["checkpoint_ns"], rows, at, self._reread
+        )
+
+    def _learn_values(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
+        # The parent's value rows, resolved into the cache; nothing decoded.
+        sql, params = schema.read_tuple(thread_id, ns, checkpoint_id)
+        self._engine.read(
+            "put",
+            cps.read_resolved,
+            sql,
+            params,
+            cps.NARROW_CELLS,
+            thread_id,
+            ns,
+            self._keep_values,
         )
 
     def _keep_values(

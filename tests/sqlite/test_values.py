@@ -379,3 +379,39 @@ def test_importing_a_stock_file_writes_the_value_table_and_shrinks_it(tmp_path: 
         assert _history(_graph(fenced), "t") == expected
     assert _types(dest) == {"lgfs-refs"}
     assert os.path.getsize(dest) < os.path.getsize(source) / 5
+
+
+def test_a_put_whose_parent_another_saver_wrote_stores_only_what_it_adds(tmp_path: Any) -> None:
+    """With nothing held for the parent, the put reads the parent's values first."""
+    path = str(tmp_path / "f.db")
+    with (
+        FencedSqliteSaver(path, allowed_types=[Note]) as a,
+        FencedSqliteSaver(path, allowed_types=[Note]) as b,
+    ):
+        _chat(_graph(a), "t", 5)
+        latest = a.get_tuple({"configurable": {"thread_id": "t"}})
+        assert latest is not None
+        messages = [*latest.checkpoint["channel_values"]["messages"], HumanMessage("more", id="m")]
+        child = {
+            **latest.checkpoint,
+            "id": "1f000000-0000-6000-8000-000000000009",
+            "channel_values": {**latest.checkpoint["channel_values"], "messages": messages},
+        }
+        config = b.put(latest.config, child, {"source": "update", "step": 99}, {})
+        rows = {k: (base, size) for c, k, base, _, size in _blob_rows(path) if c == "messages"}
+        got = a.get_tuple(config)
+        assert got is not None and got.checkpoint["channel_values"]["messages"] == messages
+    key = json.loads(_refs_of(path, child["id"]))["messages"]
+    base, size = rows[key]
+    assert base is not None and size < 200  # the one new message, not the whole list
+
+
+def _refs_of(path: str, checkpoint_id: str) -> str:
+    conn = sqlite3.connect(path)
+    try:
+        row = conn.execute(
+            "SELECT values_blob FROM checkpoints WHERE checkpoint_id = ?", (checkpoint_id,)
+        ).fetchone()
+        return bytes(row[0]).decode()
+    finally:
+        conn.close()
