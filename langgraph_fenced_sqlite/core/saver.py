@@ -156,7 +156,11 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
             The tuple with pending writes in `writes_sort_key` order, or None.
         """
         thread_id, ns, cid = config_target(config)
-        return self._read_tuple(thread_id, ns, cid)
+        found = self._read_tuple(thread_id, ns, cid)
+        if found is not None and self._value_table:
+            # The objects LangGraph's next put of this thread carries.
+            self._value_cache.note(thread_id, ns, found.checkpoint["id"], found.checkpoint)
+        return found
 
     aget_tuple = async_twin(get_tuple)
 

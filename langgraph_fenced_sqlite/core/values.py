@@ -35,6 +35,7 @@ its whole value (and one prefix row, `PREFIX`, before them), and every
 from __future__ import annotations
 
 import base64
+import operator
 import struct
 import threading
 from collections import OrderedDict
@@ -123,6 +124,64 @@ class Held(NamedTuple):
     # own first: (key, items, ordinal, body bytes). The next merged row
     # stores them again, so they become prefixes of it (`PREFIX`).
     recent: tuple[tuple[str, int, int, int], ...] = ()
+    # The object a put encoded, or a read decoded, these bytes from or into
+    # (`Seen`): a later put under the same version, of the same object, the
+    # same at its top level, is not encoded again.
+    seen: Seen | None = None
+
+
+class Seen(NamedTuple):
+    """The object a value's bytes came from, its channel version, and its top level then."""
+
+    version: Any
+    value: Any
+    # What `value` held at its top level, references not copies: a list's or
+    # a tuple's elements (`_SEQUENCE`), a dict's or an object's attributes'
+    # (key, value) pairs (`_MAPPING`), nothing for an immutable scalar.
+    kind: int
+    shape: tuple[Any, ...]
+
+
+_SCALAR, _SEQUENCE, _MAPPING = 0, 1, 2
+# Scalars that cannot change: the object's identity is its value.
+_IMMUTABLE = frozenset({str, int, float, bool, bytes, type(None)})
+
+
+def _top(value: Any) -> tuple[int, tuple[Any, ...]] | None:
+    # `Seen.kind` and `Seen.shape` of `value` now; None: nothing to compare by
+    # (slots, a C type), so it is encoded on every put.
+    t = type(value)
+    if t in _IMMUTABLE:
+        return _SCALAR, ()
+    if t is list or t is tuple:
+        return _SEQUENCE, tuple(value)
+    attrs = value if t is dict else getattr(value, "__dict__", None)
+    if type(attrs) is not dict:
+        return None
+    return _MAPPING, tuple(attrs.items())
+
+
+def seen(version: Any, value: Any) -> Seen | None:
+    """Return `Seen` of `value` under `version` (None: no version, or no top level to compare)."""
+    top = None if version is None else _top(value)
+    return None if top is None else Seen(version, value, *top)
+
+
+def _unchanged(s: Seen, value: Any, version: Any) -> bool:
+    # The same object under the same version, the same at its top level. The
+    # held references keep the old elements alive, so an `is` never matches
+    # a new object at a reused address.
+    if s.value is not value or version is None or s.version != version:
+        return False
+    top = _top(value)
+    if top is None or top[0] != s.kind or len(top[1]) != len(s.shape):
+        return False
+    if s.kind == _SEQUENCE:
+        return all(map(operator.is_, top[1], s.shape))
+    return all(
+        v is w and (k is j or (type(k) is type(j) and k == j))
+        for (k, v), (j, w) in zip(top[1], s.shape, strict=True)
+    )
 
 
 class Encoded(NamedTuple):
@@ -226,7 +285,18 @@ def encode_values(
     held: dict[str, Held] = {}
     for channel, value in values.items():
         prev = parent.get(channel) if parent else None
-        h = _encode(serde, channel, value, versions.get(channel), prev, blobs)
+        version = versions.get(channel)
+        if prev is not None and prev.seen is not None and _unchanged(prev.seen, value, version):
+            # LangGraph bumps a channel's version whenever it changes it: the
+            # parent's value, the very object its bytes came from, under the
+            # same version, is the parent's row, not encoded again. A new
+            # object under an old version is encoded and compared by bytes.
+            h = prev
+        else:
+            h = _encode(serde, channel, value, version, prev, blobs)
+            s = seen(version, value)
+            if s is not None:
+                h = h._replace(seen=s)
         refs[channel] = h.key
         held[channel] = h
     named = {b.key for b in blobs}
@@ -644,6 +714,26 @@ class ValueCache:
             while self._bytes > self._max and self._entries:
                 _, dropped = self._entries.popitem(last=False)
                 self._bytes -= dropped[3]
+
+    def note(self, thread_id: str, ns: str, cid: str, checkpoint: Mapping[str, Any]) -> None:
+        """Record the objects a read decoded checkpoint `cid`'s values into, if it is the entry.
+
+        LangGraph puts the next checkpoint with those very objects: a channel
+        it did not change is then not encoded again (`Held.seen`).
+        """
+        values = checkpoint.get("channel_values") or {}
+        versions = checkpoint.get("channel_versions") or {}
+        with self._lock:
+            entry = self._entries.get((thread_id, ns))
+            if entry is None or entry[0] != cid:
+                return
+            held = dict(entry[2])
+            for channel, value in values.items():
+                h = held.get(channel)
+                s = None if h is None else seen(versions.get(channel), value)
+                if s is not None:
+                    held[channel] = h._replace(seen=s)  # type: ignore[union-attr]
+            self._entries[(thread_id, ns)] = (entry[0], entry[1], held, entry[3])
 
     def forget_thread(self, thread_id: str) -> None:
         """Drop every entry of the thread."""

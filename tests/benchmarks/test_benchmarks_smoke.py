@@ -91,6 +91,7 @@ EXPECTED = {
         "CHAT: 12 turns",
         "CHAT async: the same 12 turns through ainvoke",
         "AGENT LOOP: 6 turns",
+        "bytes proven and compressed per turn",
         "history reads back equal",
         "POSTGRESQL CHAT",
         "result",

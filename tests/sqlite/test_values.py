@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -415,3 +416,79 @@ def _refs_of(path: str, checkpoint_id: str) -> str:
         return bytes(row[0]).decode()
     finally:
         conn.close()
+
+
+def test_a_channel_the_step_did_not_change_is_not_encoded_again(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The input checkpoint names the messages it read; only the two steps that add one encode."""
+    packed: list[int] = []
+    real = DataOnlySerializer.pack
+
+    def counting(self: DataOnlySerializer, obj: Any) -> Any:
+        if type(obj) is list and len(obj) > 2:
+            packed.append(len(obj))
+        return real(self, obj)
+
+    with FencedSqliteSaver(str(tmp_path / "f.db"), allowed_types=[Note]) as saver:
+        graph = _graph(saver)
+        _chat(graph, "t", 4)
+        monkeypatch.setattr(DataOnlySerializer, "pack", counting)
+        _chat(graph, "t", 1, start=4)
+        # Step 0 adds the question, step 1 the reply (`messages` 9, then 10;
+        # `notes` 5): the input checkpoint (step -1) encodes neither list.
+        assert sorted(packed) == [5, 9, 10]
+        assert _history(graph, "t") == _history(_replay(4 + 1), "t")
+
+
+def _replay(turns: int) -> Any:
+    graph = _graph(InMemorySaver())
+    _chat(graph, "t", turns)
+    return graph
+
+
+def test_a_value_changed_in_place_under_its_old_version(tmp_path: Any) -> None:
+    """What a put stores when its caller changed a value without a new version.
+
+    At its top level (a list appended to, an item replaced) the change is
+    stored: reads return what was put. Below it (an element mutated in
+    place), the parent's row is named, as LangGraph's InMemorySaver and
+    PostgresSaver keep the value of the version: LangGraph changes a channel
+    only with a new version, so only a caller that mutates state in place,
+    which LangGraph's docs rule out, meets this.
+    """
+    memory = InMemorySaver()
+    with FencedSqliteSaver(str(tmp_path / "f.db")) as saver:
+        config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        first = {**empty_checkpoint(), "id": "1f000000-0000-6000-8000-000000000001"}
+        first["channel_values"] = {"log": [{"n": 0}], "flag": "a" * 40}
+        first["channel_versions"] = {"log": "1.a", "flag": "1.a"}
+        stored = saver.put(config, first, {"step": 0}, first["channel_versions"])
+        mem_stored = memory.put(config, first, {"step": 0}, first["channel_versions"])
+
+        def child(n: int, parent_values: dict[str, Any]) -> dict[str, Any]:
+            cp = {**first, "id": f"1f000000-0000-6000-8000-00000000000{n}"}
+            cp["channel_values"] = parent_values
+            return cp
+
+        got = saver.get_tuple(stored)
+        assert got is not None
+        log = got.checkpoint["channel_values"]["log"]
+        log.append({"n": 1})  # top level: stored
+        second = child(2, {**got.checkpoint["channel_values"]})
+        at_second = stored = saver.put(stored, second, {"step": 1}, {})
+        log[0]["n"] = 99  # below the top level: the parent's row, as InMemorySaver
+        third = child(3, {**second["channel_values"]})
+        stored = saver.put(stored, third, {"step": 2}, {})
+        for at in (at_second, stored):
+            assert saver.get_tuple(at).checkpoint["channel_values"]["log"] == [{"n": 0}, {"n": 1}]
+        # A new object under the old version is compared by its bytes: stored.
+        fourth = child(4, {"log": [{"n": 7}], "flag": "b" * 40})
+        stored = saver.put(stored, fourth, {"step": 3}, {})
+        assert saver.get_tuple(stored).checkpoint["channel_values"] == {
+            "log": [{"n": 7}],
+            "flag": "b" * 40,
+        }
+        # InMemorySaver returns the first value for all three children.
+        mem = memory.put(mem_stored, fourth, {"step": 3}, {})
+        assert memory.get_tuple(mem).checkpoint["channel_values"]["log"] == [{"n": 0}]
