@@ -36,6 +36,7 @@ from . import values
 from .claims import token_from_config
 from .delta_history import DeltaWalk
 from .serde import DataOnlySerializer, TypeKey, schema_classes, schema_types
+from .steps import FollowPolicy
 from .store import UsesStore
 from .twins import async_twin
 from .validation import (
@@ -298,14 +299,23 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
                 store requires claims).
             CheckpointConflict: see docs/semantics.md §3 (version and identity).
         """
-        enc, token, stored = self._encode_put(config, checkpoint, metadata)
+        # The thread's writes waiting for their step's put to share its
+        # commit wait on while this one encodes (`FollowPolicy.announce`).
+        policy, thread_id = self._follow_policy(), _thread_of(config)
+        if policy is not None and thread_id is not None:
+            policy.announce(thread_id)
         try:
-            self._put(enc, token)
-        except StaleParent:
-            # Its values named rows of a parent deleted or replaced since this
-            # process read it: stored whole, naming nothing of the parent's.
-            enc, token, stored = self._encode_put(config, checkpoint, metadata, whole=True)
-            self._put(enc, token)
+            enc, token, stored = self._encode_put(config, checkpoint, metadata)
+            try:
+                self._put(enc, token)
+            except StaleParent:
+                # Its values named rows of a parent deleted or replaced since this
+                # process read it: stored whole, naming nothing of the parent's.
+                enc, token, stored = self._encode_put(config, checkpoint, metadata, whole=True)
+                self._put(enc, token)
+        finally:
+            if policy is not None and thread_id is not None:
+                policy.withdraw(thread_id)
         if enc.held is not None:
             self._value_cache.put(
                 enc.thread_id, enc.checkpoint_ns, enc.checkpoint_id, enc.values_blob, enc.held
@@ -313,6 +323,10 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
         return stored
 
     aput = async_twin(put)
+
+    def _follow_policy(self) -> FollowPolicy | None:
+        """The store's `FollowPolicy`, whose writes wait for their step's put (None: none)."""
+        return None
 
     # The store keeps channel values in its value table (core/values.py), or
     # inline in each checkpoint row (False).
@@ -497,6 +511,14 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
     ) -> None:
         """Store `encoded` for the checkpoint `key`: (thread_id, checkpoint_ns, checkpoint_id)."""
         raise NotImplementedError
+
+
+def _thread_of(config: RunnableConfig) -> str | None:
+    # A put's thread, for `FollowPolicy.announce` (None: a config `put`
+    # refuses anyway, before it could be queued).
+    conf = config.get("configurable") if isinstance(config, Mapping) else None
+    thread_id = conf.get("thread_id") if isinstance(conf, Mapping) else None
+    return thread_id if type(thread_id) is str else None
 
 
 def page_args(query: dict[str, Any], remaining: int | None) -> tuple[dict[str, Any], int]:

@@ -161,6 +161,9 @@ class FollowPolicy:
         # loop thread or worker serves many callers.
         self._ran_out_by: dict[Key, int] = {}
         self._sequential: dict[int, list[int]] = {}
+        # Puts underway (called, not yet committed) by thread: a write
+        # awaiting a put of the thread waits on meanwhile (`announce`).
+        self._announced: dict[str, int] = {}
         # Counters for tests and benchmarks (see `stats`).
         self._stats = dict.fromkeys(("commits", "waited", "joined", "ran_out", "skipped"), 0)
 
@@ -169,6 +172,29 @@ class FollowPolicy:
         (then were `joined` by their put, or `ran_out`) or `skipped` waiting."""
         with self._mutex:
             return dict(self._stats)
+
+    def announce(self, thread_id: str) -> None:
+        """A put of `thread_id` was called: writes awaiting a put of the thread wait on.
+
+        A put encodes its values before it is queued, which on a long
+        history takes longer than any bound a write waits, and LangGraph
+        calls a step's put only once the previous step's put returned. While
+        a put of the thread is underway, the put a write awaits is that one
+        or comes right after it, so the write waits on and shares its
+        commit. Each call is paired with `withdraw` once the put returned or
+        failed; the write's own bound then applies again.
+        """
+        with self._mutex:
+            self._announced[thread_id] = self._announced.get(thread_id, 0) + 1
+
+    def withdraw(self, thread_id: str) -> None:
+        """End an `announce`: writes still waiting go back to their own bound."""
+        with self._mutex:
+            left = self._announced.pop(thread_id, 0) - 1
+            if left > 0:
+                self._announced[thread_id] = left
+            if self._waiting:
+                self._changed.notify_all()
 
     def _timed(self, took: float, *, counted: bool = True) -> None:
         # Under `_changed`: a commit took `took` seconds (`counted`: count it here).
@@ -274,6 +300,10 @@ class FollowPolicy:
         if job.state != PENDING or job.followed:
             return 0.0
         now = time.monotonic()
+        if job.awaits[0] in self._announced:
+            # A put of its thread is underway: it is the one awaited or goes
+            # before it (`announce`); `withdraw` wakes this to look again.
+            return job.deadline - now
         if self._leading_since is not None:
             # A batch is committing: waiting costs nothing until it ends
             # (this write could not lead before), and the put awaited may be

@@ -567,7 +567,9 @@ def _packed(thread_id: Any, cid: Any, held: Mapping[str, Held]) -> bytes:
     for channel, h in held.items():
         parts.append(ormsgpack.packb(channel))
         if h.type == "msgpack":
-            parts.append(array_header(h.items) + h.body if h.items >= 0 else h.body)
+            if h.items >= 0:
+                parts.append(array_header(h.items))  # apart: a long body is copied once, by join
+            parts.append(h.body)
         elif h.type == "null":
             parts.append(b"\xc0")
         elif h.type in ("bytes", "bytearray"):

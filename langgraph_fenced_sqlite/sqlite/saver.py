@@ -35,6 +35,7 @@ from ..errors import UndecodableRow, bad_argument
 from . import checkpoints as cps
 from . import schema
 from .engine import Engine
+from .groupcommit import GroupCommit
 from .saver_claims import ClaimsAPI
 from .saver_events import EventsAPI
 from .saver_inspect import InspectionAPI
@@ -320,6 +321,9 @@ class FencedSqliteSaver(  # type: ignore[misc]
     # the engine opened), not `conn.execute`, which makes a cursor per
     # statement: 1.7k instructions each, three a write. The txn functions
     # only call `execute` and read its result, which a cursor does alike.
+
+    def _follow_policy(self) -> GroupCommit:
+        return self._engine._group
 
     def _put(self, enc: cps.EncodedCheckpoint, token: int | None) -> None:
         engine = self._engine

@@ -20,6 +20,7 @@ import asyncio
 import os
 import signal
 import threading
+import time
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -623,3 +624,38 @@ def test_writes_whose_put_waits_for_them_back_off(
         # 24 awaited writes (6 per invoke); waits at the 1st, 2nd (the first
         # run-out is forgiven), 5th, 10th and 19th.
         assert stats["ran_out"] <= 5 and stats["skipped"] >= 19, stats
+
+
+@pytest.mark.parametrize("api", ["invoke", "ainvoke"])
+def test_a_put_that_encodes_for_longer_than_the_wait_still_commits_with_its_writes(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, api: str
+) -> None:
+    """A long history's put encodes for longer than a write waits: its writes wait on.
+
+    A put announces its thread when called (`FollowPolicy.announce`), before
+    it encodes, and writes awaiting a put of that thread wait on; before,
+    each step's writes ran out and committed alone: one more fsync per step
+    on a long chat.
+    """
+    follow_bound(monkeypatch, 0.002)
+    real = FencedSqliteSaver._encode_put
+
+    def slow(self: FencedSqliteSaver, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.03)  # what encoding a few thousand messages takes
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(FencedSqliteSaver, "_encode_put", slow)
+    with FencedSqliteSaver(str(tmp_path / "s.db")) as saver:
+        app = chain_graph(saver)
+        group = saver._engine._group
+        before = group.stats()
+        config = {"configurable": {"thread_id": "t"}}
+        if api == "invoke":
+            result = app.invoke({"count": 0, "trail": []}, config, durability="sync")
+        else:
+            result = asyncio.run(app.ainvoke({"count": 0, "trail": []}, config, durability="sync"))
+        after = group.stats()
+        assert result["count"] == 5
+        assert after["commits"] - before["commits"] == 7
+        assert after["ran_out"] == before["ran_out"]
+        assert group._announced == {}  # every announce withdrawn
