@@ -28,6 +28,8 @@ ALLOWED: dict[str, set[str]] = {
     "runner": {"errors", "clock", "core"},
     "tools": {"errors", "clock", "core", "sqlite", "postgres"},
     "cli": {"errors", "clock", "core", "sqlite", "postgres", "runner", "tools"},
+    # The Agent Server's factory (`agent_server.py`): opens either store, as a tool does.
+    "agent_server": {"errors", "clock", "core", "sqlite", "postgres"},
 }
 # Modules of these layers must not import these third-party drivers.
 FORBIDDEN_DRIVERS = {

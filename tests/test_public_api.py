@@ -25,6 +25,7 @@ from langgraph_fenced_sqlite import FencedSqliteError
 ROOT = Path(__file__).resolve().parent.parent
 PUBLIC = [
     "langgraph_fenced_sqlite",
+    "langgraph_fenced_sqlite.agent_server",
     "langgraph_fenced_sqlite.postgres",
     "langgraph_fenced_sqlite.testing",
 ]

@@ -14,16 +14,16 @@ import os
 from typing import TypeVar
 
 from ..core.serde import DataOnlySerializer
+from ..core.user_types import ALLOW_ENV, parse_allow
 from .io import CliError
 
 __all__ = ["ALLOW_ENV", "add_allow_options", "allow_from_args", "cli_serde"]
 
 _P = TypeVar("_P", bound=argparse.ArgumentParser)
 
-ALLOW_ENV = "LGFS_ALLOW"  # "myapp, other.mod:Thing": packages, or MODULE:NAME types
 
 # Set once per `main()` call from its arguments; `_open` reads it.
-_allow: tuple[tuple[tuple[str, str], ...], tuple[str, ...]] = ((), ())
+_allow: tuple[tuple[tuple[str, ...], ...], tuple[str, ...]] = ((), ())
 
 
 def add_allow_options(parser: _P) -> _P:
@@ -47,14 +47,15 @@ def allow_from_args(args: argparse.Namespace) -> None:
     """Take the allow-list from `$LGFS_ALLOW` plus the parsed options.
 
     Raises:
-        CliError: an entry is not `MODULE:NAME` or not a module name.
+        CliError: an `--allow-type` is not `MODULE:NAME`.
+        InvalidArgument: an entry of `$LGFS_ALLOW` is malformed, or a name
+            is not a module name.
     """
     global _allow
-    entries = [e.strip() for e in os.environ.get(ALLOW_ENV, "").split(",") if e.strip()]
-    types = [e for e in entries if ":" in e] + list(getattr(args, "allow_type", None) or [])
-    modules = [e for e in entries if ":" not in e] + list(getattr(args, "allow_module", None) or [])
-    keys = []
-    for entry in types:
+    # `$LGFS_ALLOW` has one syntax, shared with the Agent Server's factory.
+    keys, modules = parse_allow(os.environ.get(ALLOW_ENV, ""), ALLOW_ENV)
+    modules += list(getattr(args, "allow_module", None) or [])
+    for entry in getattr(args, "allow_type", None) or []:
         module, _, name = entry.partition(":")
         if not (module and name):
             raise CliError("usage", f"--allow-type {entry!r}: expected MODULE:NAME")

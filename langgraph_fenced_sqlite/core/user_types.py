@@ -21,15 +21,21 @@ from typing import Any
 from ..errors import SerializationError, bad_argument
 
 __all__ = [
+    "ALLOW_ENV",
     "TaggedValue",
     "TypeRegistry",
     "instance_classes",
+    "parse_allow",
     "schema_classes",
     "schema_types",
     "write_context",
 ]
 
 TypeKey = tuple[str, ...]
+
+# The variable holding an allow-list as text (`parse_allow`), for `lgfs` and the
+# Agent Server's factory alike: "myapp, other.mod:Thing".
+ALLOW_ENV = "LGFS_ALLOW"
 
 
 class TaggedValue:
@@ -95,6 +101,40 @@ class TypeRegistry:
 
     def __len__(self) -> int:
         return len(self._classes)
+
+
+def parse_allow(text: str, argument: str) -> tuple[list[TypeKey], list[str]]:
+    """Split an allow-list written as text into classes and packages.
+
+    The one syntax of `$LGFS_ALLOW`, which `lgfs` and the Agent Server's
+    factory both read: comma-separated entries, each a package (`myapp`, an
+    `allowed_modules` entry) or a class (`other.mod:Thing`, an
+    `allowed_types` entry). Module names are checked where they are used
+    (`DataOnlySerializer`).
+
+    Args:
+        text: The entries, e.g. `"myapp, other.mod:Thing"`; blanks are skipped.
+        argument: What an error names (the variable or option read).
+
+    Returns:
+        `(types, modules)`: the `(module, name)` pairs and the package names.
+
+    Raises:
+        InvalidArgument: an entry with a colon is not `MODULE:NAME`.
+    """
+    types: list[TypeKey] = []
+    modules: list[str] = []
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        if ":" not in entry:
+            modules.append(entry)
+            continue
+        module, _, name = entry.partition(":")
+        if not (module and name) or ":" in name:
+            raise bad_argument(argument, f"{entry!r}: expected MODULE:NAME or a package name")
+        types.append((module, name))
+    return types, modules
 
 
 _LEAVES = (str, bytes, bytearray, int, float, bool, complex, type(None))

@@ -22,6 +22,7 @@ import pytest
 from _doc_pages import DOCS, PAGES, ROOT
 
 import langgraph_fenced_sqlite
+import langgraph_fenced_sqlite.agent_server
 import langgraph_fenced_sqlite.postgres
 import langgraph_fenced_sqlite.testing
 from langgraph_fenced_sqlite.cli.main import build_parser
@@ -30,6 +31,7 @@ PUBLIC = {
     f"{module.__name__}.{name}"
     for module in (
         langgraph_fenced_sqlite,
+        langgraph_fenced_sqlite.agent_server,
         langgraph_fenced_sqlite.postgres,
         langgraph_fenced_sqlite.testing,
     )
