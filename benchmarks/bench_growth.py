@@ -30,9 +30,14 @@ long threads turn by turn and reports what they cost at the end:
 - POSTGRESQL: the chat workload, FencedPostgresSaver against PostgresSaver,
   on a server the script starts (`testing.postgres_server`, fsync off as in
   `bench_postgres.py`, autovacuum off); bytes are `pg_total_relation_size`
-  summed over each saver's tables (ours: every `lgfs_%` table; theirs:
+  (heap, indexes and TOAST) summed over each saver's tables (ours: every
+  `lgfs_%` table, the value table `lgfs_blobs` included; theirs:
   checkpoints, checkpoint_blobs, checkpoint_writes, checkpoint_migrations),
-  dead row versions included.
+  dead row versions included. PostgresSaver runs the first `--stock-turns`
+  turns (default 200) beside ours, interleaved: its tables grow with the
+  square of the turns, gigabytes at 1000; ours then goes on alone to
+  `--turns`, where its bytes are held to the target, and the last row splits
+  them into heap, indexes and TOAST.
 
 Text is words drawn at random (seeded) from a vocabulary of 30,000 random
 lowercase words of 2-10 letters: it compresses about like prose (the header
@@ -50,6 +55,7 @@ a real SSD or cloud volume: SQLite only (the benchmark's PostgreSQL does not
 sync), and the chat `invoke` target becomes ours/SqliteSaver <= 0.5.
 
 Options: `--turns N` (chat, default 1000), `--agent-turns N` (default 300),
+`--stock-turns N` (PostgresSaver's share of the POSTGRESQL chat, default 200),
 `--only chat|agent|postgres`, `--stores sqlite,postgres`, `--fsync-ms MS`,
 and `_common`'s `--quick` (12 chat and 6 agent turns), `--rounds`, `--keep`,
 `--dir`. Prints PASS/MISS; asserts nothing; exits 0. The full run takes
@@ -937,14 +943,60 @@ def postgres_server() -> Iterator[tuple[Any, str]]:
         server.stop()
 
 
-def chat_postgres(server: Any, turns: int, rounds: int, ops: int) -> None:
-    """Print the POSTGRESQL chat table: FencedPostgresSaver vs PostgresSaver."""
+# Our tables' bytes as `pg_total_relation_size` counts them: the table's own
+# forks (main, free-space and visibility maps), its indexes, its TOAST table
+# (with the TOAST index).
+OUR_BREAKDOWN = (
+    "SELECT coalesce(sum(pg_table_size(c.oid)), 0), coalesce(sum(pg_indexes_size(c.oid)), 0), "
+    "coalesce(sum(CASE WHEN c.reltoastrelid <> 0 THEN pg_total_relation_size(c.reltoastrelid) "
+    "ELSE 0 END), 0) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = current_schema() AND c.relkind = 'r' AND c.relname LIKE 'lgfs\\_%'"
+)
+
+
+def pg_breakdown(dsn: str) -> tuple[int, int, int]:
+    """Our tables' bytes as heap (every fork of the tables), indexes and TOAST (with its index)."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(OUR_BREAKDOWN).fetchone()
+    assert row is not None
+    table, indexes, toast = (int(v) for v in row)
+    return table - toast, indexes, toast
+
+
+def pg_compacted(dsn: str) -> int:
+    """Rewrite our tables without their dead row versions (`VACUUM FULL`); return their bytes."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        names = [
+            r[0]
+            for r in conn.execute(
+                "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = current_schema() AND c.relkind = 'r' "
+                "AND c.relname LIKE 'lgfs\\_%'"
+            ).fetchall()
+        ]
+        conn.execute(f"VACUUM FULL {', '.join(names)}")
+    return pg_bytes(dsn, OUR_TABLES)
+
+
+def chat_postgres(server: Any, turns: int, stock_turns: int, rounds: int, ops: int) -> None:
+    """Print the POSTGRESQL chat table: FencedPostgresSaver vs PostgresSaver.
+
+    Both run the first `stock_turns` turns side by side (PostgresSaver's
+    bytes grow with the square of the turns: its tables hold gigabytes at
+    1000, which takes a long time to write); ours then goes on alone to
+    `turns`, where its bytes are held to the target.
+    """
     from langgraph.checkpoint.postgres import PostgresSaver
 
     from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
 
     script = ChatScript(turns)
     builder = chat_builder(script)
+    together = min(turns, stock_turns)
 
     def make_input(turn: int) -> dict[str, Any]:
         return {"messages": [script.human(turn)]}
@@ -964,19 +1016,21 @@ def chat_postgres(server: Any, turns: int, rounds: int, ops: int) -> None:
             warm(graph, make_input, None)
         talks = {name: Conversation(g, "chat", make_input) for name, g in graphs.items()}
         started = time.perf_counter()
-        samples = interleave(talks, rounds=turns, ops=1)
+        samples = interleave(talks, rounds=together, ops=1)
         took = time.perf_counter() - started
         size = {"ours": pg_bytes(dsns["ours"], OUR_TABLES)}
         size["stock"] = pg_bytes(dsns["stock"], THEIR_TABLES)
-        w = window(turns)
+        w = window(together)
+        alone = "" if turns == together else f"; then ours alone to turn {turns}"
         table = Table(
             f"POSTGRESQL CHAT: {turns} turns of ~1 KB each way, durability sync "
-            f"(server fsync off; interleaved turn by turn; {took:.0f} s)",
+            f"(server fsync off; interleaved turn by turn for {together}{alone}; {took:.0f} s "
+            "together)",
             ["figure", "FencedPostgresSaver", "PostgresSaver", "ratio", "target"],
         )
-        limit, shown = bytes_target(turns)
+        limit, shown = bytes_target(together)
         table.add(
-            f"bytes after {turns} turns (pg_total_relation_size of the saver's tables)",
+            f"bytes after {together} turns (pg_total_relation_size of the saver's tables)",
             fmt_bytes(size["ours"]),
             fmt_bytes(size["stock"]),
             f"{size['ours'] / size['stock']:.4f}x ours/PostgresSaver",
@@ -989,6 +1043,47 @@ def chat_postgres(server: Any, turns: int, rounds: int, ops: int) -> None:
             "PostgresSaver",
             rounds=rounds,
             ops=ops,
+        )
+        if turns > together:
+            started = time.perf_counter()
+            rest = interleave({"ours": talks["ours"]}, rounds=turns - together, ops=1)["ours"]
+            took = time.perf_counter() - started
+            final = pg_bytes(dsns["ours"], OUR_TABLES)
+            limit, shown = bytes_target(turns)
+            table.add(
+                f"bytes after {turns} turns (ours alone, turns {together + 1}-{turns} in "
+                f"{took:.0f} s)",
+                fmt_bytes(final),
+                "",
+                "",
+                f"ours {shown} {verdict(final, limit)}",
+            )
+            w = window(turns)
+            table.add(
+                f"invoke, median of the last {w} turns (ours alone)",
+                fmt_time(median(rest[-w:])),
+                "",
+                "",
+                "info",
+            )
+        heap, indexes, toast = pg_breakdown(dsns["ours"])
+        table.add(
+            f"ours after {turns} turns: heap / indexes / TOAST",
+            f"{fmt_bytes(heap)} / {fmt_bytes(indexes)} / {fmt_bytes(toast)}",
+            "",
+            "",
+            "info",
+        )
+        # What the live rows take, rewritten compactly: the dead versions the
+        # run left (each single extension rewritten as a prefix leaves one)
+        # are space a vacuumed store reuses, which autovacuum, off here, does.
+        live = pg_compacted(dsns["ours"])
+        table.add(
+            f"ours after {turns} turns, live rows only (VACUUM FULL)",
+            fmt_bytes(live),
+            "",
+            "",
+            f"info ({verdict(live, limit)} against {shown})",
         )
         table.print()
 
@@ -1003,6 +1098,13 @@ def _options(parser: Any) -> None:
     )
     parser.add_argument(
         "--only", choices=("chat", "agent", "postgres"), default=None, help="one workload only"
+    )
+    parser.add_argument(
+        "--stock-turns",
+        type=int,
+        default=None,
+        help="POSTGRESQL CHAT: turns PostgresSaver runs beside ours (default 200; ours goes "
+        "on alone to --turns)",
     )
     parser.add_argument(
         "--stores",
@@ -1059,7 +1161,8 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     print()
                 else:
-                    chat_postgres(server, turns, rounds, ops)
+                    stock_turns = args.stock_turns or (turns if args.quick else 200)
+                    chat_postgres(server, turns, stock_turns, rounds, ops)
     load = os.getloadavg()
     print(f"load average at the end {load[0]:.2f}")
     print("result: done (figures, not assertions)")

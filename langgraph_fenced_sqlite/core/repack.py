@@ -12,15 +12,16 @@ same checksum), so a thread changed meanwhile is left as it was.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from ..errors import UndecodableRow
 from . import checkpoints as cps
 from .checksums import checkpoint_checksum
+from .maintenance import RepackReport
 from .values import REFS, Blob, Held, encode_values
 
-__all__ = ["Rewrite", "plan_thread"]
+__all__ = ["RowChanged", "Rewrite", "plan_thread", "repack_threads"]
 
 # How many recent checkpoints' values a plan keeps to encode a child against
 # (a child of an older one is stored whole): a long thread's every version
@@ -110,3 +111,51 @@ def _remember(
     recent.move_to_end(key)
     while len(recent) > _RECENT:
         recent.popitem(last=False)
+
+
+class RowChanged(Exception):
+    """A row `repack` planned from changed before its transaction (never leaves the saver)."""
+
+
+# A thread's checkpoint rows in commit order (those of the value table
+# resolved), and `(ns, cid, refs, held)` of each resolved one: one snapshot.
+ReadThread = Callable[
+    [str], tuple[Sequence[Sequence[Any]], Iterable[tuple[str, str, bytes, dict[str, Held]]]]
+]
+
+
+def repack_threads(
+    serde: Any,
+    threads: Iterable[str],
+    read: ReadThread,
+    write: Callable[[str, list[Rewrite]], None],
+    *,
+    dry_run: bool,
+) -> RepackReport:
+    """Plan each thread's rewrites from one read, then apply them in one transaction each.
+
+    `write(thread_id, rewrites)` applies a thread's rewrites all or none,
+    raising `RowChanged` (nothing applied) when a row is not as read: the
+    thread is reported as skipped. With `dry_run`, nothing is written.
+    """
+    report = RepackReport(dry_run=dry_run)
+    for thread_id in threads:
+        rows, held = read(thread_id)
+        rewrites, skipped = plan_thread(serde, thread_id, rows, held)
+        report.skipped.extend(skipped)
+        if not rewrites:
+            continue
+        if not dry_run:
+            try:
+                write(thread_id, rewrites)
+            except RowChanged:
+                reason = "the thread was written while it was repacked; run again"
+                report.skipped.append(
+                    {"thread_id": thread_id, "checkpoint_id": None, "reason": reason}
+                )
+                continue
+        report.threads.append(thread_id)
+        report.checkpoints += len(rewrites)
+        report.inline_bytes += sum(r.inline_bytes for r in rewrites)
+        report.stored_bytes += sum(len(b.data) for r in rewrites for b in r.blobs)
+    return report

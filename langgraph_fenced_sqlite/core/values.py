@@ -701,6 +701,12 @@ class ValueCache:
             self._entries.move_to_end((thread_id, ns))
             return entry[1], entry[2]
 
+    def latest(self, thread_id: str, ns: str) -> tuple[str, bytes] | None:
+        """Return `(cid, refs)` of the namespace's entry, if it has one."""
+        with self._lock:
+            entry = self._entries.get((thread_id, ns))
+            return None if entry is None else (entry[0], entry[1])
+
     def put(self, thread_id: str, ns: str, cid: str, refs: bytes, held: dict[str, Held]) -> None:
         """Make checkpoint `cid` its namespace's entry."""
         size = sum(len(h.body) for h in held.values())

@@ -5,7 +5,10 @@ Invariant: as in `txns` (the store's other transactions), a removal or copy
 that writes a thread fences it first (`txns.fence`: the thread's row lock,
 the token check and the position of its event in one statement), and each
 function runs inside the transaction `PgConnection.run` opened, so raising
-rolls everything back.
+rolls everything back. Whatever removes checkpoints frees, in the same
+transaction, the value rows no remaining checkpoint of the thread needs
+(`values.collect`; all of them when every checkpoint went), and a copy
+copies the value rows its checkpoints name.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from ..errors import CheckpointConflict
 from . import sql
 from .events import append, raise_floor
 from .txns import fence
+from .values import collect, delete_all
 
 Cursor = Any  # a psycopg cursor returning tuples
 
@@ -44,6 +48,7 @@ def delete_thread(cur: Cursor, thread_id: str) -> None:
     cur.execute(sql.NEW_INCARNATION, params)
     cur.execute(sql.DELETE_THREAD_WRITES, params)
     cur.execute(sql.DELETE_THREAD_CHECKPOINTS, params)
+    delete_all(cur, thread_id)
     cur.execute(sql.DELETE_THREAD_EVENTS, params)
 
 
@@ -71,10 +76,13 @@ def delete_for_runs(
         removed = [(r[0], r[1]) for r in cur.fetchall()]
         params.update(namespaces=[r[0] for r in removed], ids=[r[1] for r in removed])
         cur.execute(sql.DELETE_WRITES_OF_RUNS, params)
+        writes = cur.rowcount
+        if removed:
+            collect(cur, thread_id)
         data = {
             "run_ids": run_ids,
             "checkpoints": [list(k) for k in removed],
-            "writes": cur.rowcount,
+            "writes": writes,
         }
         new = [NewEvent("runs_deleted", data)]
         append(cur, thread_id, position, new, token=token, now=now, notify=notify)
@@ -179,6 +187,7 @@ def prune(
         removed = [(r[0], r[1]) for r in sorted(cur.fetchall(), key=lambda r: r[2])]
         cur.execute(sql.DELETE_THREAD_WRITES, params)
         writes = cur.rowcount
+        delete_all(cur, thread_id)
         target = position
     else:
         # The SQLite store's rule: each namespace's latest and the delta
@@ -211,6 +220,7 @@ def _remove_planned(
         return floor
     cur.execute(sql.DELETE_CHECKPOINTS_BY_KEY, params)
     cur.execute(sql.DELETE_WRITES_OF_PRUNED, params)
+    collect(cur, params["thread_id"])
     cur.execute(sql.FIRST_EVENT_OF_STORED, params)
     first_kept = cur.fetchone()[0]
     if first_kept is None:
@@ -333,7 +343,10 @@ def remove_turn(
     }
     cur.execute(sql.DELETE_CHECKPOINTS_BY_KEY, params)
     cur.execute(sql.DELETE_WRITES_OF_TURN, params)
-    return run_id, keys, cur.rowcount
+    writes = int(cur.rowcount)
+    if keys:
+        collect(cur, thread_id)
+    return run_id, keys, writes
 
 
 def retract(

@@ -36,7 +36,8 @@ from ..core.fenced_store import FencedStore
 from ..core.saver import next_cursor, page_args, store_options
 from ..core.serde import TypeKey
 from ..core.validation import check_name, config_target
-from ..errors import SchemaTooOld, UnsupportedFormat, bad_argument
+from ..core.values import Held, StaleParent, ValueCache
+from ..errors import FencedSqliteError, SchemaTooOld, UnsupportedFormat, bad_argument
 from . import sql, txns
 from .connection import PgConnection
 from .runs import LatestRoots
@@ -44,6 +45,7 @@ from .saver_claims import PgClaimsAPI
 from .saver_events import PgEventsAPI
 from .saver_retention import PgRetentionAPI
 from .saver_threads import PgReadAPI
+from .values import MustRead, resolved_from
 
 __all__ = ["DatabaseClock", "FencedPostgresSaver"]
 
@@ -162,8 +164,14 @@ class FencedPostgresSaver(  # type: ignore[misc]
         # What this saver's fenced writes made each thread's latest root
         # checkpoint: the hint that lets `end_run` take one round trip.
         self._latest_roots = LatestRoots()
+        # The values of what this process last put or read of each namespace:
+        # a put encodes against them, a read of that checkpoint needs no value row.
+        self._value_cache = ValueCache()
         if readonly:
             self._check_schema("open")
+
+    # Channel values live in the value table, `lgfs_blobs` (migration 11).
+    _value_table = True
 
     @classmethod
     def from_conn_string(cls, conn_string: str, **kwargs: Any) -> _Opener:
@@ -306,10 +314,13 @@ class FencedPostgresSaver(  # type: ignore[misc]
         """Async twin of `get_tuple`."""
         # On the store's own async connection, no thread hop (`arun_call`).
         thread_id, ns, cid = config_target(config)
-        found = await self._engine.arun_call(
-            "get_tuple", None, **self._fetch_call(thread_id, ns, cid)
-        )
-        return None if found is None else cps.decode_tuple(self.serde, *found)
+        found = await self._afetch_tuple("get_tuple", thread_id, ns, cid)
+        if found is None:
+            return None
+        tup = cps.decode_tuple(self.serde, *found)
+        # The objects LangGraph's next put of this thread carries (as `get_tuple`).
+        self._value_cache.note(thread_id, ns, tup.checkpoint["id"], tup.checkpoint)
+        return tup
 
     async def aput(
         self,
@@ -319,9 +330,28 @@ class FencedPostgresSaver(  # type: ignore[misc]
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Async twin of `put`."""
-        # On the store's own async connection, no thread hop (`arun_call`).
-        enc, token, stored = self._encode_put(config, checkpoint, metadata)
-        await self._aput(enc, token)
+        # On the store's own async connection, no thread hop (`arun_call`);
+        # `put`'s steps, the parent's values read here first if they are
+        # not held (`_encode_values` would read them with a blocking call).
+        thread_id, ns, _ = config_target(config)
+        parent_id = config["configurable"].get("checkpoint_id")
+        whole = False
+        if parent_id and self._value_cache.get(thread_id, ns, parent_id) is None:
+            try:
+                await self._afetch_tuple("put", thread_id, ns, parent_id)
+            except FencedSqliteError:
+                pass  # unreadable: its values are not named, they are stored whole
+            whole = self._value_cache.get(thread_id, ns, parent_id) is None
+        enc, token, stored = self._encode_put(config, checkpoint, metadata, whole=whole)
+        try:
+            await self._aput(enc, token)
+        except StaleParent:
+            enc, token, stored = self._encode_put(config, checkpoint, metadata, whole=True)
+            await self._aput(enc, token)
+        if enc.held is not None:
+            self._value_cache.put(
+                enc.thread_id, enc.checkpoint_ns, enc.checkpoint_id, enc.values_blob, enc.held
+            )
         return stored
 
     async def aput_writes(
@@ -340,38 +370,108 @@ class FencedPostgresSaver(  # type: ignore[misc]
     # --- the primitives of `FencedSaverBase` ------------------------------------------
     # Each async twin sends the same call (`_*_call`) through `arun_call`.
 
+    # A read's value rows come in its one statement, with its checkpoint rows
+    # (`sql.TUPLE_BY_ID`, `sql.page_with_writes`), resolved by `values.resolve_rows`;
+    # `get_tuple`'s leaves them out for the checkpoint this process holds.
+
     def _fetch_tuple(
         self, op: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
     ) -> tuple[Any, _list[Any]] | None:
-        # One round trip: the checkpoint and its writes in one read-only snapshot.
-        found: tuple[Any, _list[Any]] | None = self._engine.run(
-            op, **self._fetch_call(thread_id, checkpoint_ns, checkpoint_id)
-        )
-        return found
+        # One round trip: the checkpoint, its writes and values in one snapshot.
+        known = self._known(thread_id, checkpoint_ns, checkpoint_id)
+        try:
+            return self._resolve_tuple(
+                self._engine.run(
+                    op, **self._fetch_call(thread_id, checkpoint_ns, checkpoint_id, known)
+                ),
+                known,
+            )
+        except MustRead:
+            found = self._engine.run(
+                op, **self._fetch_call(thread_id, checkpoint_ns, checkpoint_id, None)
+            )
+            return self._resolve_tuple(found, None)
+
+    async def _afetch_tuple(
+        self, op: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
+    ) -> tuple[Any, _list[Any]] | None:
+        """Async twin of `_fetch_tuple`, on the store's own async connection."""
+        known = self._known(thread_id, checkpoint_ns, checkpoint_id)
+        call = self._fetch_call(thread_id, checkpoint_ns, checkpoint_id, known)
+        try:
+            return self._resolve_tuple(await self._engine.arun_call(op, None, **call), known)
+        except MustRead:
+            call = self._fetch_call(thread_id, checkpoint_ns, checkpoint_id, None)
+            return self._resolve_tuple(await self._engine.arun_call(op, None, **call), None)
 
     def _fetch_call(
-        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str | None,
+        known: tuple[str, bytes] | None,
     ) -> dict[str, Any]:
-        batch = txns.fetch_tuple_batch(thread_id, checkpoint_ns, checkpoint_id)
+        batch = txns.fetch_tuple_batch(thread_id, checkpoint_ns, checkpoint_id, known)
         return {"batch": batch, "read_only": True}
+
+    def _known(
+        self, thread_id: str, ns: str, checkpoint_id: str | None
+    ) -> tuple[str, bytes] | None:
+        """The checkpoint this process holds the values of, of those a read may return."""
+        if checkpoint_id is None:
+            return self._value_cache.latest(thread_id, ns)
+        held = self._value_cache.get(thread_id, ns, checkpoint_id)
+        return None if held is None else (checkpoint_id, held[0])
+
+    def _resolve_tuple(
+        self, found: Any, known: tuple[str, bytes] | None
+    ) -> tuple[Any, _list[Any]] | None:
+        """`fetch_tuple_batch`'s result with its values inline (`values.resolve_rows`).
+
+        Raises:
+            MustRead: it left the value rows of a checkpoint out that this
+                process no longer holds: read again, with them.
+            UndecodableRow: a value row is missing or damaged.
+        """
+        if found is None:
+            return None
+        row, writes, blobs = found
+        rows = resolved_from(
+            [row],
+            blobs,
+            strict=True,
+            skipped=lambda r: known is not None and r[2] == known[0] and r[6] == known[1],
+            keep=self._keep_values,
+            cached=self._value_cache.get,
+        )
+        return rows[0], writes
+
+    def _learn_values(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
+        # The parent's value rows, resolved into the cache; nothing decoded.
+        self._fetch_tuple("put", thread_id, ns, checkpoint_id)
+
+    def _keep_values(
+        self, thread_id: str, ns: str, cid: str, refs: bytes, held: dict[str, Held]
+    ) -> None:
+        # What a read rebuilt, for the next put's encoding (`values.ValueCache`).
+        if getattr(self.serde, "unknown", "refuse") == "refuse":
+            self._value_cache.put(thread_id, ns, cid, refs, held)
 
     def _fetch_page(
         self, query: dict[str, Any], after_key: tuple[str, str, str] | None, size: int
     ) -> tuple[_list[Any], dict[Any, _list[Any]]]:
-        page: tuple[_list[Any], dict[Any, _list[Any]]] = self._engine.run(
-            "list", **self._page_call(query, after_key, size)
-        )
-        return page
+        rows, writes, blobs = self._engine.run("list", **self._page_call(query, after_key, size))
+        return resolved_from(rows, blobs, strict=True), writes
 
     async def _alist_page(
         self, query: dict[str, Any], cursor: tuple[str, str, str] | None, remaining: int | None
     ) -> tuple[_list[CheckpointTuple], tuple[str, str, str] | None]:
         # `_list_page` on the store's own async connection, no thread hop.
         args, size = page_args(query, remaining)
-        rows, writes = await self._engine.arun_call(
+        rows, writes, blobs = await self._engine.arun_call(
             "list", None, **self._page_call(args, cursor, size)
         )
-        page = self._decode_page(rows, writes)
+        page = self._decode_page(resolved_from(rows, blobs, strict=True), writes)
         return page, next_cursor(page, size)
 
     def _page_call(

@@ -24,6 +24,7 @@ from ..core.validation import check_int, check_name
 from ..errors import CheckpointNotFound
 from . import sql, txns
 from .connection import PgConnection
+from .values import resolved
 
 __all__ = ["STORE_NEUTRAL", "PgInspectionAPI", "read_snapshot"]
 
@@ -89,7 +90,9 @@ class PgInspectionAPI(InspectionBase):
                     raise CheckpointNotFound(thread_id, before)
                 start = int(row[0])
             cur.execute(sql.HISTORY_PAGE, {**key, "start": start, "limit": size})
-            rows = [tuple(r) for r in cur.fetchall()]
+            # A display read: a row whose value rows are missing or damaged
+            # names why (`values.REFS_ERROR`), and does not stop the page.
+            rows = resolved(cur, [tuple(r) for r in cur.fetchall()], strict=False)
             return rows, (txns.fetch_writes_for(cur, rows) if with_writes else {})
 
         return read_snapshot(self._engine, op, job)
@@ -141,11 +144,14 @@ class PgInspectionAPI(InspectionBase):
         check_name(checkpoint_ns, "checkpoint_ns", allow_empty=True)
         if checkpoint_id is not None:
             check_name(checkpoint_id, "checkpoint_id")
-        found = read_snapshot(
-            self._engine,
-            "inspect_checkpoint",
-            lambda cur: txns.fetch_tuple(cur, thread_id, checkpoint_ns, checkpoint_id),
-        )
+
+        def job(cur: Cursor) -> tuple[Any, _list[Any]] | None:
+            found = txns.fetch_tuple(cur, thread_id, checkpoint_ns, checkpoint_id)
+            if found is None:
+                return None
+            return resolved(cur, [found[0]], strict=False)[0], found[1]
+
+        found = read_snapshot(self._engine, "inspect_checkpoint", job)
         if found is None:
             return None
         return shown_checkpoint(self.serde, thread_id, *found)

@@ -1,6 +1,6 @@
 """The deletion half of `FencedPostgresSaver`: its primitives behind `RemovalsBase`
 (deletion, copies, prunes by strategy or `RetentionPolicy`, sweeps, retraction),
-and an operator's `vacuum`.
+and an operator's `vacuum` and `repack`.
 
 Invariant: each primitive gets arguments `RemovalsBase` has checked and runs
 one transaction from `removals.py` that fences every thread it changes
@@ -13,15 +13,21 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..core.maintenance import VacuumReport
+from ..core.maintenance import RepackReport, VacuumReport
+from ..core.repack import Rewrite, repack_threads
 from ..core.retention import PruneResult, RetentionPolicy, Retraction
 from ..core.saver_retention import RemovalsBase
 from ..core.twins import async_twin
 from ..core.validation import check_bool
-from . import removals, sql
+from ..errors import ReadOnlyStore
+from . import removals, sql, values
 from .half import PgHalf
+from .saver_inspect import read_snapshot
+
+if TYPE_CHECKING:
+    from ..core.values import ValueCache
 
 __all__ = ["PgRetentionAPI"]
 
@@ -30,6 +36,9 @@ _list = builtins.list
 
 class PgRetentionAPI(PgHalf, RemovalsBase):
     """LangGraph's deletion capabilities, fenced (see `RemovalsBase`), on PostgreSQL."""
+
+    serde: Any
+    _value_cache: ValueCache
 
     def _delete_thread(self, thread_id: str) -> None:
         self._engine.run("delete_thread", lambda cur: removals.delete_thread(cur, thread_id))
@@ -187,6 +196,45 @@ class PgRetentionAPI(PgHalf, RemovalsBase):
         return self._engine.run_outside_transaction("vacuum", job)
 
     avacuum = async_twin(vacuum)
+
+    def repack(self, *, dry_run: bool = False) -> RepackReport:
+        """Move the values of checkpoints written before the value table into it.
+
+        As `FencedSqliteSaver.repack`: a database set up before migration 11
+        holds each checkpoint's values inline; those rows read as they always
+        did, and new checkpoints use the value table (docs/semantics.md §7).
+        This rewrites the old rows, one thread per transaction (the thread's
+        row locked, as its writers lock it), so that they share what they
+        have in common; PostgreSQL reuses the space the old values held once
+        vacuumed (`vacuum`, or autovacuum). What every checkpoint reads back
+        does not change. A row whose values do not decode (a type this saver
+        does not allow), or a thread written meanwhile, is left as it is and
+        reported.
+
+        Args:
+            dry_run: Plan and report, writing nothing.
+
+        Raises:
+            ReadOnlyStore: the store was opened with `readonly=True` (unless `dry_run`).
+        """
+        check_bool(dry_run, "dry_run")
+        if self._engine.readonly and not dry_run:
+            raise ReadOnlyStore("repack", self._engine.where)
+        serde = getattr(self.serde, "refusing", lambda: self.serde)()
+        threads = self._engine.run("repack", values.inline_threads, read_only=True)
+
+        def read(thread_id: str) -> Any:
+            return read_snapshot(
+                self._engine, "repack", lambda cur: values.repack_read(cur, thread_id)
+            )
+
+        def write(thread_id: str, rewrites: _list[Rewrite]) -> None:
+            self._engine.run("repack", lambda cur: values.repack_txn(cur, thread_id, rewrites))
+            self._value_cache.forget_thread(thread_id)
+
+        return repack_threads(serde, threads, read, write, dry_run=dry_run)
+
+    arepack = async_twin(repack)
 
     def _retract_turn(self, thread_id: str, token: int, run_id: str | None) -> Retraction:
         now = self._now()

@@ -4,7 +4,7 @@ Invariant: as in the SQLite store's `saver_threads.py`, a thread's status is
 `status.judge`'s (through `core/saver_threads.py`'s `_judge`, inherited), from facts read
 in the same snapshot as its summary: `threads()` reads every thread's
 summary, the store's time and every status's facts in one REPEATABLE READ
-snapshot, four statements in one round trip whatever the number of threads
+snapshot, five statements in one round trip whatever the number of threads
 (`_facts_batch`), and decodes outside it. Summaries are built
 by `core/saver_threads.py`'s `_summaries` from rows of the same columns, so both
 stores define activity, namespaces and errors once. Mixed into
@@ -28,6 +28,7 @@ from ..errors import UndecodableRow
 from . import sql
 from .connection import Execute, PgConnection, Send
 from .saver_inspect import PgInspectionAPI
+from .values import resolved_from
 
 __all__ = ["STORE_NEUTRAL", "PgReadAPI", "PgThreadsAPI"]
 
@@ -133,10 +134,11 @@ _Read = tuple[float, _list[Any], dict[str, dict[str, Any]]]
 def _facts_batch(thread_id: str | None, at: float | None, *, summaries: bool = True) -> Send[_Read]:
     """Read summaries, the store's time and status facts of every thread (or one): one round trip.
 
-    Four statements of one read-only snapshot (`PgConnection.run`'s
+    Five statements of one read-only snapshot (`PgConnection.run`'s
     `read_only` batch): `THREAD_SUMMARIES` (none with `summaries=False`),
-    the time (`at`, a given clock's, or the server's), `STATUS_FACTS` and
-    the writes of each latest root checkpoint. The reader returns the
+    the time (`at`, a given clock's, or the server's), `STATUS_FACTS`, the
+    writes of each latest root checkpoint, and the value rows of those whose
+    values a status decodes (`LATEST_ROOT_VALUES`). The reader returns the
     time, the summary rows and each thread's facts by id (no entry: no
     such thread).
     """
@@ -151,12 +153,14 @@ def _facts_batch(thread_id: str | None, at: float | None, *, summaries: bool = T
         clock = execute(sql.GET_NOW, {"now": at})
         facts = execute(sql.STATUS_FACTS_OF if single else sql.STATUS_FACTS, by_kind)
         writes = execute(sql.LATEST_ROOT_WRITES_OF if single else sql.LATEST_ROOT_WRITES, one)
+        values = execute(sql.LATEST_ROOT_VALUES_OF if single else sql.LATEST_ROOT_VALUES, one)
 
         def finish() -> _Read:
             of: dict[str, _list[Any]] = {}
             for t, _ns, _cid, *write in writes.fetchall():
                 of.setdefault(t, []).append(tuple(write))
-            found = {row[0]: _status_facts(row, of.get(row[0], [])) for row in facts.fetchall()}
+            latest = _with_values(facts.fetchall(), of, values.fetchall())
+            found = {row[0]: _status_facts(row, of.get(row[0], [])) for row in latest}
             rows = [] if listed is None else listed.fetchall()
             (now,) = clock.fetchall()[0]
             return float(now), rows, found
@@ -164,6 +168,25 @@ def _facts_batch(thread_id: str | None, at: float | None, *, summaries: bool = T
         return finish
 
     return send
+
+
+def _with_values(rows: _list[Any], writes: dict[str, _list[Any]], blobs: _list[Any]) -> _list[Any]:
+    """`STATUS_FACTS` rows, each latest root checkpoint a status decodes with its values inline.
+
+    Those whose writes name a `Send` task (`sql.LATEST_ROOT_VALUES`: the
+    status names its node from the values), as a display read resolves them
+    (`values.resolve_rows`, `strict=False`); the others are not decoded.
+    """
+    out = list(rows)
+    for i, row in enumerate(rows):
+        if not any(
+            w[1] in sql.STATUS_WRITE_CHANNELS and sql.PUSH_TASK_PATH in str(w[4])
+            for w in writes.get(row[0], [])
+        ):
+            continue
+        (checkpoint,) = resolved_from([tuple(row[8:20])], blobs, strict=False)
+        out[i] = (*row[:8], *checkpoint, *row[20:])
+    return out
 
 
 def _status_facts(row: Any, writes: _list[Any]) -> dict[str, Any]:

@@ -26,8 +26,9 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+from ..core.status import ERROR, INTERRUPT, RESUME
 from ..core.stored_json import dumps_json
-from .sql_functions import BEGIN_RUN, FENCED_WRITES, ONE_WRITE, UNFENCED
+from .sql_functions import BEGIN_RUN, FENCED_WRITES, ONE_WRITE, UNFENCED, VALUE_TABLE
 
 # The SQLSTATE `lgfs_refuse` raises (migration 4): a batch that refused itself.
 REFUSED = "LGFS1"
@@ -158,6 +159,10 @@ MIGRATIONS: list[str] = [
     # 10: `lgfs_put`, `lgfs_put_write` and `lgfs_put_writes` take an unfenced
     # write (a NULL token) in their one statement too (`sql_functions.UNFENCED`).
     UNFENCED,
+    # 11: the value table `lgfs_blobs` (channel values stored once each, the
+    # SQLite store's schema 5), `lgfs_refs` and `lgfs_put_values`
+    # (`sql_functions.VALUE_TABLE`).
+    VALUE_TABLE,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -183,7 +188,14 @@ READ_ONLY_TRANSACTION = "SET TRANSACTION READ ONLY"
 # What `from_conn_string(readonly=True)` sets on the connection it opens.
 READ_ONLY_SESSION = "SET default_transaction_read_only = on"
 # The store's tables (the sequence `lgfs_tokens` has nothing to vacuum).
-TABLES = ("lgfs_threads", "lgfs_checkpoints", "lgfs_writes", "lgfs_events", "lgfs_migrations")
+TABLES = (
+    "lgfs_threads",
+    "lgfs_checkpoints",
+    "lgfs_blobs",
+    "lgfs_writes",
+    "lgfs_events",
+    "lgfs_migrations",
+)
 # Plain VACUUM, never FULL: it takes no lock that stops writers (FULL rewrites
 # each table under an ACCESS EXCLUSIVE lock), and makes dead rows' space
 # reusable; ANALYZE refreshes the planner's statistics after a large prune.
@@ -516,18 +528,65 @@ INSERT_CHECKPOINT = (
     "%(values_blob)s, %(metadata)s, %(source)s, %(step)s, %(run_id)s, %(token)s, "
     f"{NOW}, %(checksum)s) ON CONFLICT DO NOTHING"
 )
-# The fenced put's batch (`txns.put_batch`), one statement: `lgfs_put`
-# (migration 6) stores the checkpoint at the position its fence took, with
-# its event (and NOTIFY), or refuses (`lgfs_refuse`): the token is not the
-# claim's, the id is already stored, or (`check_version`) the parent is not
-# the latest. `txns.put` then decides in a transaction of its own.
-_PUT_CALL = (
-    "lgfs_put(%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_id)s, "
+# The fenced put's batch (`txns.put_batch`), one statement: `lgfs_put_values`
+# (migration 11) calls `lgfs_put` (migration 6), which stores the checkpoint
+# at the position its fence took, with its event (and NOTIFY), or refuses
+# (`lgfs_refuse`): the token is not the claim's, the id is already stored, or
+# (`check_version`) the parent is not the latest; then it stores the
+# checkpoint's value rows, and refuses if the parent whose rows it names no
+# longer holds them. `txns.put` then decides in a transaction of its own.
+_PUT_ARGS = (
+    "%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_id)s, "
     "%(envelope)s, %(values_type)s, %(values_blob)s, %(metadata)s, %(source)s, "
     "%(step)s::bigint, %(run_id)s, %(token)s, %(now)s::float8, %(checksum)s, %(event_data)s, "
-    f"%(event_checksum)s, %(check_version)s, (%(notify)s AND {heard()}))"
+    f"%(event_checksum)s, %(check_version)s, (%(notify)s AND {heard()})"
 )
-PUT_AT_FENCE = f"SELECT {_PUT_CALL}"
+# A put's value rows (`values.Blob`, less its thread and namespace), one array
+# per column: `(parameter name, SQL type)`, in `lgfs_put_values`' order.
+_BLOB_ARRAYS = (
+    ("v_channel", "text"),
+    ("v_key", "text"),
+    ("v_base", "text"),
+    ("v_type", "text"),
+    ("v_items", "int"),
+    ("v_ordinal", "int"),
+    ("v_codec", "text"),
+    ("v_size", "int"),
+    ("v_data", "bytea"),
+    ("v_sum", "bigint"),
+)
+# Parameters a put's statement has, at most, besides its value rows' (`put_at_fence`).
+PUT_PARAMS = 20
+BLOB_PARAMS = len(_BLOB_ARRAYS)
+
+
+@functools.lru_cache(maxsize=64)
+def put_values_param_names(n: int) -> tuple[tuple[str, ...], ...]:
+    """The parameter names of `put_at_fence(n)`'s value rows, per row, in `_BLOB_ARRAYS` order."""
+    return tuple(tuple(f"{name}{i}" for name, _ in _BLOB_ARRAYS) for i in range(n))
+
+
+def _put_call(n: int) -> str:
+    """The `lgfs_put_values` call of a put with `n` value rows (params `v_channel0`, ...).
+
+    Each array is spelled `ARRAY[%(v_channel0)s::text, ...]`, one parameter
+    per row, as `put_writes_at_fence`'s are (psycopg dumps a scalar in C, a
+    list in Python).
+    """
+    arrays = ", ".join(
+        "ARRAY[" + ", ".join(f"%({name}{i})s::{cast}" for i in range(n)) + "]"
+        if n
+        else f"ARRAY[]::{cast}[]"
+        for name, cast in _BLOB_ARRAYS
+    )
+    return f"lgfs_put_values({_PUT_ARGS}, {arrays}, %(borrows)s::bytea)"
+
+
+@functools.lru_cache(maxsize=64)
+def put_at_fence(n: int) -> str:
+    """Build the put's batch statement for a checkpoint with `n` value rows (`_put_call`)."""
+    return f"SELECT {_put_call(n)}"
+
 
 _KEY = "thread_id = %(thread_id)s AND checkpoint_ns = %(checkpoint_ns)s"
 GET_CHECKPOINT_BY_ID = (
@@ -638,12 +697,12 @@ def _put_writes_call(n: int, prefix: str) -> str:
 
 
 @functools.lru_cache(maxsize=32)
-def put_after_writes(counts: tuple[int, ...]) -> str:
+def put_after_writes(counts: tuple[int, ...], blobs: int) -> str:
     """Build a step's joint batch as one statement: its writes' calls in order, then its put.
 
     `counts[i]` is how many writes the i-th `put_writes` call has; its
     parameters are `put_writes_at_fence`'s prefixed `w{i}_`, the put's are
-    `PUT_AT_FENCE`'s. Each call is the select list of a subquery the next one
+    `put_at_fence(blobs)`'s. Each call is the select list of a subquery the next one
     reads from (`OFFSET 0` keeps the planner from merging them), so each runs
     only once the one before it returned: the order the calls came in, as a
     pipeline of their statements would run them, in one statement's implicit
@@ -657,7 +716,7 @@ def put_after_writes(counts: tuple[int, ...]) -> str:
         call = f"{_put_writes_call(n, f'w{i}_')} AS c{i}"
         source = f" FROM (SELECT {', '.join([*columns, call])}{source} OFFSET 0) AS s{i}"
         columns.append(f"c{i}")
-    return f"SELECT {_PUT_CALL}, {', '.join(columns)}{source}"
+    return f"SELECT {_put_call(blobs)}, {', '.join(columns)}{source}"
 
 
 # The writes of a page of checkpoints, in `writes_sort_key` order.
@@ -672,27 +731,149 @@ WRITES_OF_CHECKPOINTS = (
     "AS k(t, ns, id) ON w.thread_id = k.t AND w.checkpoint_ns = k.ns AND w.checkpoint_id = k.id "
     f"{_WRITES_ORDER}"
 )
+# --- channel values (core/values.py, migration 11) --------------------------------------
+
+# A value row as `values.resolve_rows` reads it: its thread and namespace,
+# then `values.Blob`'s cells.
+_BLOB_ROW = (
+    "b.thread_id, b.checkpoint_ns, b.channel, b.key, b.base, b.type, b.items, b.ordinal, "
+    "b.codec, b.size, b.data, b.checksum"
+)
+_NO_BLOB = (
+    "NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::int, "
+    "NULL::int, NULL::text, NULL::int, NULL::bytea, NULL::bigint"
+)
+_ON_WANT = "ON b.thread_id = w.t AND b.checkpoint_ns = w.n AND b.channel = w.c AND b.key = w.k"
+
+
+def _want(source: str) -> str:
+    """The recursive CTE `want(t, n, c, k)`: the value rows the refs of `source` name.
+
+    `source` is a FROM item with columns `thread_id`, `checkpoint_ns` and
+    `values_blob`, holding only checkpoints of the value table. Each refs
+    cell names a row per channel (`lgfs_refs`: none for a damaged cell,
+    which its reader then refuses), and each row the row it extends, back
+    to its whole value: one statement, so one snapshot with the checkpoint
+    rows it reads them with. UNION, not UNION ALL: a damaged `base` naming a
+    row of its own chain ends the walk instead of looping (the reader then
+    refuses the value).
+    """
+    return (
+        'want(t, n, c, k) AS (SELECT s.thread_id, s.checkpoint_ns, j.key COLLATE "C", '
+        f'j.value COLLATE "C" FROM {source} CROSS JOIN LATERAL '
+        "jsonb_each_text(lgfs_refs(s.values_blob)) j UNION SELECT b.thread_id, "
+        f"b.checkpoint_ns, b.channel, b.base FROM want w JOIN lgfs_blobs b {_ON_WANT} "
+        "WHERE b.base IS NOT NULL)"
+    )
+
+
+# The value rows `(thread, ns, channel, key)` of the arrays name, and those
+# each extends (a read that decoded the refs itself, in its snapshot).
+READ_BLOBS = (
+    'WITH RECURSIVE want(t, n, c, k) AS (SELECT u.t COLLATE "C", u.n COLLATE "C", '
+    'u.c COLLATE "C", u.k COLLATE "C" FROM unnest(%(threads)s::text[], '
+    "%(namespaces)s::text[], %(channels)s::text[], %(keys)s::text[]) AS u(t, n, c, k) "
+    "UNION SELECT b.thread_id, b.checkpoint_ns, b.channel, b.base FROM want w "
+    f"JOIN lgfs_blobs b {_ON_WANT} WHERE b.base IS NOT NULL) "
+    f"SELECT {_BLOB_ROW} FROM want w JOIN lgfs_blobs b {_ON_WANT}"
+)
+# A put's value rows, statement by statement (`txns.put`, `repack`), as
+# `lgfs_put_values` stores them: the single extensions a merged row now
+# holds become prefixes of it (if still single extensions), then the other
+# rows, unless stored (keys name content). Arrays in `_BLOB_ARRAYS` order.
+_BLOB_UNNEST = (
+    "unnest(%(channels)s::text[], %(keys)s::text[], %(bases)s::text[], %(types)s::text[], "
+    "%(items)s::int[], %(ordinals)s::int[], %(codecs)s::text[], %(sizes)s::int[], "
+    "%(datas)s::bytea[], %(sums)s::bigint[]) AS r(channel, key, base, type, items, ordinal, "
+    "codec, size, data, checksum)"
+)
+PREFIX_BLOBS = (
+    "UPDATE lgfs_blobs b SET base = r.base, type = r.type, items = r.items, "
+    "ordinal = r.ordinal, codec = r.codec, size = r.size, data = r.data, checksum = r.checksum "
+    f"FROM {_BLOB_UNNEST} WHERE r.codec = 'prefix' AND b.thread_id = %(thread_id)s "
+    "AND b.checkpoint_ns = %(checkpoint_ns)s AND b.channel = r.channel AND b.key = r.key "
+    "AND b.codec <> 'prefix'"
+)
+INSERT_BLOBS = (
+    "INSERT INTO lgfs_blobs (thread_id, checkpoint_ns, channel, key, base, type, items, "
+    "ordinal, codec, size, data, checksum) SELECT %(thread_id)s, %(checkpoint_ns)s, r.* "
+    f"FROM {_BLOB_UNNEST} WHERE r.codec <> 'prefix' ON CONFLICT DO NOTHING"
+)
+# Whether the parent still holds the refs (`borrows`) a put's values were
+# encoded against: a put names rows only through its parent.
+HOLDS_REFS = (
+    f"SELECT 1 FROM lgfs_checkpoints WHERE {_KEY} AND checkpoint_id = %(parent_id)s "
+    "AND values_type = 'lgfs-refs' AND values_blob = %(borrows)s"
+)
+DELETE_THREAD_BLOBS = "DELETE FROM lgfs_blobs WHERE thread_id = %(thread_id)s"
+# Remove the thread's value rows that no checkpoint of it needs: those its
+# checkpoints' refs name, and the rows those extend, stay. Nothing goes
+# while any of its refs cells is damaged: what it named cannot be known.
+# Run in the transaction that removed checkpoints, which holds the thread's
+# row lock (its fence), as every put of the thread takes it first: no put
+# can name a row between this statement's snapshot and the commit.
+COLLECT_BLOBS = (
+    "WITH RECURSIVE r AS (SELECT c.checkpoint_ns, lgfs_refs(c.values_blob) AS refs "
+    "FROM lgfs_checkpoints c WHERE c.thread_id = %(thread_id)s "
+    "AND c.values_type = 'lgfs-refs'), live(n, c, k) AS (SELECT r.checkpoint_ns, "
+    'j.key COLLATE "C", j.value COLLATE "C" FROM r CROSS JOIN LATERAL '
+    "jsonb_each_text(r.refs) j UNION SELECT b.checkpoint_ns, b.channel, b.base FROM live l "
+    "JOIN lgfs_blobs b ON b.thread_id = %(thread_id)s AND b.checkpoint_ns = l.n "
+    "AND b.channel = l.c AND b.key = l.k WHERE b.base IS NOT NULL) "
+    "DELETE FROM lgfs_blobs b WHERE b.thread_id = %(thread_id)s AND NOT EXISTS (SELECT 1 "
+    "FROM live l WHERE l.n = b.checkpoint_ns AND l.c = b.channel AND l.k = b.key) "
+    "AND NOT EXISTS (SELECT 1 FROM r WHERE r.refs IS NULL)"
+)
+# `repack`: the threads holding checkpoints with values inline, and a
+# thread's checkpoints in commit order; a checkpoint's values moved to the
+# value table only if its row is still the one read (type and checksum).
+THREADS_WITH_INLINE_VALUES = (
+    "SELECT DISTINCT thread_id FROM lgfs_checkpoints WHERE values_type <> 'lgfs-refs' "
+    "ORDER BY thread_id"
+)
+THREAD_CHECKPOINTS_IN_ORDER = (
+    f"SELECT {CHECKPOINT_COLUMNS} FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s "
+    "ORDER BY position"
+)
+REPACK_CHECKPOINT = (
+    "UPDATE lgfs_checkpoints SET values_type = 'lgfs-refs', values_blob = %(refs)s, "
+    f"checksum = %(checksum)s WHERE {_KEY} AND checkpoint_id = %(checkpoint_id)s "
+    "AND values_type = %(old_type)s AND checksum = %(old_checksum)s"
+)
+
 # `get_tuple` in one statement (one snapshot, one round trip, no pipeline):
-# the checkpoint's row (`CHECKPOINT_COLUMNS`, then 7 NULLs) first, then each of
-# its writes (12 NULLs, then `WRITES_OF_CHECKPOINTS`' columns after the key)
-# in `_WRITES_ORDER` (output columns 17, 13, 18: task_path, task_id, idx). No
-# row: no such checkpoint.
+# its first column says what each row is. The checkpoint's row (0:
+# `CHECKPOINT_COLUMNS`), then each of its writes (1: `WRITES_OF_CHECKPOINTS`'
+# columns after the key, output columns 14-20) in `_WRITES_ORDER` (output
+# columns 18, 14, 19: task_path, task_id, idx), then the value rows its refs
+# name (2: `_BLOB_ROW`, output columns 21-32), unless the checkpoint is the
+# one this process holds (`known_id`, with the refs `known_refs`: its values
+# are the bytes the process holds, `values.ValueCache`). No row: no such
+# checkpoint.
 _NO_CHECKPOINT = (
     "NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::bytea, "
     "NULL::text, NULL::bigint, NULL::bigint, NULL::float8, NULL::bigint"
 )
 _NO_WRITE = "NULL::text, NULL::text, NULL::text, NULL::bytea, NULL::text, NULL::int, NULL::bigint"
+_UNKNOWN = (
+    "(SELECT thread_id, checkpoint_ns, values_blob FROM c WHERE values_type = 'lgfs-refs' "
+    "AND NOT coalesce(checkpoint_id = %(known_id)s::text "
+    "AND values_blob = %(known_refs)s::bytea, false)) s"
+)
 _TUPLE_OF = (
-    "WITH c AS ({found}) SELECT c.*, {no_write} FROM c UNION ALL SELECT {no_checkpoint}, "
-    "w.task_id, w.channel, w.type, w.blob, w.task_path, w.idx, w.checksum FROM c JOIN "
-    "lgfs_writes w ON w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns "
-    "AND w.checkpoint_id = c.checkpoint_id ORDER BY 1, 17, 13, 18"
+    "WITH RECURSIVE c AS ({found}), "
+    + _want(_UNKNOWN)
+    + " SELECT 0, c.*, {no_write}, {no_blob} FROM c UNION ALL SELECT 1, {no_checkpoint}, "
+    "w.task_id, w.channel, w.type, w.blob, w.task_path, w.idx, w.checksum, {no_blob} FROM c "
+    "JOIN lgfs_writes w ON w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns "
+    "AND w.checkpoint_id = c.checkpoint_id UNION ALL SELECT 2, {no_checkpoint}, {no_write}, "
+    f"{_BLOB_ROW} FROM want w JOIN lgfs_blobs b {_ON_WANT} ORDER BY 1, 18, 14, 19"
 )
 TUPLE_BY_ID = _TUPLE_OF.format(
-    found=GET_CHECKPOINT_BY_ID, no_write=_NO_WRITE, no_checkpoint=_NO_CHECKPOINT
+    found=GET_CHECKPOINT_BY_ID, no_write=_NO_WRITE, no_checkpoint=_NO_CHECKPOINT, no_blob=_NO_BLOB
 )
 TUPLE_LATEST = _TUPLE_OF.format(
-    found=GET_LATEST_CHECKPOINT, no_write=_NO_WRITE, no_checkpoint=_NO_CHECKPOINT
+    found=GET_LATEST_CHECKPOINT, no_write=_NO_WRITE, no_checkpoint=_NO_CHECKPOINT, no_blob=_NO_BLOB
 )
 # A read batch's transaction: its statements share one snapshot, so a commit
 # between them cannot pair a checkpoint with another's writes.
@@ -742,7 +923,14 @@ COPY_CONFLICTS = (
 )
 # Copy every source checkpoint the target lacks, each at its own new position
 # (from %(position)s, in source commit order); returns how many were copied.
+# In the same statement (one snapshot: a removal committed meanwhile took
+# both or neither), every value row of the source: keys name content, so a
+# row the target holds already is the same value.
 COPY_CHECKPOINTS = (
+    "WITH v AS (INSERT INTO lgfs_blobs (thread_id, checkpoint_ns, channel, key, base, type, "
+    "items, ordinal, codec, size, data, checksum) SELECT %(target)s, s.checkpoint_ns, "
+    "s.channel, s.key, s.base, s.type, s.items, s.ordinal, s.codec, s.size, s.data, "
+    "s.checksum FROM lgfs_blobs s WHERE s.thread_id = %(source)s ON CONFLICT DO NOTHING) "
     "INSERT INTO lgfs_checkpoints (thread_id, checkpoint_ns, checkpoint_id, position, "
     "parent_checkpoint_id, envelope, values_type, values_blob, metadata, source, step, "
     "run_id, token, created_at, checksum) "
@@ -851,28 +1039,35 @@ def writes_of_checkpoints(keys: Sequence[tuple[str, str, str]]) -> tuple[str, di
 
 @functools.lru_cache(maxsize=64)
 def page_with_writes(page_sql: str) -> str:
-    """Build one `list_checkpoints` page and its checkpoints' writes as one statement.
+    """Build one `list_checkpoints` page, its checkpoints' writes and values as one statement.
 
     One statement is one snapshot and one round trip, with no pipeline to
     enter and leave (about 50 us of client CPU, as `send.send_batch` says).
-    Each output row is a checkpoint (`CHECKPOINT_COLUMNS`, then 10 NULLs and
-    0) or a write (12 NULLs, then `_WRITE_COLUMNS` and 1): the page's rows
-    first, in its order (columns 3, 1 and 2 descending), then every write,
-    by checkpoint key (13-15) and in `_WRITES_ORDER` (20, 16, 21). Cached:
-    a page's text depends only on which filters `list` was given.
+    The first column says what each row is: a checkpoint (0, then
+    `CHECKPOINT_COLUMNS`), a write (1, then `_WRITE_COLUMNS`, output columns
+    14-23) or a value row its refs name (2, then `_BLOB_ROW`, 24-35): the
+    page's rows first, in its order (columns 4, 2 and 3 descending), then
+    every write, by checkpoint key (14-16) and in `_WRITES_ORDER` (21, 17,
+    22), then the value rows. Cached: a page's text depends only on which
+    filters `list` was given.
     """
     page_writes = (
         "w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.channel, w.type, w.blob, "
         "w.task_path, w.idx, w.checksum"
     )
     no_writes = ", ".join(["NULL::text"] * 6 + ["NULL::bytea", "NULL::text", "NULL::int"])
+    values = (
+        "(SELECT thread_id, checkpoint_ns, values_blob FROM page WHERE values_type = 'lgfs-refs') s"
+    )
     return (
-        f"WITH page AS MATERIALIZED ({page_sql}) "
-        f"SELECT p.*, {no_writes}, NULL::bigint, 0 FROM page p UNION ALL "
-        f"SELECT {_NO_CHECKPOINT}, {page_writes}, 1 FROM lgfs_writes w JOIN page p "
+        f"WITH RECURSIVE page AS MATERIALIZED ({page_sql}), {_want(values)} "
+        f"SELECT 0, p.*, {no_writes}, NULL::bigint, {_NO_BLOB} FROM page p UNION ALL "
+        f"SELECT 1, {_NO_CHECKPOINT}, {page_writes}, {_NO_BLOB} FROM lgfs_writes w JOIN page p "
         "ON w.thread_id = p.thread_id AND w.checkpoint_ns = p.checkpoint_ns "
-        "AND w.checkpoint_id = p.checkpoint_id "
-        "ORDER BY 23, 3 DESC, 1 DESC, 2 DESC, 13, 14, 15, 20, 16, 21"
+        "AND w.checkpoint_id = p.checkpoint_id UNION ALL "
+        f"SELECT 2, {_NO_CHECKPOINT}, {no_writes}, NULL::bigint, {_BLOB_ROW} FROM want w "
+        f"JOIN lgfs_blobs b {_ON_WANT} "
+        "ORDER BY 1, 4 DESC, 2 DESC, 3 DESC, 14, 15, 16, 21, 17, 22"
     )
 
 
@@ -998,6 +1193,27 @@ _LATEST_ROOT_WRITES = (
 _BY_THREAD = "ORDER BY w.thread_id, w.task_path, w.task_id, w.idx"
 LATEST_ROOT_WRITES = f"{_LATEST_ROOT_WRITES} {_BY_THREAD}"
 LATEST_ROOT_WRITES_OF = f"{_LATEST_ROOT_WRITES} WHERE t.thread_id = %(thread_id)s {_BY_THREAD}"
+# The value rows of those latest root checkpoints whose values a status
+# decodes: those with an interrupt, resume or error write of a `Send` task,
+# whose path holds `PUSH_TASK_PATH` (`core.saver_threads.ThreadsBase._judge`
+# names the task's node from the values).
+STATUS_WRITE_CHANNELS = (INTERRUPT, RESUME, ERROR)
+PUSH_TASK_PATH = "__pregel_push"
+_PUSHED = (
+    "SELECT lc.thread_id, lc.checkpoint_ns, lc.values_blob FROM lgfs_threads t "
+    f"JOIN LATERAL ({_LATEST_ROOT}) lc ON true WHERE lc.values_type = 'lgfs-refs' "
+    "AND EXISTS (SELECT 1 FROM lgfs_writes w WHERE w.thread_id = t.thread_id "
+    "AND w.checkpoint_ns = '' AND w.checkpoint_id = lc.checkpoint_id AND w.channel IN ("
+    + ", ".join(f"'{c}'" for c in STATUS_WRITE_CHANNELS)
+    + f") AND strpos(w.task_path, '{PUSH_TASK_PATH}') > 0)"
+)
+_LATEST_ROOT_VALUES = (
+    "WITH RECURSIVE {want} SELECT " + _BLOB_ROW + f" FROM want w JOIN lgfs_blobs b {_ON_WANT}"
+)
+LATEST_ROOT_VALUES = _LATEST_ROOT_VALUES.format(want=_want(f"({_PUSHED}) s"))
+LATEST_ROOT_VALUES_OF = _LATEST_ROOT_VALUES.format(
+    want=_want(f"({_PUSHED} AND t.thread_id = %(thread_id)s) s")
+)
 THREAD_NAMESPACES = (
     "SELECT DISTINCT checkpoint_ns FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s "
     "ORDER BY checkpoint_ns"

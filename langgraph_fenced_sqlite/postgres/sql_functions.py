@@ -332,3 +332,104 @@ def _unfenced(text: str, functions: int) -> str:
 UNFENCED = _unfenced(ONE_WRITE, 2) + _unfenced(
     FENCED_WRITES[FENCED_WRITES.index("    CREATE OR REPLACE FUNCTION lgfs_put_writes(") :], 1
 )
+
+# Migration 11 (`sql.MIGRATIONS`): channel values stored once each
+# (core/values.py, docs/semantics.md §7), as the SQLite store's schema 5
+# `blobs` table holds them. A checkpoint written from now on holds `{channel:
+# key}` (values_type 'lgfs-refs') naming rows of `lgfs_blobs` of its thread
+# and namespace; rows written before keep their values inline and read as
+# they always did (`repack` moves them). `data` is stored as the client
+# gave it (zstd-compressed when that paid): EXTERNAL, so the server does not
+# try to compress it again. Each statement may run again (IF NOT EXISTS, OR
+# REPLACE), as the functions-only migrations before it could.
+#
+# `lgfs_refs(values_blob)` is a refs cell as the JSON object it must be, or
+# NULL when it is not one (damage: not UTF-8, not JSON, not an object), so
+# that a statement walking every checkpoint's refs never fails on one
+# damaged cell: a read then finds no value row for it (its reader names the
+# damage), and a collection frees nothing of the thread.
+#
+# `lgfs_put_values` is `lgfs_put` (which it calls, unchanged, so a client of
+# an older version keeps calling that) followed, in the same statement and
+# transaction, by the put's value rows: each single extension a merged row
+# now holds becomes the prefix of it that it is (`values.PREFIX`: its row,
+# if still a single extension, rewritten in place), every other row inserted
+# unless its key is stored (keys name content). Then, when the put's values
+# name rows of its parent's (`p_borrows`, the parent's refs as this process
+# read them), it refuses unless the parent still holds those refs: the
+# parent was deleted or replaced since, so those rows may be gone. The
+# caller then decides statement by statement (`txns.put`), which raises
+# `StaleParent`, and the saver stores the values whole. Each statement runs
+# after `lgfs_put`'s fence took the thread's row lock, which every removal
+# of the thread's rows takes too, so no collection runs between the check
+# and the commit.
+VALUE_TABLE = """
+    CREATE TABLE IF NOT EXISTS lgfs_blobs (
+        thread_id text COLLATE "C" NOT NULL,
+        checkpoint_ns text COLLATE "C" NOT NULL,
+        channel text COLLATE "C" NOT NULL,
+        key text COLLATE "C" NOT NULL,
+        base text COLLATE "C",
+        type text NOT NULL,
+        items integer NOT NULL,
+        ordinal integer NOT NULL,
+        codec text NOT NULL,
+        size integer NOT NULL,
+        data bytea NOT NULL,
+        checksum bigint NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns, channel, key)
+    );
+    ALTER TABLE lgfs_blobs ALTER COLUMN data SET STORAGE EXTERNAL;
+    CREATE OR REPLACE FUNCTION lgfs_refs(p_refs bytea) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    DECLARE
+        v_refs jsonb;
+    BEGIN
+        v_refs := convert_from(p_refs, 'UTF8')::jsonb;
+        IF jsonb_typeof(v_refs) = 'object' THEN RETURN v_refs; END IF;
+        RETURN NULL;
+    EXCEPTION WHEN others THEN
+        RETURN NULL;
+    END $$;
+    CREATE OR REPLACE FUNCTION lgfs_put_values(
+        p_thread_id text, p_checkpoint_ns text, p_checkpoint_id text, p_parent_id text,
+        p_envelope text, p_values_type text, p_values_blob bytea, p_metadata text,
+        p_source text, p_step bigint, p_run_id text, p_token bigint, p_now float8,
+        p_checksum bigint, p_event_data text, p_event_checksum bigint,
+        p_check_version boolean, p_notify boolean,
+        p_channels text[], p_keys text[], p_bases text[], p_types text[], p_items int[],
+        p_ordinals int[], p_codecs text[], p_sizes int[], p_datas bytea[], p_sums bigint[],
+        p_borrows bytea
+    ) RETURNS void LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM lgfs_put(p_thread_id, p_checkpoint_ns, p_checkpoint_id, p_parent_id,
+            p_envelope, p_values_type, p_values_blob, p_metadata, p_source, p_step, p_run_id,
+            p_token, p_now, p_checksum, p_event_data, p_event_checksum, p_check_version,
+            p_notify);
+        IF 'prefix' = ANY(p_codecs) THEN
+            UPDATE lgfs_blobs b SET base = r.base, type = r.type, items = r.items,
+                ordinal = r.ordinal, codec = r.codec, size = r.size, data = r.data,
+                checksum = r.checksum
+                FROM unnest(p_channels, p_keys, p_bases, p_types, p_items, p_ordinals, p_codecs,
+                p_sizes, p_datas, p_sums) AS r(channel, key, base, type, items, ordinal, codec,
+                size, data, checksum)
+                WHERE r.codec = 'prefix' AND b.thread_id = p_thread_id
+                AND b.checkpoint_ns = p_checkpoint_ns AND b.channel = r.channel
+                AND b.key = r.key AND b.codec <> 'prefix';
+        END IF;
+        IF EXISTS (SELECT 1 FROM unnest(p_codecs) AS r(codec) WHERE r.codec <> 'prefix') THEN
+            INSERT INTO lgfs_blobs (thread_id, checkpoint_ns, channel, key, base, type, items,
+                ordinal, codec, size, data, checksum)
+                SELECT p_thread_id, p_checkpoint_ns, r.* FROM unnest(p_channels, p_keys, p_bases,
+                p_types, p_items, p_ordinals, p_codecs, p_sizes, p_datas, p_sums)
+                AS r(channel, key, base, type, items, ordinal, codec, size, data, checksum)
+                WHERE r.codec <> 'prefix' ON CONFLICT DO NOTHING;
+        END IF;
+        IF p_borrows IS NOT NULL AND NOT EXISTS (SELECT 1 FROM lgfs_checkpoints c
+                WHERE c.thread_id = p_thread_id AND c.checkpoint_ns = p_checkpoint_ns
+                AND c.checkpoint_id = p_parent_id AND c.values_type = 'lgfs-refs'
+                AND c.values_blob = p_borrows) THEN
+            PERFORM lgfs_refuse('put: its parent no longer holds the values it names');
+        END IF;
+    END $$;
+"""

@@ -45,6 +45,7 @@ from ..errors import StaleClaim, ThreadBusy
 from . import sql
 from .connection import Execute, Send
 from .events import append
+from .values import check_parent, put_params, store_blobs
 
 Cursor = Any  # a psycopg cursor returning tuples
 # Eight parameters a write (`sql.put_writes_at_fence`), 65535 a statement.
@@ -275,6 +276,8 @@ def put(
         StaleClaim, ThreadBusy: the fence refused the write.
         CheckpointConflict: the parent is not the latest (fenced input/loop
             puts), or a different checkpoint is stored under this id.
+        StaleParent: its values name rows of a parent that no longer holds
+            them (`values.check_parent`).
     """
     position = fence(cur, enc.thread_id, token, now=now, require_claim=require_claim)
     cur.execute(sql.INSERT_CHECKPOINT, _checkpoint_params(enc, token, now, position))
@@ -289,6 +292,8 @@ def put(
         stored = _one(cur, sql.GET_STORED_IDENTITY, key)
         return stored_put(enc, token, stored, lambda: _latest_before(cur, enc, position))
     check_version(enc, token, lambda: _latest_before(cur, enc, position))
+    store_blobs(cur, enc.thread_id, enc.checkpoint_ns, enc.blobs)
+    check_parent(cur, enc)  # StaleParent: rolled back, the saver stores the values whole
     event = _checkpoint_event(enc)
     append(cur, enc.thread_id, position, [event], token=token, now=now, notify=notify)
     return True
@@ -305,14 +310,19 @@ def put_batch(
     """Return a put as one statement in one round trip (a `batch`); None under `require_claim`
     without a token (`put` refuses it).
 
-    `PUT_AT_FENCE` runs `put`'s statements in the server (`lgfs_put`): the
-    fence (or, unfenced, the thread's row with no claim on it), the
-    checkpoint, the version check and its event. It commits only a new
-    checkpoint whose parent passes the check; anything else (a stale token, a
-    claimed thread for an unfenced put, a stored id, a parent not the latest)
-    refuses it, and `put` decides.
+    `sql.put_at_fence` runs `put`'s statements in the server
+    (`lgfs_put_values`): the fence (or, unfenced, the thread's row with no
+    claim on it), the checkpoint, the version check, its event, its value
+    rows and its parent's check. It commits only a new checkpoint whose
+    parent passes the checks; anything else (a stale token, a claimed thread
+    for an unfenced put, a stored id, a parent not the latest, a parent
+    that no longer holds the values named) refuses it, and `put` decides.
+    None too for more value rows than one statement takes.
     """
     if token is None and require_claim:
+        return None
+    blobs = len(enc.blobs)
+    if sql.PUT_PARAMS + sql.BLOB_PARAMS * blobs > _MAX_PARAMS:
         return None
     params = _checkpoint_params(enc, token, now, None)
     data = checkpoint_event_text(enc.step, enc.source, enc.parent_id, enc.run_id)
@@ -322,19 +332,20 @@ def put_batch(
         check_version=needs_version_check(enc.source, token),
         notify=notify,
     )
-    return _PutBatch(params)
+    params.update(put_params(enc.blobs, enc.borrows))
+    return _PutBatch(params, blobs)
 
 
 class _PutBatch:
     """A put's batch (`put_batch`); `join` takes its step's writes into its statement."""
 
-    __slots__ = ("params",)
+    __slots__ = ("blobs", "params")
 
-    def __init__(self, params: dict[str, Any]) -> None:
-        self.params = params
+    def __init__(self, params: dict[str, Any], blobs: int) -> None:
+        self.params, self.blobs = params, blobs
 
     def __call__(self, execute: Execute) -> Callable[[], bool]:
-        execute(sql.PUT_AT_FENCE, self.params)
+        execute(sql.put_at_fence(self.blobs), self.params)
         return _stored
 
     def join(self, writes: Sequence[Any]) -> Send[tuple[bool, list[int]]] | None:
@@ -351,9 +362,10 @@ class _PutBatch:
         if not writes or any(type(w) is not _PutWritesBatch for w in writes):
             return None
         counts = tuple(w.count for w in writes)
-        if 8 * sum(counts) + 9 * len(counts) + 18 > _MAX_PARAMS:
+        own = sql.PUT_PARAMS + sql.BLOB_PARAMS * self.blobs
+        if 8 * sum(counts) + 9 * len(counts) + own > _MAX_PARAMS:
             return None
-        statement = sql.put_after_writes(counts)
+        statement = sql.put_after_writes(counts, self.blobs)
         params = dict(self.params)
         for i, w in enumerate(writes):
             prefix = f"w{i}_"
@@ -559,23 +571,49 @@ def fetch_writes_for(
     return out
 
 
+# What a one-statement read returns: its checkpoint rows, their writes by
+# checkpoint key, and the value rows their refs name.
+_Found = tuple[Row, list[WriteRow], list[Any]]
+_Page = tuple[list[Row], dict[tuple[str, str, str], list[WriteRow]], list[Any]]
+
+
 def fetch_tuple_batch(
-    thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
-) -> Send[tuple[Row, list[WriteRow]] | None]:
-    """`fetch_tuple` as one statement, one round trip (`sql.TUPLE_BY_ID`/`TUPLE_LATEST`)."""
-    key = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id}
+    thread_id: str,
+    checkpoint_ns: str,
+    checkpoint_id: str | None,
+    known: tuple[str, bytes] | None = None,
+) -> Send[_Found | None]:
+    """`fetch_tuple` as one statement, one round trip (`sql.TUPLE_BY_ID`/`TUPLE_LATEST`).
+
+    Its reader returns the checkpoint row, its writes and the value rows its
+    refs name, unless it is `known` (`(checkpoint_id, refs)` of the one this
+    process holds), whose value rows it leaves out.
+    """
+    # None known: an id no checkpoint has (ids are never empty). Never None:
+    # psycopg keys its prepared statements by the types it sent.
+    key = {
+        "thread_id": thread_id,
+        "checkpoint_ns": checkpoint_ns,
+        "checkpoint_id": checkpoint_id,
+        "known_id": "" if known is None else known[0],
+        "known_refs": b"" if known is None else known[1],
+    }
     statement = sql.TUPLE_BY_ID if checkpoint_id is not None else sql.TUPLE_LATEST
 
-    def send(execute: Execute) -> Callable[[], tuple[Row, list[WriteRow]] | None]:
+    def send(execute: Execute) -> Callable[[], _Found | None]:
         found = execute(statement, key)
 
-        def finish() -> tuple[Row, list[WriteRow]] | None:
+        def finish() -> _Found | None:
             rows = found.fetchall()
             if not rows:
                 return None
-            return tuple(rows[0][:_CHECKPOINT_WIDTH]), [
-                tuple(w[_CHECKPOINT_WIDTH:]) for w in rows[1:]
-            ]
+            writes, blobs = [], []
+            for r in rows[1:]:
+                if r[0] == 1:
+                    writes.append(tuple(r[_WRITES]))
+                else:
+                    blobs.append(tuple(r[_BLOBS]))
+            return tuple(rows[0][_CHECKPOINT]), writes, blobs
 
         return finish
 
@@ -583,32 +621,36 @@ def fetch_tuple_batch(
 
 
 _CHECKPOINT_WIDTH = len(sql.CHECKPOINT_COLUMNS.split(","))
+# A `fetch_tuple_batch` row's cells: after its kind, a checkpoint's, a write's, a value row's.
+_CHECKPOINT = slice(1, 1 + _CHECKPOINT_WIDTH)
+_WRITES = slice(1 + _CHECKPOINT_WIDTH, 8 + _CHECKPOINT_WIDTH)
+_BLOBS = slice(8 + _CHECKPOINT_WIDTH, 20 + _CHECKPOINT_WIDTH)
 
 
-def list_page_batch(
-    statement: str, params: dict[str, Any]
-) -> Send[tuple[list[Row], dict[tuple[str, str, str], list[WriteRow]]]]:
-    """One page of `list` (`sql.list_checkpoints`) and its writes, as one statement.
+def list_page_batch(statement: str, params: dict[str, Any]) -> Send[_Page]:
+    """One page of `list` (`sql.list_checkpoints`), its writes and its values, as one statement.
 
     `sql.page_with_writes`: its rows are the page's checkpoints, then their
-    writes, each marked by its last column (0 or 1).
+    writes, then the value rows their refs name, each marked by its first
+    column (0, 1 or 2).
     """
 
-    def send(
-        execute: Execute,
-    ) -> Callable[[], tuple[list[Row], dict[tuple[str, str, str], list[WriteRow]]]]:
+    def send(execute: Execute) -> Callable[[], _Page]:
         done = execute(sql.page_with_writes(statement), params)
 
-        def finish() -> tuple[list[Row], dict[tuple[str, str, str], list[WriteRow]]]:
+        def finish() -> _Page:
             rows: list[Row] = []
             out: dict[tuple[str, str, str], list[WriteRow]] = {}
+            blobs: list[Any] = []
             for r in done.fetchall():
-                if r[22] == 0:
-                    rows.append(tuple(r[:12]))
-                    out[(r[0], r[1], r[2])] = []
+                if r[0] == 0:
+                    rows.append(tuple(r[1:13]))
+                    out[(r[1], r[2], r[3])] = []
+                elif r[0] == 1:
+                    out[(r[13], r[14], r[15])].append(tuple(r[16:23]))
                 else:
-                    out[(r[12], r[13], r[14])].append(tuple(r[15:22]))
-            return rows, out
+                    blobs.append(tuple(r[23:35]))
+            return rows, out, blobs
 
         return finish
 

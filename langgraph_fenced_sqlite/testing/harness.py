@@ -23,6 +23,7 @@ from typing import Any
 
 from ..clock import ManualClock
 from ..sqlite.saver import FencedSqliteSaver
+from .storage import SqliteStorage, Storage
 
 __all__ = [
     "CAPABILITIES",
@@ -36,8 +37,9 @@ __all__ = [
 ]
 
 # What an environment can offer; a case that needs one it lacks is skipped
-# by the runner (and reported as such, never as passed).
-CAPABILITIES = frozenset({"sibling", "reopen", "processes"})
+# by the runner (and reported as such, never as passed). "storage": the env
+# can read and damage the store's value table below its API (`storage`).
+CAPABILITIES = frozenset({"sibling", "reopen", "processes", "storage"})
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,9 @@ class ContractEnv:
             keyword arguments (None: `FencedSqliteSaver(path, **kwargs)`).
             Every store it opens shares one storage; each is closed with
             the env.
+        storage: Reads and damages the stores' value table below their API,
+            for the cases that need "storage" (None: the SQLite file at
+            `path`'s, when `store_factory` is None).
     """
 
     path: str
@@ -150,8 +155,13 @@ class ContractEnv:
     api: str = "sync"
     capabilities: frozenset[str] = CAPABILITIES
     store_factory: Callable[..., Any] | None = None
+    storage: Storage | None = None
     _stores: list[Any] = field(default_factory=list)
     _loop: _LoopThread | None = None
+
+    def __post_init__(self) -> None:
+        if self.storage is None and self.store_factory is None:
+            self.storage = SqliteStorage(self.path)
 
     def open(self, **kwargs: Any) -> Any:
         """Open a store on this env's storage (the env's clock unless given).
@@ -275,4 +285,5 @@ def _load_cases() -> None:
         cases_history,
         cases_input,
         cases_store,
+        cases_values,
     )

@@ -15,12 +15,14 @@ from typing import Any
 
 from ..clock import ManualClock
 from .harness import ContractEnv
+from .storage import PostgresStorage
 
 __all__ = ["PG_CAPABILITIES", "PG_CASES", "make_pg_env"]
 
-# Two stores on one schema ("sibling"), and a store reopened on it ("reopen");
-# not "processes": the cases' children open SQLite files.
-PG_CAPABILITIES = frozenset({"sibling", "reopen"})
+# Two stores on one schema ("sibling"), a store reopened on it ("reopen"), and
+# its value table read and damaged with psycopg ("storage"); not "processes":
+# the cases' children open SQLite files.
+PG_CAPABILITIES = frozenset({"sibling", "reopen", "storage"})
 
 PG_CASES: tuple[str, ...] = (
     "03-pending_writes_round_trip_in_langgraph_order",
@@ -72,12 +74,14 @@ PG_CASES: tuple[str, ...] = (
     "27-prune_by_event_count_never_lowers_floor",
     "27-prune_unknown_thread_is_no_error",
     "28-delete_thread_removes_that_thread_only",
+    "28-removals_free_the_value_rows_only_removed_checkpoints_named",
     "29-bad_input_is_rejected_before_the_file_is_touched",
     "29-malformed_writes_events_configs_and_filters_are_rejected",
     "30-allowed_types_make_a_user_type_round_trip",
     "30-non_allowed_type_is_refused_at_put_naming_it",
     "31-a_reader_of_a_deleted_thread_is_never_shown_a_gap",
     "33-an_accepted_special_write_after_expiry_is_what_readers_see",
+    "34-a_damaged_value_row_is_undecodable_naming_its_channel",
     "35-wrong_shape_arguments_are_invalid_argument_and_change_nothing",
 )
 
@@ -109,4 +113,5 @@ def make_pg_env(dsn: str, *, api: str = "sync", directory: str | None = None) ->
         api,
         capabilities=PG_CAPABILITIES,
         store_factory=factory,
+        storage=PostgresStorage(dsn),
     )

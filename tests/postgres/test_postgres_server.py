@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from support.postgres import compressions, large_values, offers_lz4
+from support.postgres import compressions, large_values, offers_lz4, put_inline
 
 from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
 from langgraph_fenced_sqlite.testing._helpers import plain_config, values_checkpoint
@@ -61,10 +61,11 @@ def test_a_server_from_the_wheels_binaries_stores_and_reads_back(tmp_path: Path)
             assert got is not None and got.config == config
             assert got.checkpoint["channel_values"] == {"x": 1}
             # The wheel's build has no lz4: migration 9 leaves pglz, and large
-            # values are stored and read back as on any server.
+            # values (inline, as a client before migration 11 stored them)
+            # are stored and read back as on any server.
             assert not offers_lz4(server.dsn)
             large = values_checkpoint(large_values(30))
-            saver.put(plain_config("t"), large, {}, {})
+            put_inline(saver, plain_config("t"), large, {})
             got = saver.get_tuple(plain_config("t"))
             assert got is not None and got.checkpoint["channel_values"] == large["channel_values"]
             assert compressions(dsn)[0] == [None, "pglz"]
