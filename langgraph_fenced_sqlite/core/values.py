@@ -516,13 +516,17 @@ def resolve_rows(
     if not todo:
         return rows
     found = index(fetch(want)) if want else {}
+    # Values rebuilt so far, by (thread, namespace, channel, key): a page's
+    # checkpoints name the same values and extend each other's chains, so
+    # each row is checked and decompressed once per read, not per checkpoint.
+    memo: dict[tuple[Any, ...], Held] = {}
     out = list(rows)
     for i, t, n, held in todo:
         row = rows[i]
         cid = row[cells.cid]
         try:
             if held is None:
-                held = _rebuild_all(t, n, cid, row[cells.values_blob], found)
+                held = _rebuild_all(t, n, cid, row[cells.values_blob], found, memo)
             kind, cell = "msgpack", _packed(t, cid, held)
         except UndecodableRow as exc:
             if strict:
@@ -546,6 +550,7 @@ def _rebuild_all(
     cid: Any,
     refs: Any,
     rows: Mapping[tuple[Any, ...], BlobRow],
+    memo: dict[tuple[Any, ...], Held],
 ) -> dict[str, Held]:
     try:
         decoded = _load_refs(refs)
@@ -555,7 +560,7 @@ def _rebuild_all(
     for channel, key in decoded.items():
         if type(key) is not str:
             raise UndecodableRow(thread_id, cid, f"channel {channel!r}: key is not a string")
-        held[channel] = _rebuild(thread_id, ns, cid, channel, key, rows)
+        held[channel] = _rebuild(thread_id, ns, cid, channel, key, rows, memo)
     return held
 
 
@@ -586,10 +591,20 @@ def _rebuild(
     channel: str,
     key: str,
     rows: Mapping[tuple[Any, ...], Any],
+    memo: dict[tuple[Any, ...], Held],
 ) -> Held:
+    done = memo.get((thread_id, ns, channel, key))
+    if done is not None:
+        return done
+    # The chain's rows down to its whole value, or to a value this read has
+    # already rebuilt (`memo`), which the rows above it extend.
     chain: list[Any] = []
+    below: Held | None = None
     at: Any = key
     while at is not None:
+        below = memo.get((thread_id, ns, channel, at)) if chain else None
+        if below is not None:
+            break
         row = rows.get((thread_id, ns, channel, at))
         if row is None or len(chain) >= _MAX_CHAIN:
             why = "is missing" if row is None else "extends too long a chain"
@@ -601,6 +616,9 @@ def _rebuild(
     size = 0
     parts: list[bytes] = []
     anchors: list[tuple[int, str, int, int]] = []
+    if below is not None:
+        crc, size, parts = below.crc, len(below.body), [below.body]
+        anchors = list(reversed(below.anchors))
     for row in reversed(chain):
         if row[8] == PREFIX:
             # The first `size` bytes of what its base holds.
@@ -628,13 +646,19 @@ def _rebuild(
             thread_id, cid, f"channel {channel!r}: value {key!r} does not match its rows"
         )
     anchors.reverse()
-    # The single extensions at the head of the chain (`Held.recent`).
+    # The single extensions at the head of the chain (`Held.recent`), those
+    # of the value it was rebuilt on included when all above it are.
     recent = []
-    for row, (_, _, at, _) in zip(chain, anchors, strict=True):
+    for row, (_, _, at, _) in zip(chain, anchors, strict=False):
         if row[8] == PREFIX or row[7] % SPAN == 0:
             break
         recent.append((row[3], row[6], row[7], at))
-    return Held(key, type_, count, body, crc, tuple(anchors), tuple(recent))
+    else:
+        if below is not None:
+            recent.extend(below.recent)
+    held = Held(key, type_, count, body, crc, tuple(anchors), tuple(recent))
+    memo[(thread_id, ns, channel, key)] = held
+    return held
 
 
 def _check_blob(thread_id: str, cid: str, row: Sequence[Any]) -> None:

@@ -492,3 +492,30 @@ def test_a_value_changed_in_place_under_its_old_version(tmp_path: Any) -> None:
         # InMemorySaver returns the first value for all three children.
         mem = memory.put(mem_stored, fourth, {"step": 3}, {})
         assert memory.get_tuple(mem).checkpoint["channel_values"]["log"] == [{"n": 0}]
+
+
+def test_a_page_of_history_decompresses_each_value_row_once(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page's checkpoints share their values' chains: each row is inflated once per read."""
+    path = str(tmp_path / "f.db")
+    with FencedSqliteSaver(path, allowed_types=[Note]) as saver:
+        graph = _graph(saver)
+        _chat(graph, "t", 40)
+        expected = [
+            t.checkpoint for t in saver.list({"configurable": {"thread_id": "t"}}, limit=20)
+        ]
+    inflated: list[int] = []
+    real = values.inflate
+
+    def counting(data: bytes, size: int | None = None) -> bytes:
+        inflated.append(len(data))
+        return real(data, size)
+
+    monkeypatch.setattr(values, "inflate", counting)
+    with FencedSqliteSaver(path, allowed_types=[Note]) as saver:  # nothing held yet
+        page = list(saver.list({"configurable": {"thread_id": "t"}}, limit=20))
+    assert [t.checkpoint for t in page] == expected
+    # At most once per row of the file; each checkpoint walking its own
+    # chains (as before) inflated the same rows again and again.
+    assert 0 < len(inflated) <= len(_blob_rows(path))
