@@ -6,6 +6,7 @@ scripts' business (they print PASS/MISS and never assert one).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -109,6 +110,17 @@ EXPECTED = {
         "poll",
         "result",
     ],
+    # "ours (PostgreSQL)" is a column, or the line saying why it was skipped.
+    "bench_agent_server.py": [
+        "AGENT SERVER runs.wait, as the client sees it",
+        "AGENT SERVER run on the server",
+        "ours (SQLite) / default",
+        "ours (PostgreSQL)",
+        "chat, new thread per run",
+        "5-node chain, one thread",
+        "runs.wait less the queue wait",
+        "result",
+    ],
     "bench_syncs.py": [
         "ours syncs",
         "stock syncs",
@@ -119,6 +131,11 @@ EXPECTED = {
         "fsync +2 ms",
     ],
 }
+
+# Scripts that report figures with no target ("info"): nothing to PASS or MISS.
+INFO_ONLY = {"bench_agent_server.py"}
+# Scripts that need a module outside the core dependencies (the dev extra has them).
+NEEDS = {"bench_agent_server.py": "langgraph_api"}  # langgraph-cli[inmem]
 
 
 @pytest.fixture(scope="module")
@@ -167,12 +184,18 @@ def test_quick_run_prints_its_tables(
     runs: Callable[[str], subprocess.Popen[str]], script: str
 ) -> None:
     """Run `script --quick`: it exits 0 and prints every table with a result column."""
+    needed = NEEDS.get(script.split()[0])
+    if needed is not None and importlib.util.find_spec(needed) is None:
+        pytest.skip(f"{script} needs {needed}")
     proc = runs(script)
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, f"{script} failed:\n{out}\n{err}"
     missing = [text for text in EXPECTED[script] if text not in out]
     assert not missing, f"{script} did not print {missing}:\n{out}"
-    assert "PASS" in out or "MISS" in out
+    if script.split()[0] in INFO_ONLY:
+        assert "info" in out
+    else:
+        assert "PASS" in out or "MISS" in out
     # A PostgreSQL DSN handed to the SQLite store by mistake becomes a file
     # named after it in the script's directory (bench_handoff once measured
     # SQLite in its PostgreSQL row so).
