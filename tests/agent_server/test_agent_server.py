@@ -8,8 +8,8 @@ server enters the factory more than once): runs, streams, an interrupt and
 its resume, history paged with the server's `before` down to the first
 checkpoint, the four multitask strategies and both cancel actions; then a
 restart, after which the threads holding the user's types still read, resume
-and run; then `lgfs doctor` on the store. The store is a parameter so that a
-PostgreSQL variant is one more value of `store`.
+and run; then `lgfs doctor` on the store. Once on a SQLite file, once on
+PostgreSQL (a fresh schema of the session's server, by `postgresql://` URL).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from support.agent_server import GRAPH_ID, Server, project
+from support.postgres import as_url
 from support.processes import lgfs, parsed
 
 langgraph_sdk = pytest.importorskip("langgraph_sdk")
@@ -33,9 +34,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 Client = Any  # langgraph_sdk's SyncLangGraphClient
 
 
-@pytest.fixture(params=["sqlite"])
+@pytest.fixture(params=["sqlite", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Where the deployment keeps its checkpoints: `$LGFS_PATH` (a file; later, a URL)."""
+    """Where the deployment keeps its checkpoints: `$LGFS_PATH`, a file or a `postgresql://`
+    URL of a fresh schema of the session's PostgreSQL server."""
+    if request.param == "postgres":
+        return as_url(request.getfixturevalue("pg_dsn"))
     return str(tmp_path / "app.db")
 
 
