@@ -157,6 +157,8 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
             The tuple with pending writes in `writes_sort_key` order, or None.
         """
         thread_id, ns, cid = config_target(config)
+        if self._value_table:
+            self._value_cache.unnote(thread_id, ns)
         found = self._read_tuple(thread_id, ns, cid)
         if found is not None and self._value_table:
             # The objects LangGraph's next put of this thread carries.

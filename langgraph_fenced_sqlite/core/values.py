@@ -767,6 +767,22 @@ class ValueCache:
                     held[channel] = h._replace(seen=s)  # type: ignore[union-attr]
             self._entries[(thread_id, ns)] = (entry[0], entry[1], held, entry[3])
 
+    def unnote(self, thread_id: str, ns: str) -> None:
+        """Let go of the objects `note` recorded for the namespace (a new read is starting).
+
+        What that read decodes is noted instead; the objects of the last one
+        are then garbage, freed now rather than kept alive (and promoted by
+        the garbage collector) while the new ones are built.
+        """
+        with self._lock:
+            entry = self._entries.get((thread_id, ns))
+            if entry is None or not any(h.seen is not None for h in entry[2].values()):
+                return
+            held = {
+                c: h._replace(seen=None) if h.seen is not None else h for c, h in entry[2].items()
+            }
+            self._entries[(thread_id, ns)] = (entry[0], entry[1], held, entry[3])
+
     def forget_thread(self, thread_id: str) -> None:
         """Drop every entry of the thread."""
         with self._lock:

@@ -9,6 +9,7 @@ import os
 import random
 import sqlite3
 import struct
+import weakref
 from typing import Annotated, Any
 
 import pytest
@@ -25,7 +26,7 @@ from support.processes import lgfs
 from typing_extensions import TypedDict
 
 from langgraph_fenced_sqlite import FencedSqliteSaver, UndecodableRow
-from langgraph_fenced_sqlite.core import values
+from langgraph_fenced_sqlite.core import narrow_reads, values
 from langgraph_fenced_sqlite.core.serde import DataOnlySerializer
 from langgraph_fenced_sqlite.tools.importer import import_sqlitesaver
 
@@ -519,3 +520,36 @@ def test_a_page_of_history_decompresses_each_value_row_once(
     # At most once per row of the file; each checkpoint walking its own
     # chains (as before) inflated the same rows again and again.
     assert 0 < len(inflated) <= len(_blob_rows(path))
+
+
+def test_a_read_lets_go_of_what_the_last_read_decoded_before_it_decodes(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The objects a read noted for the next put are freed when the next read starts.
+
+    Kept until the new ones were built, a loop of `get_state` calls held two
+    decoded states at a time, the older promoted by the garbage collector.
+    """
+    with FencedSqliteSaver(str(tmp_path / "f.db"), allowed_types=[Note]) as saver:
+        _chat(_graph(saver), "t", 3)
+        config = {"configurable": {"thread_id": "t"}}
+        first = saver.get_tuple(config)
+        assert first is not None
+        old = weakref.ref(first.checkpoint["channel_values"]["messages"][0])
+        del first
+        alive_at_decode: list[bool] = []
+        real = narrow_reads.decode_read
+
+        def decoding(*args: Any, **kwargs: Any) -> Any:
+            alive_at_decode.append(old() is not None)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(narrow_reads, "decode_read", decoding)
+        again = saver.get_tuple(config)
+        assert again is not None and alive_at_decode == [False]
+        # The new read's objects are the ones the next put is compared with.
+        again.checkpoint["channel_values"]["messages"].append(HumanMessage("late", id="late"))
+        child = {**again.checkpoint, "id": "1f000000-0000-6000-8000-00000000000a"}
+        stored = saver.put(again.config, child, {"source": "update", "step": 9}, {})
+        got = saver.get_tuple(stored)
+        assert got is not None and got.checkpoint["channel_values"]["messages"][-1].id == "late"
