@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import os
 import random
 import shutil
@@ -135,6 +136,7 @@ def interleave(
     rounds: int,
     ops: int | Mapping[str, int],
     seed: int = 1,
+    collect: bool = False,
 ) -> dict[str, list[float]]:
     """Time every contender once per round, in a rotated order, for `rounds` rounds.
 
@@ -143,6 +145,10 @@ def interleave(
         rounds: How many rounds.
         ops: Operations per contender per round (one number or one per name).
         seed: Seeds the shuffle of the first round's order.
+        collect: Run a full garbage collection (untimed) before each
+            contender's turn. Contenders share one process and one collector:
+            without it, a full collection that one contender's garbage made
+            due lands on whichever runs next (on large states, tens of ms).
 
     Returns:
         Name to the per-operation seconds of each round, in round order.
@@ -154,6 +160,8 @@ def interleave(
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
             n = ops if isinstance(ops, int) else ops[name]
+            if collect:
+                gc.collect()
             samples[name].append(contenders[name](n) / n)
     return samples
 

@@ -460,7 +460,7 @@ def read_rows(
         runs = {name: calls[read] for name, calls in contenders.items()}
         for run in runs.values():
             run(1)  # warm
-        samples = interleave(runs, rounds=rounds, ops=ops)
+        samples = interleave(runs, rounds=rounds, ops=ops, collect=True)
         cells = [fmt_time(median(samples[name])) for name in contenders]
         ratio_row(
             table,
@@ -500,7 +500,7 @@ def chat_sqlite(directory: str, turns: int, rounds: int, ops: int, slower: float
         before = {name: sqlite_bytes(path)[0] for name, path in paths.items()}
         talks = {name: Conversation(g, "chat", make_input) for name, g in graphs.items()}
         started = time.perf_counter()
-        samples = interleave(talks, rounds=turns, ops=1)
+        samples = interleave(talks, rounds=turns, ops=1, collect=True)
         took = time.perf_counter() - started
         after = {name: sqlite_bytes(path) for name, path in paths.items()}
         w = window(turns)
@@ -580,7 +580,7 @@ def chat_sqlite_async(
             warm(graph, make_input, aio)
         talks = {name: Conversation(g, "chat", make_input, aio) for name, g in graphs.items()}
         started = time.perf_counter()
-        samples = interleave(talks, rounds=turns, ops=1)
+        samples = interleave(talks, rounds=turns, ops=1, collect=True)
         took = time.perf_counter() - started
         after = {name: sqlite_bytes(path)[0] for name, path in paths.items()}
         w = window(turns)
@@ -832,7 +832,7 @@ def agent_sqlite(directory: str, turns: int, rounds: int, ops: int, slower: floa
             for name, g in graphs.items()
         }
         started = time.perf_counter()
-        samples = interleave(runs, rounds=turns, ops=1)
+        samples = interleave(runs, rounds=turns, ops=1, collect=True)
         took = time.perf_counter() - started
         size = {name: sqlite_bytes(path)[0] for name, path in paths.items()}
         w = window(turns)
@@ -1016,7 +1016,7 @@ def chat_postgres(server: Any, turns: int, stock_turns: int, rounds: int, ops: i
             warm(graph, make_input, None)
         talks = {name: Conversation(g, "chat", make_input) for name, g in graphs.items()}
         started = time.perf_counter()
-        samples = interleave(talks, rounds=together, ops=1)
+        samples = interleave(talks, rounds=together, ops=1, collect=True)
         took = time.perf_counter() - started
         size = {"ours": pg_bytes(dsns["ours"], OUR_TABLES)}
         size["stock"] = pg_bytes(dsns["stock"], THEIR_TABLES)
