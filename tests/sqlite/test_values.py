@@ -4,77 +4,31 @@ from __future__ import annotations
 
 import base64
 import json
-import operator
 import os
 import random
 import sqlite3
 import struct
 import weakref
-from typing import Annotated, Any
+from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
+from langchain_core.messages import HumanMessage, RemoveMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import add_messages
-from pydantic import BaseModel
+from support.chats import Note
+from support.chats import chat as _chat
+from support.chats import chat_graph as _graph
+from support.chats import history as _history
+from support.chats import text as _text
 from support.files import dump, inline_values, reseal
 from support.processes import lgfs
-from typing_extensions import TypedDict
 
 from langgraph_fenced_sqlite import FencedSqliteSaver, UndecodableRow
 from langgraph_fenced_sqlite.core import narrow_reads, values
 from langgraph_fenced_sqlite.core.serde import DataOnlySerializer
 from langgraph_fenced_sqlite.tools.importer import import_sqlitesaver
-
-_WORDS = [f"w{i}x{i * 7919 % 1000}" for i in range(3000)]
-
-
-class Note(BaseModel):
-    """A pydantic model in state, appended each turn."""
-
-    turn: int
-    tags: list[str]
-
-
-class Chat(TypedDict):
-    messages: Annotated[list, add_messages]
-    notes: Annotated[list, operator.add]
-
-
-def _text(rng: random.Random, n: int = 60) -> str:
-    return " ".join(rng.choice(_WORDS) for _ in range(n))
-
-
-def _graph(saver: Any) -> Any:
-    def reply(state: Chat) -> dict[str, Any]:
-        n = len(state["messages"])
-        rng = random.Random(n)
-        return {
-            "messages": [AIMessage(_text(rng), id=f"ai-{n}")],
-            "notes": [Note(turn=n, tags=[_text(rng, 2)])],
-        }
-
-    builder = StateGraph(Chat)
-    builder.add_node("reply", reply)
-    builder.add_edge(START, "reply")
-    builder.add_edge("reply", END)
-    return builder.compile(checkpointer=saver)
-
-
-def _chat(graph: Any, thread: str, turns: int, start: int = 0) -> None:
-    config = {"configurable": {"thread_id": thread}}
-    for i in range(start, start + turns):
-        message = HumanMessage(_text(random.Random(-i)), id=f"h-{i}")
-        graph.invoke({"messages": [message]}, config, durability="sync")
-
-
-def _history(graph: Any, thread: str) -> list[Any]:
-    config = {"configurable": {"thread_id": thread}}
-    return [(s.values, s.next, s.metadata["step"]) for s in graph.get_state_history(config)]
 
 
 def _blob_rows(path: str, thread: str = "t") -> list[tuple[Any, ...]]:
