@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core.maintenance import VacuumReport, file_bytes, is_inactive
-from ..core.repack import Rewrite
+from ..core.repack import Rewrite, RowChanged
 from ..core.retention import PruneResult, RetentionPolicy
 from ..core.saver_threads import last_activity
 from ..errors import StoreBusy, ThreadBusy
@@ -24,10 +24,6 @@ from . import checkpoints, claims, retention, schema
 from .connection import is_busy
 
 __all__ = ["repack_read", "repack_txn", "sweep_thread_txn", "vacuum_job"]
-
-
-class RowChanged(Exception):
-    """A row `repack` planned from changed before its transaction (never leaves the saver)."""
 
 
 def repack_read(

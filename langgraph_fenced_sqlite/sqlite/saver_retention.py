@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..clock import read_now
 from ..core.maintenance import RepackReport, VacuumReport
-from ..core.repack import Rewrite, plan_thread
+from ..core.repack import Rewrite, repack_threads
 from ..core.retention import PruneResult, RetentionPolicy, Retraction
 from ..core.saver_retention import RemovalsBase
 from ..core.twins import async_twin
@@ -170,32 +170,19 @@ class RetentionAPI(RemovalsBase):
         if self._engine.readonly and not dry_run:
             raise ReadOnlyStore("repack", self._engine.path)
         serde = getattr(self.serde, "refusing", lambda: self.serde)()
-        report = RepackReport(dry_run=dry_run)
         threads = self._engine.read(
             "repack",
             lambda c: [r[0] for r in c.execute(schema.THREADS_WITH_INLINE_VALUES)],
         )
-        for thread_id in threads:
-            rows, held = self._engine.read("repack", maintenance.repack_read, thread_id)
-            rewrites, skipped = plan_thread(serde, thread_id, rows, held)
-            report.skipped.extend(skipped)
-            if not rewrites:
-                continue
-            if not dry_run:
-                try:
-                    self._engine.write("repack", _repack_job(thread_id, rewrites))
-                except maintenance.RowChanged:
-                    reason = "the thread was written while it was repacked; run again"
-                    report.skipped.append(
-                        {"thread_id": thread_id, "checkpoint_id": None, "reason": reason}
-                    )
-                    continue
-                self._value_cache.forget_thread(thread_id)
-            report.threads.append(thread_id)
-            report.checkpoints += len(rewrites)
-            report.inline_bytes += sum(r.inline_bytes for r in rewrites)
-            report.stored_bytes += sum(len(b.data) for r in rewrites for b in r.blobs)
-        return report
+
+        def read(thread_id: str) -> Any:
+            return self._engine.read("repack", maintenance.repack_read, thread_id)
+
+        def write(thread_id: str, rewrites: _list[Rewrite]) -> None:
+            self._engine.write("repack", _repack_job(thread_id, rewrites))
+            self._value_cache.forget_thread(thread_id)
+
+        return repack_threads(serde, threads, read, write, dry_run=dry_run)
 
     arepack = async_twin(repack)
 
