@@ -28,6 +28,7 @@ from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 
 from ..errors import CheckpointConflict, FencedSqliteError, SerializationError, UndecodableRow
 from .checksums import checkpoint_checksum, write_checksum
+from .claims import RunToken
 from .compression import compress_typed
 from .serde import write_context
 from .stored_json import (
@@ -286,9 +287,10 @@ def needs_version_check(source: str | None, token: int | None) -> bool:
     """Whether a put must name the namespace's latest checkpoint as its parent.
 
     Only fenced puts of a graph's own steps are checked (docs/semantics.md §3):
-    sources "input" and "loop", with a token.
+    sources "input" and "loop", with a token, unless a run took it by its run
+    id (`run_fence.RunToken`: such a run may start from any checkpoint).
     """
-    return token is not None and source in _FENCED_SOURCES
+    return token is not None and source in _FENCED_SOURCES and type(token) is not RunToken
 
 
 def check_version(

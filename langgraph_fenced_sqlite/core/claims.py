@@ -19,8 +19,9 @@ from langchain_core.runnables import RunnableConfig
 from ..errors import ThreadBusy, UndecodableRow, bad_argument
 
 __all__ = [
-    "Claim",
     "TOKEN_KEY",
+    "Claim",
+    "RunToken",
     "ThreadRow",
     "check_unfenced",
     "claim_live",
@@ -35,6 +36,18 @@ TOKEN_KEY = "__fence_token__"
 
 
 _new_tuple = tuple.__new__
+
+
+class RunToken(int):
+    """A fencing token that a run's own write took by its run id (`fence_runs`).
+
+    It fences as every token does. Unlike a runner's, a put under it is not
+    version-checked (docs/semantics.md §3): a run may start from any
+    checkpoint, as LangGraph's time travel does, and every earlier run is
+    fenced off by its claim anyway.
+    """
+
+    __slots__ = ()
 
 
 def claim_live(token: Any, expires_at: Any, now: float) -> bool | None:

@@ -308,12 +308,14 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
             policy.announce(thread_id)
         try:
             enc, token, stored = self._encode_put(config, checkpoint, metadata)
+            if token is None:  # a run's own claim, under `fence_runs`
+                token = self._run_token(enc.thread_id, cps.run_id_of(config))
             try:
                 self._put(enc, token)
             except StaleParent:
                 # Its values named rows of a parent deleted or replaced since this
                 # process read it: stored whole, naming nothing of the parent's.
-                enc, token, stored = self._encode_put(config, checkpoint, metadata, whole=True)
+                enc, _, stored = self._encode_put(config, checkpoint, metadata, whole=True)
                 self._put(enc, token)
         finally:
             if policy is not None and thread_id is not None:
@@ -426,8 +428,13 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
         channels of `WRITES_IDX_MAP` are last-writer-wins within the fence.
         """
         args = self._encode_writes(config, writes, task_id, task_path)
-        if args is not None:
-            self._put_writes(*args)
+        if args is None:
+            return
+        key, encoded, token, run_id = args
+        if token is None:  # a run's own claim, under `fence_runs`
+            token = self._run_token(key[0], run_id)
+        self._put_writes(key, encoded, token, run_id)
+        self._run_ended(key, token, run_id, writes)
 
     aput_writes = async_twin(put_writes)
 
@@ -506,6 +513,16 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
         raise NotImplementedError
 
     def _put(self, enc: cps.EncodedCheckpoint, token: int | None) -> None:
+        raise NotImplementedError
+
+    def _run_token(self, thread_id: str, run_id: str | None) -> int | None:
+        """The token a write with no token carries: its run's own, under `fence_runs` (claims)."""
+        raise NotImplementedError
+
+    def _run_ended(
+        self, key: _Cursor, token: int | None, run_id: str | None, writes: Sequence[Any]
+    ) -> None:
+        """Log the end a run's own writes mark, under `fence_runs` (claims)."""
         raise NotImplementedError
 
     def _put_writes(

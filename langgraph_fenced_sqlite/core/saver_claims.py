@@ -15,9 +15,11 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..clock import to_seconds
-from ..errors import bad_argument
-from .claims import Claim
+from ..errors import StaleClaim, bad_argument
+from . import run_fence
+from .claims import Claim, RunToken
 from .lease import AsyncLease, Lease
+from .run_fence import RunFences
 from .runs import RUN_STRATEGIES
 from .store import UsesStore
 from .twins import async_twin
@@ -42,6 +44,9 @@ class ClaimsBase(UsesStore):
         @property
         def clock(self) -> Clock:
             """The store's clock (each saver defines it)."""
+
+        def _append_events(self, thread_id: str, token: int, new: list[Any]) -> list[int]:
+            """Append events under `token` (the events half's primitive)."""
 
     # --- claims --------------------------------------------------------------------------
 
@@ -169,6 +174,62 @@ class ClaimsBase(UsesStore):
     ) -> AsyncLease:
         """Async twin of `lease` (`async with saver.alease(...) as lease:`)."""
         return AsyncLease(self, thread_id, holder, ttl, renew_every, take_over=take_over)
+
+    # --- a run's own claim, with no runner (`fence_runs`, core/run_fence.py) -------------
+
+    # Set by each store's `__init__`; copies (`for_graph`) share `_run_fences`.
+    fence_runs: bool = False
+    _run_fences: RunFences
+
+    def _run_token(self, thread_id: str, run_id: str | None) -> int | None:
+        """The token a write with no token carries: under `fence_runs`, its run's own.
+
+        A run's first write in this process claims the thread for it (one
+        transaction, `_claim_run`); the others carry the token remembered.
+        """
+        if run_id is None or not self.fence_runs:
+            return None
+        fences = self._run_fences
+        held = fences.get(thread_id, run_id)
+        if held is None:
+            with fences.claiming:
+                held = fences.get(thread_id, run_id)
+                if held is None:
+                    held = fences.put(thread_id, run_id, self._claim_run(thread_id, run_id))
+        return held
+
+    async def _arun_token(self, thread_id: str, run_id: str | None) -> int | None:
+        """Async twin of `_run_token` (a thread hop only for a run's first write)."""
+        if run_id is None or not self.fence_runs:
+            return None
+        held = self._run_fences.get(thread_id, run_id)
+        if held is None:
+            return await self._engine.arun(self._run_token, thread_id, run_id)
+        return held
+
+    def _run_ended(
+        self, key: tuple[str, str, str], token: int | None, run_id: str | None, writes: Any
+    ) -> None:
+        """Log the end (`run_interrupted`, `run_failed`) a run's own root writes mark, once.
+
+        Its own commit, under the run's token: a run fenced off since logs nothing.
+        """
+        if not isinstance(token, RunToken) or key[1] != "" or run_id is None:
+            return
+        event = run_fence.end_event(run_id, writes)
+        if event is None or not self._run_fences.ending(key[0], run_id):
+            return
+        try:
+            self._append_events(key[0], int(token), [event])
+        except StaleClaim:
+            pass  # a later claim fenced the run off: its end is not this run's to log
+
+    async def _arun_ended(
+        self, key: tuple[str, str, str], token: int | None, run_id: str | None, writes: Any
+    ) -> None:
+        """Async twin of `_run_ended` (a thread hop only when a write ends the run)."""
+        if isinstance(token, RunToken) and key[1] == "" and run_fence.end_event(run_id, writes):
+            await self._engine.arun(self._run_ended, key, token, run_id, writes)
 
     # --- runs: a claim with lifecycle events ---------------------------------------------
 
@@ -343,6 +404,10 @@ class ClaimsBase(UsesStore):
 
     def _begin_run(self, thread_id: str, holder: str, ttl: float, **run: Any) -> Claim:
         """Run `begin_run`; `run` holds `run_id`, `strategy`, `tenant` and `principal`."""
+        raise NotImplementedError
+
+    def _claim_run(self, thread_id: str, run_id: str) -> int:
+        """Return the token `run_id` holds on the thread, claiming it if needed (`run_fence`)."""
         raise NotImplementedError
 
     def _renew_run(self, thread_id: str, token: int, ttl: float) -> tuple[Claim, str | None]:

@@ -67,6 +67,7 @@ class ThreadsBase(UsesStore):
             waiting=status.pending_interrupts(writes, values),
             failures=status.failed_tasks(writes, values),
             last_run=last_run,
+            active_at=facts.get("active_at"),
         )
 
     def resolve_namespace(self, thread_id: str, prefix: str) -> str:

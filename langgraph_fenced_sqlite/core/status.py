@@ -19,6 +19,7 @@ from typing import Any
 
 from ..errors import bad_argument
 from .claims import claim_live
+from .run_fence import BY_RUN, IDLE_AFTER
 from .validation import check_iterable
 
 __all__ = [
@@ -115,10 +116,15 @@ class ThreadStatus:
       - `running`: a live claim holds the thread (`holder`, `token`,
         `expires_at`, `expires_in` and the claim's `run_id` say whose and
         until when); `waiting` may still list interrupts it is resuming.
+        Also a run fenced by its id (`fence_runs`), whose claim is never
+        live: while the claim is still its own, it wrote the thread in the
+        last `idle_after` seconds (30), and neither `failed` nor
+        `interrupted` holds.
       - `failed`: the latest root checkpoint holds an error write, or the
         latest run event is `run_failed` (or `run_timed_out`), or a run
         started and its claim expired without the run ending (a crashed
-        worker); `failure` says which, `reason` in one line.
+        worker; not a run fenced by its id, which ends unannounced);
+        `failure` says which, `reason` in one line.
       - `interrupted`: the latest root checkpoint waits at an `interrupt()`
         (`waiting`; `node` is the first node waiting: of a `Send`-ed task,
         or, for an interrupt inside a subgraph, the parent's node that runs
@@ -322,6 +328,7 @@ def judge(
     waiting: Sequence[Waiting],
     failures: Sequence[Failure],
     last_run: Any | None,
+    active_at: float | None = None,
 ) -> ThreadStatus:
     """Decide a thread's status from what it holds (the one rule; see `ThreadStatus`).
 
@@ -336,6 +343,9 @@ def judge(
         waiting: Its unanswered interrupts (`pending_interrupts`).
         failures: Its failed tasks (`failed_tasks`).
         last_run: The thread's latest run lifecycle `Event` (`RUN_EVENTS`), if any.
+        active_at: When the thread was last written (its latest event's
+            time): a run fenced by its id (`fence_runs`) is running while
+            this is recent. Needed only when the claim is such a run's.
     """
     base = ThreadStatus(
         thread_id,
@@ -356,7 +366,15 @@ def judge(
     if failure is None and kind in _FAILED:
         error = str(data.get("error") or kind)
         failure = Failure(None, error, str(data.get("message") or error), run_id)
-    if failure is None and kind == "run_started" and token is not None:
+    # A run fenced by its id (`fence_runs`) whose claim it still is: its claim
+    # is never live, and LangGraph tells no checkpointer when a run ends.
+    by_run = (
+        kind == "run_started"
+        and token is not None
+        and getattr(last_run, "token", None) == token
+        and data.get("strategy") == BY_RUN
+    )
+    if failure is None and kind == "run_started" and token is not None and not by_run:
         if getattr(last_run, "token", None) == token:
             # The run's claim expired with no end logged: its worker stopped.
             message = f"run {run_id!r} of {holder!r} stopped without ending; its claim expired"
@@ -367,6 +385,12 @@ def judge(
         return replace(base, state="failed", failure=failure, run_id=run_id)
     if waiting or kind == "run_interrupted":
         return replace(base, state="interrupted", run_id=run_id)
+    if by_run and active_at is not None:
+        idle_after = data.get("idle_after")
+        if not isinstance(idle_after, (int, float)) or isinstance(idle_after, bool):
+            idle_after = IDLE_AFTER
+        if now - active_at < idle_after:
+            return replace(base, state="running", run_id=run_id)
     return replace(base, run_id=run_id)
 
 

@@ -33,6 +33,7 @@ from typing import Any
 from psycopg.rows import tuple_row
 from psycopg.types.numeric import Int8
 
+from ..core import run_fence
 from ..core.checkpoints import EncodedWrite
 from ..core.checksums import checksum
 from ..core.claims import Claim, claim_live
@@ -495,3 +496,43 @@ def operator_take_over(
     event = NewEvent(OPERATOR_TOOK_OVER, data)
     append(cur, thread_id, position, [event], token=claim.token, now=now, notify=notify)
     return claim
+
+
+# --- a run's own claim (`fence_runs`) ------------------------------------------------------
+
+
+def claim_run(cur: Cursor, thread_id: str, run_id: str, *, now: float | None, notify: bool) -> int:
+    """Return the token `run_id` holds on the thread, claiming it first if needed.
+
+    The SQLite store's `runs.claim_run_txn`, under the thread's row lock: the
+    claim (expired when granted: `core.run_fence`) and its events commit together.
+
+    Raises:
+        ThreadBusy: a claim that is not a run's is live.
+        StaleClaim: `run_id` wrote the thread and was fenced off since.
+    """
+    old_holder, old_token, expires_at, at, old_run, *_ = _lock(cur, thread_id, now)
+    key = {"thread_id": thread_id, "run_id": run_id}
+    held = run_fence.decide(
+        thread_id,
+        run_id,
+        token=None if old_token is None else int(old_token),
+        holder=old_holder,
+        claim_run_id=old_run,
+        live=bool(claim_live(old_token, expires_at, at)),
+        wrote=lambda: bool(txns._one(cur, sql.RUN_WROTE, key)[0]),
+        latest=lambda: txns.latest_id(cur, thread_id),
+    )
+    if held is not None:
+        return held
+    args = {"thread_id": thread_id, "holder": run_fence.RUN_HOLDER, "at": at, "ttl": 0.0}
+    new_token, _, seq = txns._one(cur, sql.SET_RUN_CLAIM, {**args, "run_id": run_id})
+    new = run_fence.claim_events(
+        run_id,
+        old_token=None if old_token is None else int(old_token),
+        old_holder=old_holder,
+        old_run=old_run,
+        was_live=False,
+    )
+    append(cur, thread_id, int(seq), new, token=int(new_token), now=now, notify=notify)
+    return int(new_token)

@@ -33,9 +33,10 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ..clock import Clock, read_now, to_seconds
 from ..core import checkpoints as cps
 from ..core.fenced_store import FencedStore
+from ..core.run_fence import RunFences
 from ..core.saver import next_cursor, page_args, store_options
 from ..core.serde import TypeKey
-from ..core.validation import check_name, config_target
+from ..core.validation import check_bool, check_name, config_target
 from ..core.values import Held, StaleParent, ValueCache
 from ..errors import FencedSqliteError, SchemaTooOld, UnsupportedFormat, bad_argument
 from . import sql, txns
@@ -55,6 +56,7 @@ _OPTIONS = (
     "allowed_modules",
     "clock",
     "require_claim",
+    "fence_runs",
     "notify",
     "poll_interval",
     "readonly",
@@ -110,6 +112,7 @@ class FencedPostgresSaver(  # type: ignore[misc]
         allowed_modules: Iterable[str] | str = (),
         clock: Clock | None = None,
         require_claim: bool = False,
+        fence_runs: bool = False,
         notify: bool = True,
         poll_interval: float | timedelta = 1.0,
         readonly: bool = False,
@@ -129,6 +132,10 @@ class FencedPostgresSaver(  # type: ignore[misc]
             allowed_modules: Packages whose classes may be rebuilt.
             clock: A clock to use instead of the database server's (tests).
             require_claim: Refuse every write that carries no token.
+            fence_runs: Fence runs by their run id, with no runner: a run's
+                first write (LangGraph's `config["metadata"]["run_id"]`)
+                claims the thread with a new token, which fences off every
+                earlier run (docs/semantics.md, "Runs fenced by their id").
             notify: Each commit that appends events sends one NOTIFY, which
                 wakes `wait_events` on every host at once. NOTIFY serialises
                 committing transactions database-wide; with many writers,
@@ -158,6 +165,8 @@ class FencedPostgresSaver(  # type: ignore[misc]
             raise bad_argument("readonly", "expected a bool")
         self._poll_interval = to_seconds(poll_interval, "poll_interval")
         self.require_claim = require_claim
+        self.fence_runs = check_bool(fence_runs, "fence_runs")
+        self._run_fences = RunFences()
         self._notify = notify
         self._engine = PgConnection(conn, owned=_owned, readonly=readonly)
         self._clock = clock
@@ -343,10 +352,12 @@ class FencedPostgresSaver(  # type: ignore[misc]
                 pass  # unreadable: its values are not named, they are stored whole
             whole = self._value_cache.get(thread_id, ns, parent_id) is None
         enc, token, stored = self._encode_put(config, checkpoint, metadata, whole=whole)
+        if token is None:  # a run's own claim, under `fence_runs`
+            token = await self._arun_token(thread_id, cps.run_id_of(config))
         try:
             await self._aput(enc, token)
         except StaleParent:
-            enc, token, stored = self._encode_put(config, checkpoint, metadata, whole=True)
+            enc, _, stored = self._encode_put(config, checkpoint, metadata, whole=True)
             await self._aput(enc, token)
         if enc.held is not None:
             self._value_cache.put(
@@ -364,8 +375,13 @@ class FencedPostgresSaver(  # type: ignore[misc]
         """Async twin of `put_writes`."""
         # On the store's own async connection, no thread hop (`arun_call`).
         args = self._encode_writes(config, writes, task_id, task_path)
-        if args is not None:
-            await self._aput_writes(*args)
+        if args is None:
+            return
+        key, encoded, token, run_id = args
+        if token is None:  # a run's own claim, under `fence_runs`
+            token = await self._arun_token(key[0], run_id)
+        await self._aput_writes(key, encoded, token, run_id)
+        await self._arun_ended(key, token, run_id, writes)
 
     # --- the primitives of `FencedSaverBase` ------------------------------------------
     # Each async twin sends the same call (`_*_call`) through `arun_call`.

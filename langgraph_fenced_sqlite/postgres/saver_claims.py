@@ -72,6 +72,14 @@ class PgClaimsAPI(PgHalf, ClaimsBase):
             pipelined=run["strategy"] != "rollback",
         )
 
+    def _claim_run(self, thread_id: str, run_id: str) -> int:
+        return self._engine.run(
+            "claim_run",
+            lambda cur: runs.claim_run(
+                cur, thread_id, run_id, now=self._now(), notify=self._notify
+            ),
+        )
+
     def _renew_run(self, thread_id: str, token: int, ttl: float) -> tuple[Claim, str | None]:
         return self._engine.run(
             "renew_run", lambda cur: txns.renew_run(cur, thread_id, token, ttl, now=self._now())

@@ -21,6 +21,7 @@ from typing import Any
 from ..core import status as st
 from ..core.claims import ThreadRow
 from ..core.events import decode_event
+from ..core.run_fence import RUN_HOLDER
 from ..core.saver_threads import ThreadsBase, _summaries, inactive_for_seconds
 from ..core.status import ThreadStatus, check_states
 from ..core.validation import check_name
@@ -143,7 +144,7 @@ def _facts_batch(thread_id: str | None, at: float | None, *, summaries: bool = T
     such thread).
     """
     one: dict[str, Any] = {} if thread_id is None else {"thread_id": thread_id}
-    by_kind = {"kinds": sorted(st.RUN_EVENTS), **one}
+    by_kind = {"kinds": sorted(st.RUN_EVENTS), "run_holder": RUN_HOLDER, **one}
     single = thread_id is not None
 
     def send(execute: Execute) -> Callable[[], _Read]:
@@ -208,7 +209,8 @@ def _status_facts(row: Any, writes: _list[Any]) -> dict[str, Any]:
     checkpoint = tuple(row[8:20])
     latest = None if checkpoint[0] is None else (checkpoint, writes)
     last_run = _last_run_event(thread_id, thread, tuple(row[20:28]), bool(row[28]))
-    return {"row": thread, "latest": latest, "last_run": last_run}
+    active_at = None if row[29] is None else float(row[29])
+    return {"row": thread, "latest": latest, "last_run": last_run, "active_at": active_at}
 
 
 def _last_run_event(thread_id: str, row: ThreadRow, cells: tuple[Any, ...], after: bool) -> Any:

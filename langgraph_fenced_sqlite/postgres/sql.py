@@ -280,6 +280,12 @@ SET_RUN_CLAIM = (
     "next_seq = next_seq + 1 WHERE thread_id = %(thread_id)s "
     "RETURNING token, expires_at, next_seq - 1"
 )
+# Whether a run wrote a thread (a run fenced off since is stale: `core.run_fence`).
+RUN_WROTE = (
+    "SELECT EXISTS (SELECT 1 FROM lgfs_checkpoints WHERE run_id = %(run_id)s "
+    "AND thread_id = %(thread_id)s) OR EXISTS (SELECT 1 FROM lgfs_writes "
+    "WHERE run_id = %(run_id)s AND thread_id = %(thread_id)s)"
+)
 # Also returns who asked the claim's run to stop (NULL: nobody), so a run's
 # renewal learns of a cancel in the statement that renews it.
 RENEW_CLAIM = (
@@ -1163,8 +1169,8 @@ THREAD_SUMMARY = f"{_SUMMARIES} AND t.thread_id = %(thread_id)s"
 # every thread `_SUMMARIES` lists, in one statement: its row in
 # `claims.ThreadRow`'s order; its latest root checkpoint (`CHECKPOINT_COLUMNS`,
 # NULLs if none); its latest run lifecycle event (`EVENTS_AFTER`'s columns,
-# NULLs if none); and whether a root checkpoint was committed after that
-# event under another token.
+# NULLs if none); whether a root checkpoint was committed after that
+# event under another token; and, for a run's own claim, when it last wrote.
 _LATEST_ROOT = (
     "SELECT * FROM lgfs_checkpoints c WHERE c.thread_id = t.thread_id AND c.checkpoint_ns = '' "
     "ORDER BY c.position DESC LIMIT 1"
@@ -1175,7 +1181,10 @@ _STATUS_FACTS = (
     + ", ".join(f"lc.{column.strip()}" for column in CHECKPOINT_COLUMNS.split(","))
     + ", le.seq, le.kind, le.checkpoint_ns, le.checkpoint_id, le.data, le.token, le.ts, "
     "le.checksum, EXISTS (SELECT 1 FROM lgfs_checkpoints a WHERE a.thread_id = t.thread_id "
-    "AND a.checkpoint_ns = '' AND a.position > le.seq AND a.token IS DISTINCT FROM le.token) "
+    "AND a.checkpoint_ns = '' AND a.position > le.seq AND a.token IS DISTINCT FROM le.token), "
+    # When a run fenced by its id (`core.run_fence`) last wrote: its latest event's time.
+    "CASE WHEN t.holder = %(run_holder)s THEN (SELECT e.ts FROM lgfs_events e "
+    "WHERE e.thread_id = t.thread_id ORDER BY e.seq DESC LIMIT 1) END "
     f"FROM lgfs_threads t LEFT JOIN LATERAL ({_LATEST_ROOT}) lc ON true "
     "LEFT JOIN LATERAL (SELECT * FROM lgfs_events e WHERE e.thread_id = t.thread_id "
     "AND e.kind = ANY(%(kinds)s) ORDER BY e.seq DESC LIMIT 1) le ON true "

@@ -26,6 +26,7 @@ from ..core.checkpoints import (
     split_tuple,
     stored_put,
 )
+from ..core.claims import RunToken
 from ..core.events import checkpoint_event_text, writes_event_text
 from ..core.stored_json import loads_json
 from ..core.values import PREFIX, Blob, Held, RowCells, StaleParent, is_tail, resolve_rows
@@ -69,7 +70,7 @@ def put_txn(
     thread_id, ns, cid, parent_id, envelope, values_type, blob, md, source, step, run_id = enc[:11]
     sum_ = enc.checksum
     # `needs_version_check(source, token)`, inlined.
-    version = token is not None and source in _FENCED_SOURCES
+    version = token is not None and source in _FENCED_SOURCES and type(token) is not RunToken
     position = claims.next_seq_if_fenced(
         conn,
         thread_id,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+from ..core import run_fence
 from ..core.claims import Claim, tenant_cells
 from ..core.runs import (
     _INTERRUPT,
@@ -30,7 +31,7 @@ from ..core.runs import (
 from ..errors import TenantMismatch
 from . import claims, events, retention, schema
 
-__all__ = ["begin_run_txn", "cancel_run_txn", "end_run_txn"]
+__all__ = ["begin_run_txn", "cancel_run_txn", "claim_run_txn", "end_run_txn"]
 
 
 def superseded_run_id(
@@ -290,3 +291,45 @@ def operator_take_over_txn(
     event = events.NewEvent(OPERATOR_TOOK_OVER, data)
     events.append(conn, thread_id, row, [event], token=claim.token, now=now)
     return claim
+
+
+# --- a run's own claim (`fence_runs`) ------------------------------------------------------
+
+
+def claim_run_txn(conn: sqlite3.Connection, thread_id: str, run_id: str, *, now: float) -> int:
+    """Return the token `run_id` holds on the thread, claiming it first if needed.
+
+    The claim (expired when granted: `core.run_fence`) and its events commit
+    together; a run that already holds the thread changes nothing.
+
+    Raises:
+        ThreadBusy: a claim that is not a run's is live.
+        StaleClaim: `run_id` wrote the thread and was fenced off since.
+    """
+    before = claims.read_thread(conn, thread_id)
+    held = run_fence.decide(
+        thread_id,
+        run_id,
+        token=None if before is None else before.token,
+        holder=None if before is None else before.holder,
+        claim_run_id=None if before is None else before.run_id,
+        live=before is not None and bool(before.live(now)),
+        wrote=lambda: conn.execute(schema.RUN_WROTE, (thread_id, run_id)).fetchone() is not None,
+        latest=lambda: claims._latest(conn, thread_id),
+    )
+    if held is not None:
+        return held
+    claim = claims.grant(
+        conn, thread_id, run_fence.RUN_HOLDER, 0.0, now=now, force=False, run_id=run_id
+    )
+    new = run_fence.claim_events(
+        run_id,
+        old_token=None if before is None else before.token,
+        old_holder=None if before is None else before.holder,
+        old_run=None if before is None else before.run_id,
+        was_live=False,
+    )
+    row = claims.read_thread(conn, thread_id)
+    assert row is not None
+    events.append(conn, thread_id, row, new, token=claim.token, now=now)
+    return claim.token

@@ -27,9 +27,10 @@ from ..clock import Clock, read_now, to_seconds
 from ..core import narrow_reads
 from ..core.checkpoints import step_role
 from ..core.fenced_store import FencedStore
+from ..core.run_fence import RunFences
 from ..core.saver import store_options
 from ..core.serde import TypeKey
-from ..core.validation import check_name, checked_arguments
+from ..core.validation import check_bool, check_name, checked_arguments
 from ..core.values import ValueCache
 from ..errors import UndecodableRow, bad_argument
 from . import checkpoints as cps
@@ -73,6 +74,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
         allowed_modules: Iterable[str] | str = (),
         clock: Clock | None = None,
         require_claim: bool = False,
+        fence_runs: bool = False,
         poll_interval: float | timedelta = 0.05,
         readonly: bool = False,
     ) -> None:
@@ -91,6 +93,10 @@ class FencedSqliteSaver(  # type: ignore[misc]
                 default serializer may store and rebuild, e.g. `["myapp"]`.
             clock: The store's clock (claims, retention, event times).
             require_claim: Refuse every write that carries no token.
+            fence_runs: Fence runs by their run id, with no runner: a run's
+                first write (LangGraph's `config["metadata"]["run_id"]`)
+                claims the thread with a new token, which fences off every
+                earlier run (docs/semantics.md, "Runs fenced by their id").
             poll_interval: How often `wait_events`/`watch` look for commits
                 where the file has no doorbell (not Linux, no inotify, a
                 read-only directory). Where it has one they wake on its
@@ -115,6 +121,8 @@ class FencedSqliteSaver(  # type: ignore[misc]
         serde = store_options(serde, allowed_types, allowed_modules, clock, require_claim)
         super().__init__(serde=serde)
         self.require_claim = require_claim
+        self.fence_runs = check_bool(fence_runs, "fence_runs")
+        self._run_fences = RunFences()
         self._engine = Engine(path, busy_timeout=busy, clock=clock, readonly=readonly)
         self._value_cache = ValueCache()
 
@@ -139,6 +147,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
         allowed_modules: Iterable[str] | str = (),
         clock: Clock | None = None,
         require_claim: bool = False,
+        fence_runs: bool = False,
         poll_interval: float | timedelta = 0.05,
         readonly: bool = False,
     ) -> _Opener:
@@ -155,6 +164,10 @@ class FencedSqliteSaver(  # type: ignore[misc]
             allowed_modules: Packages whose classes may be rebuilt.
             clock: The store's clock.
             require_claim: Refuse every write that carries no token.
+            fence_runs: Fence runs by their run id, with no runner: a run's
+                first write (LangGraph's `config["metadata"]["run_id"]`)
+                claims the thread with a new token, which fences off every
+                earlier run (docs/semantics.md, "Runs fenced by their id").
             poll_interval: How often `wait_events`/`watch` look for commits.
             readonly: Open an existing file for reading only.
 
@@ -168,6 +181,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
             "allowed_modules": allowed_modules,
             "clock": clock,
             "require_claim": require_claim,
+            "fence_runs": fence_runs,
             "poll_interval": poll_interval,
             "readonly": readonly,
         }

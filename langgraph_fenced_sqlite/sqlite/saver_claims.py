@@ -70,6 +70,12 @@ class ClaimsAPI(ClaimsBase):
             lambda c: runs.begin_run_txn(c, thread_id, holder, ttl, now=read_now(clock), **run),
         )
 
+    def _claim_run(self, thread_id: str, run_id: str) -> int:
+        return self._engine.write(
+            "claim_run",
+            lambda c: runs.claim_run_txn(c, thread_id, run_id, now=read_now(self._engine.clock)),
+        )
+
     def _renew_run(self, thread_id: str, token: int, ttl: float) -> tuple[Claim, str | None]:
         return self._engine.write(
             "renew_run",

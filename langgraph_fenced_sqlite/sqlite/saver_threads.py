@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..clock import read_now
 from ..core import status
+from ..core.run_fence import RUN_HOLDER
 from ..core.saver_threads import (  # noqa: F401 (moved)
     ThreadsBase,
     _list,
@@ -135,7 +136,11 @@ def _status_facts(conn: Any, thread_id: str) -> dict[str, Any] | None:
         return {"error": exc.to_dict()}
     assert row is not None
     latest = cps.fetch_tuple(conn, thread_id, "", None)
-    return {"row": row, "latest": latest, "last_run": _last_run_event(conn, thread_id, row)}
+    facts = {"row": row, "latest": latest, "last_run": _last_run_event(conn, thread_id, row)}
+    if row.holder == RUN_HOLDER:  # a run fenced by its id runs while it writes
+        found = conn.execute(schema.LAST_EVENT_TS, (thread_id,)).fetchone()
+        facts["active_at"] = found[0] if found and isinstance(found[0], float) else None
+    return facts
 
 
 def _last_run_event(conn: Any, thread_id: str, row: Any) -> Any:

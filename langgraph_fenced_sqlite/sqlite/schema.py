@@ -549,6 +549,10 @@ THREADS_OF_RUN = (
 )
 # Forget a thread's runs (all its rows went), or one run of it.
 DELETE_THREAD_RUNS = "DELETE FROM thread_runs WHERE thread_id = ?"
+# When a thread was last written: its latest event's time.
+LAST_EVENT_TS = "SELECT ts FROM events WHERE thread_id = ? ORDER BY seq DESC LIMIT 1"
+# Whether a run wrote a thread (a run fenced off since is stale: `core.run_fence`).
+RUN_WROTE = "SELECT 1 FROM thread_runs WHERE thread_id = ? AND run_id = ?"
 DELETE_THREAD_RUN = "DELETE FROM thread_runs WHERE thread_id = ? AND run_id = ?"
 # Which of a thread's checkpoints a run wrote, oldest first.
 CHECKPOINTS_OF_RUN_IN_THREAD = (

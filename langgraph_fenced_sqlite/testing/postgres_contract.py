@@ -83,6 +83,11 @@ PG_CASES: tuple[str, ...] = (
     "33-an_accepted_special_write_after_expiry_is_what_readers_see",
     "34-a_damaged_value_row_is_undecodable_naming_its_channel",
     "35-wrong_shape_arguments_are_invalid_argument_and_change_nothing",
+    "38-a_later_run_fences_off_every_earlier_run",
+    "38-a_later_run_fences_off_every_earlier_run_siblings",
+    "38-a_run_may_start_from_any_checkpoint",
+    "38-a_runs_claim_yields_to_every_other_writer",
+    "38-a_runs_lifecycle_reaches_the_log_and_its_status",
 )
 
 

@@ -139,6 +139,13 @@ def _event(kind: str, token: int | None, **data: Any) -> Event:
     return Event("t", 5, kind, data, "", None, token, 0.0)
 
 
+def _by_run(**data: Any) -> Event:
+    return _event("run_started", 3, run_id="r", strategy="fence_runs", **data)
+
+
+_BY_RUN: dict[str, Any] = {"token": 3, "expires_at": 10.0, "last_run": _by_run()}
+
+
 @pytest.mark.parametrize(
     ("kwargs", "state"),
     [
@@ -156,6 +163,14 @@ def _event(kind: str, token: int | None, **data: Any) -> Event:
         ({"last_run": _event("run_cancelled", 3)}, "idle"),
         ({"last_run": _event("claim_released_by_operator", None)}, "idle"),
         ({"failures": [Failure("agent", "ValueError", "ValueError('x')")]}, "failed"),
+        # A run fenced by its id (`fence_runs`): its claim expires when granted.
+        ({**_BY_RUN, "active_at": 90.0}, "running"),  # wrote 10 s ago
+        ({**_BY_RUN, "active_at": 60.0}, "idle"),  # not for 40 s: it ended, not failed
+        ({**_BY_RUN}, "idle"),  # no activity known
+        ({**_BY_RUN, "active_at": 99.0, "waiting": [Waiting("n", "task", 1)]}, "interrupted"),
+        ({**_BY_RUN, "active_at": 99.0, "failures": [Failure("a", "E", "m")]}, "failed"),
+        ({**_BY_RUN, "active_at": 99.0, "token": 4}, "idle"),  # a later claim, not the run's
+        ({**_BY_RUN, "active_at": 95.0, "last_run": _by_run(idle_after=2)}, "idle"),
     ],
 )
 def test_the_rule(kwargs: dict[str, Any], state: str) -> None:

@@ -25,6 +25,7 @@ Environment:
     LGFS_SUITE_SYNC: comma-separated sync checkpointer names (default `fenced`).
     LGFS_SUITE_ASYNC: comma-separated async checkpointer names (default `fenced_aio`).
     LGFS_SUITE_PG_DSN: the PostgreSQL server for `fenced_pg` / `fenced_pg_aio`.
+    LGFS_SUITE_FENCE_RUNS: `1` opens every saver with `fence_runs=True`.
     LGFS_SUITE_ALL_TESTS: `1` keeps tests that use no checkpointer; by default
         they are deselected (they do not exercise a saver).
 """
@@ -86,6 +87,11 @@ def _fresh_pg_dsn() -> str:
     return make_conninfo(server, options=f"-c search_path={name}")
 
 
+def _options() -> dict[str, Any]:
+    """The savers' options: `fence_runs` under `LGFS_SUITE_FENCE_RUNS=1`."""
+    return {"fence_runs": True} if os.environ.get("LGFS_SUITE_FENCE_RUNS") == "1" else {}
+
+
 class _TempFile:
     """A fresh database path in its own directory, removed afterwards."""
 
@@ -120,14 +126,14 @@ def install(namespace: dict[str, Any]) -> None:
         if request.param == PG_SYNC_NAME:
             from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
 
-            with FencedPostgresSaver.from_conn_string(_fresh_pg_dsn()) as pg_saver:
+            with FencedPostgresSaver.from_conn_string(_fresh_pg_dsn(), **_options()) as pg_saver:
                 pg_saver.setup()
                 yield pg_saver
             return
         if request.param != SYNC_NAME:
             yield from theirs_sync(request)
             return
-        with _TempFile() as path, FencedSqliteSaver.from_conn_string(path) as saver:
+        with _TempFile() as path, FencedSqliteSaver.from_conn_string(path, **_options()) as saver:
             yield saver
 
     @pytest.fixture(scope="function", params=_names("LGFS_SUITE_ASYNC", ASYNC_NAME))
@@ -135,7 +141,9 @@ def install(namespace: dict[str, Any]) -> None:
         if request.param == PG_ASYNC_NAME:
             from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
 
-            async with FencedPostgresSaver.from_conn_string(_fresh_pg_dsn()) as pg_saver:
+            async with FencedPostgresSaver.from_conn_string(
+                _fresh_pg_dsn(), **_options()
+            ) as pg_saver:
                 await pg_saver.asetup()
                 yield pg_saver
             return
@@ -144,7 +152,7 @@ def install(namespace: dict[str, Any]) -> None:
                 yield checkpointer
             return
         with _TempFile() as path:
-            async with FencedSqliteSaver.from_conn_string(path) as saver:
+            async with FencedSqliteSaver.from_conn_string(path, **_options()) as saver:
                 yield saver
 
     namespace["sync_checkpointer"] = sync_checkpointer
