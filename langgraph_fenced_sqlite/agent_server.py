@@ -51,10 +51,12 @@ logger = logging.getLogger(__name__)
 # they mean to `lgfs`, so one environment serves the server and the operator's CLI alike.
 PATH_ENV = "LGFS_PATH"  # the SQLite file, or a postgresql:// URL
 BUSY_TIMEOUT_ENV = "LGFS_BUSY_TIMEOUT"  # seconds (SQLite's busy_timeout)
+FENCE_RUNS_ENV = "LGFS_FENCE_RUNS"  # "true" (the default) or "false"
 # Set by langgraph-api's `run_server` from langgraph.json's "graphs" (read, never set here).
 GRAPHS_ENV = "LANGSERVE_GRAPHS"
 # Every `LGFS_*` variable something reads; any other is a misspelling, refused.
-_KNOWN = frozenset({PATH_ENV, ALLOW_ENV, BUSY_TIMEOUT_ENV})
+_KNOWN = frozenset({PATH_ENV, ALLOW_ENV, BUSY_TIMEOUT_ENV, FENCE_RUNS_ENV})
+_BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 _MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
 _KEYWORDS = re.compile(r"\w+\s*=")  # libpq's "host=... dbname=..." form
@@ -67,10 +69,8 @@ _JS = (".ts", ".mts", ".cts", ".js", ".mjs", ".cjs", ".tsx", ".jsx")
 class Settings:
     """What the factory opens: a store and the saver's options.
 
-    Each field is one saver option, read from one variable by `from_env`; an
-    option added later (the coming `fence_runs`) is one more field, one more
-    variable and one more key of `saver_options`. Two equal settings share
-    one saver in a process.
+    Each field is one saver option, read from one variable by `from_env`.
+    Two equal settings share one saver in a process.
 
     Attributes:
         location: The SQLite file, or a `postgresql://` / `postgres://` URL
@@ -82,12 +82,15 @@ class Settings:
             `$LGFS_ALLOW` names.
         busy_timeout: SQLite's `busy_timeout` in seconds (`$LGFS_BUSY_TIMEOUT`);
             None keeps the saver's default.
+        fence_runs: Each run claims its thread with its first write, fencing
+            off every earlier run (`$LGFS_FENCE_RUNS`, on unless "false").
     """
 
     location: str
     allowed_types: tuple[tuple[str, ...], ...] = ()
     allowed_modules: tuple[str, ...] = ()
     busy_timeout: float | None = None
+    fence_runs: bool = True
 
     @property
     def postgres(self) -> bool:
@@ -110,8 +113,9 @@ class Settings:
             InvalidArgument: naming the variable: `LGFS_PATH` unset, naming
                 a file in a missing directory or a libpq `key=value` string
                 (PostgreSQL is named by URL), a malformed `LGFS_ALLOW` or
-                `LGFS_BUSY_TIMEOUT`, an unknown `LGFS_*` variable (a
-                misspelling), `LANGSERVE_GRAPHS` not a JSON object.
+                `LGFS_BUSY_TIMEOUT`, `LGFS_FENCE_RUNS` not true or false, an
+                unknown `LGFS_*` variable (a misspelling), `LANGSERVE_GRAPHS`
+                not a JSON object.
         """
         env = os.environ if environ is None else environ
         unknown = sorted(k for k in env if k.startswith("LGFS_") and k not in _KNOWN)
@@ -147,6 +151,7 @@ class Settings:
             allowed_types=tuple(sorted(set(types))),
             allowed_modules=tuple(sorted(set(modules) | set(graph_modules(graphs)))),
             busy_timeout=_seconds(env.get(BUSY_TIMEOUT_ENV), BUSY_TIMEOUT_ENV),
+            fence_runs=_bool(env.get(FENCE_RUNS_ENV), FENCE_RUNS_ENV, default=True),
         )
         settings._check()
         return settings
@@ -167,6 +172,7 @@ class Settings:
         options: dict[str, Any] = {
             "allowed_types": self.allowed_types,
             "allowed_modules": self.allowed_modules,
+            "fence_runs": self.fence_runs,
         }
         if self.busy_timeout is not None:
             options["busy_timeout"] = self.busy_timeout
@@ -183,6 +189,15 @@ def _graphs(text: str | None) -> Mapping[str, Any]:
     if not isinstance(graphs, dict):
         raise bad_argument(GRAPHS_ENV, "expected a JSON object (langgraph.json's graphs)")
     return graphs
+
+
+def _bool(text: str | None, variable: str, *, default: bool) -> bool:
+    if text is None or not text.strip():
+        return default
+    value = _BOOLS.get(text.strip().lower())
+    if value is None:
+        raise bad_argument(variable, f"expected true or false, got {text!r}")
+    return value
 
 
 def _seconds(text: str | None, variable: str) -> float | None:

@@ -6,10 +6,11 @@ the deployment's own dataclass, pydantic model and enum), served with a loop
 per background worker (`BG_JOB_ISOLATED_LOOPS=true`, the case where the
 server enters the factory more than once): runs, streams, an interrupt and
 its resume, history paged with the server's `before` down to the first
-checkpoint, the four multitask strategies and both cancel actions; then a
-restart, after which the threads holding the user's types still read, resume
-and run; then `lgfs doctor` on the store. Once on a SQLite file, once on
-PostgreSQL (a fresh schema of the session's server, by `postgresql://` URL).
+checkpoint, the four multitask strategies and both cancel actions, every
+run fenced by its id as `lgfs` shows it; then a restart, after which the
+threads holding the user's types still read, resume and run; then `lgfs
+doctor` on the store. Once on a SQLite file, once on PostgreSQL (a fresh
+schema of the session's server, by `postgresql://` URL).
 """
 
 from __future__ import annotations
@@ -125,6 +126,25 @@ def check_interrupt_and_resume(client: Client) -> str:
     return str(thread)
 
 
+def check_fenced(client: Client, store: str, thread: str) -> None:
+    """Each of the server's runs claimed the thread with its first write (`fence_runs`)."""
+    runs = sorted(client.runs.list(thread), key=lambda r: r["created_at"])
+    events = parsed(lgfs("events", thread, "--json", "--limit", "1000", "--db", store))
+    started = [(e["data"]["run_id"], e["token"]) for e in events if e["kind"] == "run_started"]
+    assert [run for run, _ in started] == [r["run_id"] for r in runs], (started, runs)
+    tokens = [token for _, token in started]
+    assert tokens == sorted(set(tokens)), "each run has a newer token than the one before"
+    # Both interrupted runs logged it; the status agrees with the server's.
+    assert [e["data"]["run_id"] for e in events if e["kind"] == "run_interrupted"] == [
+        runs[0]["run_id"],
+        runs[2]["run_id"],
+    ]
+    threads = parsed(lgfs("threads", "--json", "--db", store))
+    status = next(t["status"] for t in threads if t["thread_id"] == thread)
+    assert client.threads.get(thread)["status"] == status["state"] == "interrupted"
+    assert status["run_id"] == runs[-1]["run_id"] and status["token"] == tokens[-1]
+
+
 def check_history_paging(client: Client, thread: str) -> None:
     everything = [h["checkpoint"]["checkpoint_id"] for h in history(client, thread)]
     assert len(everything) >= 8
@@ -221,6 +241,7 @@ def test_the_agent_server_serves_from_the_shipped_factory(
     with langgraph_sdk.get_sync_client(url=server.url, api_key=None) as client:
         served = check_wait_and_stream(client)
         waiting = check_interrupt_and_resume(client)
+        check_fenced(client, store, waiting)
         check_history_paging(client, served)
         check_multitask(client, gates)
 

@@ -48,11 +48,15 @@ def test_settings_read_the_store_and_the_allow_list(tmp_path: Path) -> None:
     assert settings.allowed_modules == ("__src__agent", "myapp", "pkg.graphs")
     assert settings.allowed_types == (("other.mod", "Thing"),)
     assert settings.busy_timeout is None
+    assert settings.fence_runs, "runs are fenced by their id unless turned off"
     assert Settings.from_env(env(tmp_path, LGFS_BUSY_TIMEOUT="2.5")).saver_options() == {
         "allowed_types": (),
         "allowed_modules": (),
+        "fence_runs": True,
         "busy_timeout": 2.5,
     }
+    off = Settings.from_env(env(tmp_path, LGFS_FENCE_RUNS="false"))
+    assert off.saver_options()["fence_runs"] is False
     url = "postgresql://app@db:5432/app"
     assert Settings.from_env({"LGFS_PATH": url}).postgres
 
@@ -71,6 +75,7 @@ def test_settings_read_the_store_and_the_allow_list(tmp_path: Path) -> None:
         ({"LGFS_BUSY_TIMEOUT": "-1"}, "LGFS_BUSY_TIMEOUT"),
         ({"LGFS_BUSY_TIMEOUT": "inf"}, "LGFS_BUSY_TIMEOUT"),
         ({"LGFS_PATH": "postgresql://db/app", "LGFS_BUSY_TIMEOUT": "1"}, "LGFS_BUSY_TIMEOUT"),
+        ({"LGFS_FENCE_RUNS": "maybe"}, "LGFS_FENCE_RUNS"),
         ({"LGFS_PTAH": "x.db"}, "LGFS_PTAH"),  # a misspelling is never ignored
         ({"LANGSERVE_GRAPHS": "{not json"}, "LANGSERVE_GRAPHS"),
         ({"LANGSERVE_GRAPHS": "[]"}, "LANGSERVE_GRAPHS"),
@@ -96,6 +101,7 @@ async def test_the_factory_reads_the_environment_and_refuses_before_opening(
     monkeypatch.setenv("LGFS_PATH", str(tmp_path / "app.db"))
     async with checkpointer() as saver:
         assert saver.path == str(tmp_path / "app.db")
+        assert saver.fence_runs
 
 
 # --- the server's module names ----------------------------------------------------------------
