@@ -8,7 +8,9 @@ fresh store:
 
 - ours on SQLite: `"checkpointer": {"path":
   "langgraph_fenced_sqlite.agent_server.checkpointer"}` with `LGFS_PATH` a
-  file in the scratch directory (WAL, `synchronous=FULL`);
+  file in the scratch directory (WAL, `synchronous=FULL`), each run fenced
+  by its id (the factory's default), and the same with
+  `LGFS_FENCE_RUNS=false` ("unfenced": what that fencing costs a run);
 - the default: no `checkpointer` in `langgraph.json`, so the server keeps
   checkpoints in its own in-memory saver (langgraph-runtime-inmem's
   `InMemorySaver`, pickled to `.langgraph_api/` in the background);
@@ -54,7 +56,8 @@ that changes between contenders changes their ratio.
 
 Options: `--runs N` (new-thread runs per graph, default 25), `--turns N`
 (the long thread's turns per graph, default 50), `--warmup N` (default 5),
-`--stores sqlite,memory,postgres` (the contenders; all by default), and
+`--stores sqlite,unfenced,memory,postgres` (the contenders; all by
+default), and
 `_common`'s `--quick` (1 warm-up, 2 runs and 2 turns per graph: about 40 s),
 `--rounds` (default 1), `--keep`, `--dir`. A full run takes about 8 minutes
 (each run waits for the queue's poll). Prints "info" figures; asserts
@@ -156,14 +159,16 @@ class Contender:
         header: The column's header.
         location: A function from the round's scratch directory to `LGFS_PATH`,
             or None for the server's default checkpointer.
+        fence_runs: `LGFS_FENCE_RUNS` (ours: each run fenced by its id).
     """
 
     key: str
     header: str
     location: Callable[[Path], str] | None
+    fence_runs: bool = True
 
 
-def project(root: Path, location: str | None) -> Path:
+def project(root: Path, location: str | None, fence_runs: bool = True) -> Path:
     """Write a deployment serving `chat` and `chain`; our factory on `location` unless None."""
     (root / "src").mkdir(parents=True, exist_ok=True)
     (root / "src" / "graphs.py").write_text(GRAPHS)
@@ -173,7 +178,7 @@ def project(root: Path, location: str | None) -> Path:
     }
     if location is not None:
         config["checkpointer"] = {"path": FACTORY}
-        config["env"] = {"LGFS_PATH": location}
+        config["env"] = {"LGFS_PATH": location, "LGFS_FENCE_RUNS": str(fence_runs).lower()}
     (root / "langgraph.json").write_text(json.dumps(config, indent=2))
     return root
 
@@ -330,10 +335,11 @@ def measure(server: Server, runs: int, turns: int, warmup: int) -> dict[str, lis
 
 
 def serve_and_measure(
-    root: Path, location: str | None, runs: int, turns: int, warmup: int
+    root: Path, location: str | None, runs: int, turns: int, warmup: int, fence_runs: bool = True
 ) -> Samples:
     """Start `langgraph dev` on a fresh project, measure it, stop it (always), read its log."""
-    server = Server(project(root, location), isolated_loops=False)  # the server's default
+    deployment = project(root, location, fence_runs)
+    server = Server(deployment, isolated_loops=False)  # the server's default
     started = time.perf_counter()
     try:
         server.start()
@@ -467,9 +473,9 @@ def _options(parser: Any) -> None:
     parser.add_argument("--warmup", type=int, default=None, help="warm-up runs per graph (5)")
     parser.add_argument(
         "--stores",
-        default="sqlite,memory,postgres",
-        help="comma-separated contenders: sqlite (ours), memory (the server's default), "
-        "postgres (ours)",
+        default="sqlite,unfenced,memory,postgres",
+        help="comma-separated contenders: sqlite (ours), unfenced (ours, LGFS_FENCE_RUNS=false), "
+        "memory (the server's default), postgres (ours)",
     )
 
 
@@ -500,6 +506,12 @@ def main(argv: list[str] | None = None) -> int:
         print()
         contenders = [
             Contender("sqlite", "ours (SQLite)", lambda d: str(d / "checkpoints.db")),
+            Contender(
+                "unfenced",
+                "ours, unfenced (SQLite)",
+                lambda d: str(d / "checkpoints.db"),
+                fence_runs=False,
+            ),
             Contender("memory", "default (in-memory)", None),
         ]
         if "postgres" in wanted:
@@ -525,7 +537,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"round {r + 1}: {c.header} (load average {os.getloadavg()[0]:.2f})",
                     flush=True,
                 )
-                samples = serve_and_measure(root / "project", location, runs, turns, warmup)
+                samples = serve_and_measure(
+                    root / "project", location, runs, turns, warmup, c.fence_runs
+                )
                 results.setdefault(c.key, []).append(samples)
         took = time.perf_counter() - started
         print()

@@ -115,6 +115,7 @@ EXPECTED = {
         "AGENT SERVER runs.wait, as the client sees it",
         "AGENT SERVER run on the server",
         "ours (SQLite) / default",
+        "ours, unfenced (SQLite) / default",
         "ours (PostgreSQL)",
         "chat, new thread per run",
         "5-node chain, one thread",
