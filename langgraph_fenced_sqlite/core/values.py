@@ -46,7 +46,7 @@ import orjson
 import ormsgpack
 
 from ..errors import UndecodableRow
-from .checksums import _crc32, blob_checksum, checkpoint_checksum
+from .checksums import REBUILT, _crc32, blob_checksum, checkpoint_checksum
 from .compression import ZSTD, compress, inflate
 from .serde import DataOnlySerializer
 
@@ -535,8 +535,12 @@ def resolve_rows(
         new = list(row)
         new[cells.values_type] = kind
         new[cells.values_blob] = cell
-        new[cells.checksum] = checkpoint_checksum(
-            row[cells.envelope], kind, cell, row[cells.metadata]
+        # Rebuilt from checked rows: taken as holding (`REBUILT`); a row of
+        # unreadable values is sealed as it is, for its reader to refuse.
+        new[cells.checksum] = (
+            REBUILT
+            if kind == "msgpack"
+            else checkpoint_checksum(row[cells.envelope], kind, cell, row[cells.metadata])
         )
         out[i] = tuple(new)
         if keep is not None and kind == "msgpack" and held is not None:
@@ -609,8 +613,7 @@ def _rebuild(
         if row is None or len(chain) >= _MAX_CHAIN:
             why = "is missing" if row is None else "extends too long a chain"
             raise UndecodableRow(thread_id, cid, f"channel {channel!r}: value {at!r} {why}")
-        _check_blob(thread_id, cid, row)
-        chain.append(row)
+        chain.append((row, _verified(thread_id, cid, row)))
         at = row[4]
     crc = 0
     size = 0
@@ -619,7 +622,7 @@ def _rebuild(
     if below is not None:
         crc, size, parts = below.crc, len(below.body), [below.body]
         anchors = list(reversed(below.anchors))
-    for row in reversed(chain):
+    for row, data in reversed(chain):
         if row[8] == PREFIX:
             # The first `size` bytes of what its base holds.
             if not row[9] <= size:
@@ -629,13 +632,12 @@ def _rebuild(
             cut = b"".join(parts)[: row[9]]
             parts, size, crc = [cut], len(cut), _crc32(cut)
         else:
-            data = _inflate(thread_id, cid, row)
             crc = _crc32(data, crc)
             size += len(data)
             parts.append(data)
         anchors.append((row[7], row[3], size, crc))
     body = b"".join(parts)
-    top = chain[0]
+    top = chain[0][0]
     type_, count = top[5], top[6]
     if key.startswith("="):
         matches = key == _small_key(type_, count, body) and len(body) <= _SMALL
@@ -649,7 +651,7 @@ def _rebuild(
     # The single extensions at the head of the chain (`Held.recent`), those
     # of the value it was rebuilt on included when all above it are.
     recent = []
-    for row, (_, _, at, _) in zip(chain, anchors, strict=False):
+    for (row, _), (_, _, at, _) in zip(chain, anchors, strict=False):
         if row[8] == PREFIX or row[7] % SPAN == 0:
             break
         recent.append((row[3], row[6], row[7], at))
@@ -659,6 +661,60 @@ def _rebuild(
     held = Held(key, type_, count, body, crc, tuple(anchors), tuple(recent))
     memo[(thread_id, ns, channel, key)] = held
     return held
+
+
+class _Verified:
+    """Value rows already checked and inflated in this process, by their stored cells; bounded.
+
+    A row is read again by every read of a checkpoint it belongs to: a
+    history page reads the rows its chains share, the next page many of the
+    same. Keyed by every stored cell (its bytes and checksum included), so a
+    row changed or damaged on disk since is a miss, checked anew. Least
+    recently used rows go first once their inflated bytes pass `max_bytes`.
+    """
+
+    def __init__(self, max_bytes: int = 32 * 1024 * 1024) -> None:
+        self._max = max_bytes
+        self._bytes = 0
+        self._rows: OrderedDict[tuple[Any, ...], bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, cells: tuple[Any, ...]) -> bytes | None:
+        with self._lock:
+            data = self._rows.get(cells)
+            if data is not None:
+                self._rows.move_to_end(cells)
+            return data
+
+    def put(self, cells: tuple[Any, ...], data: bytes) -> None:
+        if len(data) > self._max // 16:
+            return  # a value that big would push out many rows to be read once
+        with self._lock:
+            if cells in self._rows:
+                return
+            self._rows[cells] = data
+            self._bytes += len(data)
+            while self._bytes > self._max:
+                _, gone = self._rows.popitem(last=False)
+                self._bytes -= len(gone)
+
+
+_VERIFIED = _Verified()
+
+
+def _verified(thread_id: str, cid: str, row: Sequence[Any]) -> bytes:
+    """Return a value row's bytes (none for a prefix row), checked and inflated once per process."""
+    cells = tuple(row[2:12])
+    try:
+        data = _VERIFIED.get(cells)
+    except TypeError:  # a cell that cannot be hashed: damaged, and `_check_blob` says so
+        data = None
+    if data is not None:
+        return data
+    _check_blob(thread_id, cid, row)
+    data = _inflate(thread_id, cid, row)
+    _VERIFIED.put(cells, data)
+    return data
 
 
 def _check_blob(thread_id: str, cid: str, row: Sequence[Any]) -> None:

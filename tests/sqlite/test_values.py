@@ -468,12 +468,39 @@ def test_a_page_of_history_decompresses_each_value_row_once(
         return real(data, size)
 
     monkeypatch.setattr(values, "inflate", counting)
-    with FencedSqliteSaver(path, allowed_types=[Note]) as saver:  # nothing held yet
+    # Nothing held yet: no checkpoint, and no row checked by an earlier read.
+    monkeypatch.setattr(values, "_VERIFIED", values._Verified())
+    with FencedSqliteSaver(path, allowed_types=[Note]) as saver:
         page = list(saver.list({"configurable": {"thread_id": "t"}}, limit=20))
-    assert [t.checkpoint for t in page] == expected
-    # At most once per row of the file; each checkpoint walking its own
-    # chains (as before) inflated the same rows again and again.
-    assert 0 < len(inflated) <= len(_blob_rows(path))
+        assert [t.checkpoint for t in page] == expected
+        # At most once per row of the file; each checkpoint walking its own
+        # chains (as before) inflated the same rows again and again.
+        assert 0 < len(inflated) <= len(_blob_rows(path))
+        # Read again (the next page shares most rows): each row checked and
+        # inflated once per process, while its stored cells stay the same.
+        inflated.clear()
+        again = list(saver.list({"configurable": {"thread_id": "t"}}, limit=20))
+        assert [t.checkpoint for t in again] == expected and inflated == []
+
+
+def test_a_row_damaged_after_a_read_is_still_refused(tmp_path: Any) -> None:
+    """The rows a process has checked are known by every stored cell: a changed one is a miss."""
+    path = str(tmp_path / "f.db")
+    with FencedSqliteSaver(path, allowed_types=[Note]) as saver:
+        graph = _graph(saver)
+        _chat(graph, "t", 6)
+        config = {"configurable": {"thread_id": "t"}}
+        assert len(list(saver.list(config))) > 0  # every row checked, and remembered
+        conn = sqlite3.connect(path)
+        with conn:  # a byte more in each row's stored bytes, its checksum kept
+            conn.execute("UPDATE blobs SET data = CAST(X'5A' AS BLOB) || data")
+        conn.close()
+        fresh = FencedSqliteSaver(path, allowed_types=[Note])  # holds no checkpoint
+        try:
+            with pytest.raises(UndecodableRow, match="checksum mismatch"):
+                list(fresh.list(config))
+        finally:
+            fresh.close()
 
 
 def test_a_read_lets_go_of_what_the_last_read_decoded_before_it_decodes(
