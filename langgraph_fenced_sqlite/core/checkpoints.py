@@ -27,7 +27,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 
 from ..errors import CheckpointConflict, FencedSqliteError, SerializationError, UndecodableRow
-from .checksums import checkpoint_checksum, write_checksum
+from .checksums import REBUILT, checkpoint_checksum, write_checksum
 from .claims import RunToken
 from .compression import compress_typed
 from .serde import write_context
@@ -601,7 +601,9 @@ def check_cells(
         raise UndecodableRow(
             thread_id, cid, "the row has no checksum (written outside this library?)"
         )
-    if stored != checkpoint_checksum(envelope, values_type, values_blob, metadata):
+    if stored is not REBUILT and stored != checkpoint_checksum(
+        envelope, values_type, values_blob, metadata
+    ):
         raise UndecodableRow(
             thread_id, cid, "checksum mismatch: the row was damaged or changed outside this library"
         )

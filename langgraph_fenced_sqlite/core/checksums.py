@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = [
+    "REBUILT",
     "blob_checksum",
     "checkpoint_checksum",
     "checkpoint_checksum_of_bytes",
@@ -30,6 +31,22 @@ __all__ = [
     "event_checksum",
     "write_checksum",
 ]
+
+class _Rebuilt:
+    """The type of `REBUILT` (one instance)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "REBUILT"
+
+
+# The checksum cell of a row that `values.resolve_rows` rebuilt from rows it
+# checked (the checkpoint's own checksum over its value keys, each value
+# row's checksum, each value's bytes against its key): its readers take it
+# as holding, instead of hashing the rebuilt values a second and a third
+# time. No cell read from a store can be this object.
+REBUILT = _Rebuilt()
 
 _NULL = b"\xff\xff\xff\xff"
 # Prefixes a number. A damaged cell may hold one where text or a blob belongs;

@@ -29,7 +29,7 @@ from .checkpoints import (
     decode_write,
     sort_writes,
 )
-from .checksums import checkpoint_checksum_of_bytes, write_checksum
+from .checksums import REBUILT, checkpoint_checksum_of_bytes, write_checksum
 from .serde import READ_OPTION, DataOnlySerializer, forget_read_errors
 from .stored_json import loads_canonical
 
@@ -166,9 +166,12 @@ def decode_page(
             and type(values_blob) is bytes
             and (parent_id is None or type(parent_id) is str)
             and (plain or values_type.isascii())
-            and stored
-            == checkpoint_checksum_of_bytes(
-                envelope, _MSGPACK if plain else values_type.encode(), values_blob, metadata
+            and (
+                stored is REBUILT
+                or stored
+                == checkpoint_checksum_of_bytes(
+                    envelope, _MSGPACK if plain else values_type.encode(), values_blob, metadata
+                )
             )
         ):
             env = loads_canonical(envelope)

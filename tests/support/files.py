@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from langgraph_fenced_sqlite.core.checksums import checksum
+from langgraph_fenced_sqlite.core.checksums import checkpoint_checksum, checksum
 from langgraph_fenced_sqlite.sqlite import schema
 from langgraph_fenced_sqlite.sqlite.checkpoints import FULL_CELLS, resolved
 from langgraph_fenced_sqlite.sqlite.schema import _CHECKPOINT_COLUMNS, CHECKSUM_FUNCTION, MIGRATIONS
@@ -130,7 +130,9 @@ def inline_values(conn: sqlite3.Connection, source: str, *, checksums: bool = Tr
         rows = src.execute(f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints").fetchall()
         for r in resolved(src, rows, FULL_CELLS):
             sets = "values_type = ?, values_blob = ?" + (", checksum = ?" if checksums else "")
-            cells = (r[5], r[6], r[11]) if checksums else (r[5], r[6])
+            # A rebuilt row's checksum cell says it was checked (`REBUILT`): sealed here.
+            seal = checkpoint_checksum(r[4], r[5], r[6], r[7])
+            cells = (r[5], r[6], seal) if checksums else (r[5], r[6])
             conn.execute(
                 f"UPDATE main.checkpoints SET {sets} "
                 "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",

@@ -13,6 +13,7 @@ from urllib.parse import quote
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from langgraph_fenced_sqlite.core.checksums import checkpoint_checksum
 from langgraph_fenced_sqlite.postgres import sql
 from langgraph_fenced_sqlite.postgres.values import resolved
 
@@ -159,10 +160,12 @@ def make_inline(dsn: str) -> None:
         cur.execute(f"SELECT {sql.CHECKPOINT_COLUMNS} FROM lgfs_checkpoints")
         rows = resolved(cur, [tuple(r) for r in cur.fetchall()], strict=True)
         for r in rows:
+            # A rebuilt row's checksum cell says it was checked (`REBUILT`): sealed here.
+            seal = checkpoint_checksum(r[4], r[5], r[6], r[7])
             cur.execute(
                 "UPDATE lgfs_checkpoints SET values_type = %s, values_blob = %s, checksum = %s "
                 "WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s",
-                (r[5], r[6], r[11], r[0], r[1], r[2]),
+                (r[5], r[6], seal, r[0], r[1], r[2]),
             )
         cur.execute("DELETE FROM lgfs_blobs")
 
