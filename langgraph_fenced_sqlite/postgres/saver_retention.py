@@ -15,6 +15,7 @@ import builtins
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..core.encryption import encryption_of
 from ..core.maintenance import RepackReport, VacuumReport
 from ..core.repack import Rewrite, repack_threads
 from ..core.retention import PruneResult, RetentionPolicy, Retraction
@@ -225,7 +226,9 @@ class PgRetentionAPI(PgHalf, RemovalsBase):
 
         def read(thread_id: str) -> Any:
             return read_snapshot(
-                self._engine, "repack", lambda cur: values.repack_read(cur, thread_id)
+                self._engine,
+                "repack",
+                lambda cur: values.repack_read(cur, thread_id, encryption_of(self.serde)),
             )
 
         def write(thread_id: str, rewrites: _list[Rewrite]) -> None:

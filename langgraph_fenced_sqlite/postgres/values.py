@@ -21,6 +21,7 @@ from typing import Any
 from psycopg.types.numeric import Int8
 
 from ..core.checkpoints import EncodedCheckpoint
+from ..core.encryption import Encryption
 from ..core.repack import Rewrite, RowChanged
 from ..core.values import PREFIX, Blob, Held, RowCells, StaleParent, resolve_rows
 from . import sql
@@ -158,14 +159,21 @@ def read_blobs(cur: Cursor, want: Iterable[tuple[Any, ...]]) -> list[Any]:
     return rows
 
 
-def resolved(cur: Cursor, rows: list[Any], *, strict: bool, keep: Keep | None = None) -> list[Any]:
+def resolved(
+    cur: Cursor,
+    rows: list[Any],
+    *,
+    strict: bool,
+    keep: Keep | None = None,
+    enc: Encryption | None = None,
+) -> list[Any]:
     """`values.resolve_rows` of `CHECKPOINT_COLUMNS` rows read on `cur`, in its snapshot.
 
     For a transaction of one snapshot (`saver_inspect.read_snapshot`): the
     value rows are read there, after the rows they resolve.
     """
     return resolve_rows(
-        rows, FULL_CELLS, lambda want: read_blobs(cur, want), strict=strict, keep=keep
+        rows, FULL_CELLS, lambda want: read_blobs(cur, want), strict=strict, keep=keep, enc=enc
     )
 
 
@@ -181,6 +189,7 @@ def resolved_from(
     skipped: Callable[[Any], bool] = lambda row: False,
     keep: Keep | None = None,
     cached: Cached | None = None,
+    enc: Encryption | None = None,
 ) -> list[Any]:
     """`values.resolve_rows` of rows whose value rows one statement read with them.
 
@@ -199,7 +208,7 @@ def resolved_from(
             raise MustRead
         return blobs
 
-    return resolve_rows(rows, FULL_CELLS, fetch, strict=strict, keep=keep, cached=cached)
+    return resolve_rows(rows, FULL_CELLS, fetch, strict=strict, keep=keep, cached=cached, enc=enc)
 
 
 # --- repack: older rows' values moved into the value table ------------------------------
@@ -212,7 +221,7 @@ def inline_threads(cur: Cursor) -> list[str]:
 
 
 def repack_read(
-    cur: Cursor, thread_id: str
+    cur: Cursor, thread_id: str, enc: Encryption | None = None
 ) -> tuple[list[Any], list[tuple[str, str, bytes, dict[str, Held]]]]:
     """Read a thread's checkpoints in order, those in the value table resolved (one snapshot).
 
@@ -223,7 +232,11 @@ def repack_read(
     cur.execute(sql.THREAD_CHECKPOINTS_IN_ORDER, {"thread_id": thread_id})
     rows = [tuple(r) for r in cur.fetchall()]
     rows = resolved(
-        cur, rows, strict=False, keep=lambda _t, ns, cid, refs, h: held.append((ns, cid, refs, h))
+        cur,
+        rows,
+        strict=False,
+        keep=lambda _t, ns, cid, refs, h: held.append((ns, cid, refs, h)),
+        enc=enc,
     )
     return rows, held
 

@@ -15,6 +15,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from ..core.encryption import Encryption
 from ..core.maintenance import VacuumReport, file_bytes, is_inactive
 from ..core.repack import Rewrite, RowChanged
 from ..core.retention import PruneResult, RetentionPolicy
@@ -27,7 +28,7 @@ __all__ = ["repack_read", "repack_txn", "sweep_thread_txn", "vacuum_job"]
 
 
 def repack_read(
-    conn: sqlite3.Connection, thread_id: str
+    conn: sqlite3.Connection, thread_id: str, enc: Encryption | None = None
 ) -> tuple[list[Any], list[tuple[str, str, bytes, dict[str, Any]]]]:
     """Read a thread's checkpoints in order, those in the value table resolved (one snapshot).
 
@@ -42,6 +43,7 @@ def repack_read(
         checkpoints.FULL_CELLS,
         strict=False,
         keep=lambda _t, ns, cid, refs, h: held.append((ns, cid, refs, h)),
+        enc=enc,
     )
     return rows, held
 

@@ -26,6 +26,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ..clock import Clock, read_now, to_seconds
 from ..core import narrow_reads
 from ..core.checkpoints import step_role
+from ..core.encryption import Encryption, encryption_of
 from ..core.fenced_store import FencedStore
 from ..core.saver import store_options
 from ..core.serde import TypeKey
@@ -73,6 +74,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
         allowed_modules: Iterable[str] | str = (),
         clock: Clock | None = None,
         require_claim: bool = False,
+        encryption: Encryption | None = None,
         poll_interval: float | timedelta = 0.05,
         readonly: bool = False,
     ) -> None:
@@ -91,6 +93,10 @@ class FencedSqliteSaver(  # type: ignore[misc]
                 default serializer may store and rebuild, e.g. `["myapp"]`.
             clock: The store's clock (claims, retention, event times).
             require_claim: Refuse every write that carries no token.
+            encryption: Seal every stored value with AES-256-GCM under this
+                keyring (`Encryption(key)`, `Encryption.from_env()`), and
+                refuse values stored in clear or under a key it does not
+                hold (docs/semantics.md §7b). Needs the default serializer.
             poll_interval: How often `wait_events`/`watch` look for commits
                 where the file has no doorbell (not Linux, no inotify, a
                 read-only directory). Where it has one they wake on its
@@ -112,7 +118,9 @@ class FencedSqliteSaver(  # type: ignore[misc]
         self._poll_interval = to_seconds(poll_interval, "poll_interval")
         if not isinstance(readonly, bool):
             raise bad_argument("readonly", "expected a bool")
-        serde = store_options(serde, allowed_types, allowed_modules, clock, require_claim)
+        serde = store_options(
+            serde, allowed_types, allowed_modules, clock, require_claim, encryption
+        )
         super().__init__(serde=serde)
         self.require_claim = require_claim
         self._engine = Engine(path, busy_timeout=busy, clock=clock, readonly=readonly)
@@ -139,6 +147,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
         allowed_modules: Iterable[str] | str = (),
         clock: Clock | None = None,
         require_claim: bool = False,
+        encryption: Encryption | None = None,
         poll_interval: float | timedelta = 0.05,
         readonly: bool = False,
     ) -> _Opener:
@@ -155,6 +164,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
             allowed_modules: Packages whose classes may be rebuilt.
             clock: The store's clock.
             require_claim: Refuse every write that carries no token.
+            encryption: The keyring values are sealed with.
             poll_interval: How often `wait_events`/`watch` look for commits.
             readonly: Open an existing file for reading only.
 
@@ -168,6 +178,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
             "allowed_modules": allowed_modules,
             "clock": clock,
             "require_claim": require_claim,
+            "encryption": encryption,
             "poll_interval": poll_interval,
             "readonly": readonly,
         }
@@ -223,7 +234,14 @@ class FencedSqliteSaver(  # type: ignore[misc]
         self, op: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
     ) -> tuple[Any, _list[Any]] | None:
         return self._engine.read(
-            op, cps.fetch_tuple, thread_id, checkpoint_ns, checkpoint_id, True, self._keep_values
+            op,
+            cps.fetch_tuple,
+            thread_id,
+            checkpoint_ns,
+            checkpoint_id,
+            True,
+            self._keep_values,
+            encryption_of(self.serde),
         )
 
     # `get_tuple` and `list` read only the cells they return or check (a
@@ -245,6 +263,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
             thread_id,
             checkpoint_ns,
             self._value_cache.get,
+            encryption_of(self.serde),
         )
         if rows is None:
             rows = self._engine.read(
@@ -257,6 +276,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
                 checkpoint_ns,
                 self._keep_values,
                 self._value_cache.get,
+                encryption_of(self.serde),
             )
         found = narrow_reads.split_read(rows)
         if found is None:
@@ -282,6 +302,8 @@ class FencedSqliteSaver(  # type: ignore[misc]
             query["thread_id"],
             query["checkpoint_ns"],
             None,
+            None,
+            encryption_of(self.serde),
         )
         return narrow_reads.decode_page(
             self.serde, query["thread_id"], query["checkpoint_ns"], rows, at, self._reread
@@ -299,6 +321,8 @@ class FencedSqliteSaver(  # type: ignore[misc]
             thread_id,
             ns,
             self._keep_values,
+            None,
+            encryption_of(self.serde),
         )
 
     def _keep_values(

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..clock import read_now
+from ..core.encryption import encryption_of
 from ..core.maintenance import RepackReport, VacuumReport
 from ..core.repack import Rewrite, repack_threads
 from ..core.retention import PruneResult, RetentionPolicy, Retraction
@@ -176,7 +177,9 @@ class RetentionAPI(RemovalsBase):
         )
 
         def read(thread_id: str) -> Any:
-            return self._engine.read("repack", maintenance.repack_read, thread_id)
+            return self._engine.read(
+                "repack", maintenance.repack_read, thread_id, encryption_of(self.serde)
+            )
 
         def write(thread_id: str, rewrites: _list[Rewrite]) -> None:
             self._engine.write("repack", _repack_job(thread_id, rewrites))
