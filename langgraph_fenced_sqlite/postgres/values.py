@@ -22,6 +22,7 @@ from psycopg.types.numeric import Int8
 
 from ..core.checkpoints import EncodedCheckpoint
 from ..core.encryption import Encryption
+from ..core.rekey import CellKeys, Reseal, ThreadCells
 from ..core.repack import Rewrite, RowChanged
 from ..core.values import PREFIX, Blob, Held, RowCells, StaleParent, resolve_rows
 from . import sql
@@ -269,3 +270,54 @@ def repack_txn(cur: Cursor, thread_id: str, rewrites: Sequence[Rewrite]) -> None
             cur.execute(sql.HOLDS_REFS, {**key, "parent_id": parent_id, "borrows": refs})
             if cur.fetchone() is None:
                 raise RowChanged(parent_id)
+
+
+# --- rekey: every value cell sealed under the current key (core/rekey.py) ----------------
+
+
+def rekey_read(cur: Cursor, thread_id: str) -> ThreadCells:
+    """Read a thread's value cells (`rekey.ThreadCells`), in the transaction's snapshot."""
+    key = {"thread_id": thread_id}
+    out = []
+    for statement in (sql.REKEY_READ_CHECKPOINTS, sql.REKEY_READ_WRITES, sql.REKEY_READ_BLOBS):
+        cur.execute(statement, key)
+        out.append([tuple(bytes(c) if isinstance(c, memoryview) else c for c in r) for r in cur])
+    return out[0], out[1], out[2]
+
+
+_RESEAL = {
+    "checkpoints": sql.REKEY_CHECKPOINT,
+    "writes": sql.REKEY_WRITE,
+    "blobs": sql.REKEY_BLOB,
+}
+
+
+def rekey_txn(cur: Cursor, thread_id: str, reseals: Sequence[Reseal]) -> None:
+    """Apply a thread's reseals, all or none (`RowChanged`: one row is not as read).
+
+    The thread's row is locked first, as every write and removal of the thread locks it.
+    """
+    cur.execute(sql.LOCK_FOR_PRUNE, {"thread_id": thread_id, "now": None})
+    for r in reseals:
+        params = {
+            "type": r.cells[0],
+            "data": r.cells[1],
+            "checksum": Int8(r.checksum),
+            "old_checksum": Int8(r.old_checksum),
+            "thread_id": thread_id,
+            **dict(zip("abcd", r.ident, strict=False)),
+        }
+        cur.execute(_RESEAL[r.table], params)
+        if not cur.rowcount:
+            raise RowChanged(r.ident)
+
+
+def cell_keys(cur: Cursor) -> CellKeys:
+    """Count the store's value cells by the key they are sealed under (`doctor`)."""
+    out = CellKeys()
+    cur.execute(sql.CELL_KEYS)
+    for key_id, n in cur.fetchall():
+        out.add(key_id, int(n))
+    cur.execute(sql.BLOBS_NAMED_IN_CLEAR)
+    out.named_in_clear = int(cur.fetchone()[0])
+    return out
