@@ -873,7 +873,7 @@ REKEY_READ_WRITES = (
     "FROM lgfs_writes WHERE thread_id = %(thread_id)s"
 )
 REKEY_READ_BLOBS = (
-    "SELECT checkpoint_ns, channel, key, base, type, count, ordinal, codec, size, data, "
+    "SELECT checkpoint_ns, channel, key, base, type, items, ordinal, codec, size, data, "
     "checksum FROM lgfs_blobs WHERE thread_id = %(thread_id)s AND codec <> 'prefix'"
 )
 REKEY_CHECKPOINT = (

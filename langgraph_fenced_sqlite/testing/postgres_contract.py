@@ -83,6 +83,11 @@ PG_CASES: tuple[str, ...] = (
     "33-an_accepted_special_write_after_expiry_is_what_readers_see",
     "34-a_damaged_value_row_is_undecodable_naming_its_channel",
     "35-wrong_shape_arguments_are_invalid_argument_and_change_nothing",
+    "38-a_missing_or_wrong_key_is_refused_naming_the_checkpoint",
+    "38-rotated_keys_read_and_rekey_moves_every_cell",
+    "38-sealed_values_read_back_and_hold_nothing_in_clear",
+    "38-tampered_ciphertext_is_refused_naming_its_channel",
+    "38-values_in_clear_are_refused_unless_migrating",
 )
 
 
