@@ -152,8 +152,8 @@ class Encryption:
         key = env.get(KEY_ENV)
         if not key:
             raise bad_argument(KEY_ENV, "is not set (a 32-byte key)")
-        old = [k for k in env.get(OLD_KEYS_ENV, "").split(",") if k]
-        return cls(key, old_keys=old, accept_plaintext=accept_plaintext)
+        old = [_secret(k, OLD_KEYS_ENV) for k in env.get(OLD_KEYS_ENV, "").split(",") if k]
+        return cls(_secret(key, KEY_ENV), old_keys=old, accept_plaintext=accept_plaintext)
 
     @classmethod
     def from_file(
@@ -182,7 +182,7 @@ class Encryption:
                     line = base64.b64decode(line[7:].strip(), validate=True)
                 except binascii.Error as exc:
                     raise bad_argument("key_file", f"bad base64 key: {exc}") from exc
-            keys.append(line)
+            keys.append(_secret(line, "key_file"))
         if not keys:
             raise bad_argument("key_file", f"{str(path)!r} holds no key")
         return cls(keys[0], old_keys=keys[1:], accept_plaintext=accept_plaintext)
@@ -255,7 +255,10 @@ PLAINTEXT_REFUSED = (
     "a value stored in clear is refused (encryption is on; to migrate a file written "
     "before, open it with Encryption(..., accept_plaintext=True) and run lgfs rekey)"
 )
-NO_KEY = "the value is encrypted: open the store with its key (encryption=Encryption(...))"
+NO_KEY = (
+    "the value is encrypted: open the store with its key "
+    f"(encryption=Encryption(...); lgfs: --key-file or ${KEY_ENV})"
+)
 
 
 def _typed_aad(tag: str) -> bytes:

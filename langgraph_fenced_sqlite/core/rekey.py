@@ -22,6 +22,7 @@ from .compression import ZSTD, compress_typed
 from .encryption import (
     AES,
     AES_SUFFIX,
+    KEY_ENV,
     CellRefused,
     Encryption,
     blob_aad,
@@ -102,7 +103,11 @@ def rekey_options(serde: Any, dry_run: Any) -> tuple[Any, Encryption]:
     check_bool(dry_run, "dry_run")
     enc = encryption_of(serde)
     if enc is None:
-        raise bad_argument("encryption", "rekey needs the store opened with encryption=...")
+        raise bad_argument(
+            "encryption",
+            "rekey needs a keyring: the store opened with encryption=... "
+            f"(lgfs: --key-file or ${KEY_ENV})",
+        )
     return serde.refusing().with_encryption(None), enc
 
 
