@@ -156,7 +156,7 @@ def cmd_repack(args: argparse.Namespace, out: Out) -> int:
 
 @command(
     "rekey",
-    "seal every stored value under the current key (--key-file or $LANGGRAPH_AES_KEY)",
+    "seal every stored value under the current key (see --key-file)",
     path_only,
     arg("--dry-run", action="store_true", help="report what would be resealed; write nothing"),
 )
@@ -173,7 +173,9 @@ def cmd_rekey(args: argparse.Namespace, out: Out) -> int:
             f"{plural(len(report.threads), 'thread')} under key {report.key_id} (were: {moved})"
         ]
         lines += [
-            f"left as it is: {s['thread_id']}/{s['checkpoint_id']}: {s['reason']}"
+            f"left as it is: {s['thread_id']}"
+            + ("" if s["checkpoint_id"] is None else f"/{s['checkpoint_id']}")
+            + f": {s['reason']}"
             for s in report.skipped
         ]
         return "\n".join(lines)

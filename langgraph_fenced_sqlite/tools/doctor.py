@@ -202,7 +202,7 @@ def _encryption_check(saver: Any, stats: dict[str, Any]) -> Check | None:
     if foreign:
         problems.append(f"{sum(foreign.values())} under keys not in the ring {sorted(foreign)}")
     ok = not problems
-    problem = None if ok else "; ".join(problems) + ": run `lgfs rekey` (see docs/encryption)"
+    problem = None if ok else "; ".join(problems) + ": run `lgfs rekey`"
     found = {"key_id": enc.key_id, "older_keys": old, "clear": counted.clear}
     return Check("encryption", ok, found, {"clear": 0}, problem)
 
