@@ -60,7 +60,8 @@ def _refused(env: ContractEnv, call: Any, thread_id: str, ids: list[str], why: s
 
 @contract_case(38, needs=("storage", "reopen"))
 def case_sealed_values_read_back_and_hold_nothing_in_clear(env: ContractEnv) -> None:
-    """Values, writes and list pages read back exactly; no stored cell holds a byte of them."""
+    """Values, writes and list pages read back exactly (a copied thread's too); no stored
+    cell holds a byte of them."""
     assert env.storage is not None
     store = env.open(encryption=Encryption(KEY))
     _turns(store, "t", 5)
@@ -73,6 +74,8 @@ def case_sealed_values_read_back_and_hold_nothing_in_clear(env: ContractEnv) -> 
     counted = store.cell_keys()
     key_id = Encryption(KEY).key_id
     assert counted.clear == 0 and set(counted.cells) == {key_id}, counted
+    store.copy_thread("t", "copy")  # sealed cells are not bound to their thread
+    assert _read_all(store, "copy")[0] == before[0]
 
 
 @contract_case(38, needs=("storage", "reopen"))
