@@ -153,12 +153,17 @@ def test_a_database_set_up_before_the_value_table_migrates_and_goes_on(pg_dsn: s
         exactly_what_is_needed(pg_dsn)
 
 
+@pytest.mark.parametrize("sealed", [False, True], ids=["clear", "encrypted"])
 def test_a_status_names_the_node_of_a_waiting_send_task_from_its_values(
-    open_store: Any, open_pg: Any
+    open_store: Any, open_pg: Any, sealed: bool
 ) -> None:
-    """The one status that decodes values (a `Send` task's interrupt): as the SQLite store's."""
+    """The one status that decodes values (a `Send` task's interrupt): as the SQLite store's,
+    with values in clear or sealed (the status reads them with the store's key)."""
+    from langgraph_fenced_sqlite import Encryption
+
+    options = {"encryption": Encryption(b"k" * 32)} if sealed else {}
     got = []
-    for saver in (open_store(), open_pg()):
+    for saver in (open_store(**options), open_pg(**options)):
         graph = build_agent(saver)
         graph.invoke(
             {"messages": [HumanMessage("weather?")], "mode": "approve-cities"}, config("chat-2")
