@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from .clock import Clock, ManualClock, SystemClock
 from .core.claims import TOKEN_KEY, Claim, claim_live
+from .core.encryption import Encryption
 from .core.events import Event
 from .core.lease import AsyncLease, Lease
 from .core.maintenance import SweepResult, VacuumReport
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from .runner.runner import FencedRunner
 
 __all__ = [
+    "Encryption",
     "THREAD_STATES",
     "TOKEN_KEY",
     "AsyncEventWatch",

@@ -5,6 +5,11 @@ uses (`--allow-type MODULE:NAME`, `--allow-module PKG`, or `$LGFS_ALLOW`), and a
 value outside it is shown as tagged data (`TaggedValue`: type name and fields),
 built without importing or calling anything; only the importer, which writes
 what it reads, refuses such a value instead.
+
+The key is taken the same way: every command opens its store with the
+keyring the app's saver uses (`--key-file PATH`, else `$LANGGRAPH_AES_KEY`
+with `$LGFS_AES_OLD_KEYS`), or none; `--accept-plaintext` reads (and lets
+`rekey` seal) cells stored in clear.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import argparse
 import os
 from typing import TypeVar
 
+from ..core.encryption import KEY_ENV, OLD_KEYS_ENV, Encryption
 from ..core.serde import DataOnlySerializer
 from ..core.user_types import ALLOW_ENV, parse_allow
 from .io import CliError
@@ -24,6 +30,7 @@ _P = TypeVar("_P", bound=argparse.ArgumentParser)
 
 # Set once per `main()` call from its arguments; `_open` reads it.
 _allow: tuple[tuple[tuple[str, ...], ...], tuple[str, ...]] = ((), ())
+_keyring: Encryption | None = None
 
 
 def add_allow_options(parser: _P) -> _P:
@@ -40,6 +47,17 @@ def add_allow_options(parser: _P) -> _P:
         metavar="PKG",
         help="rebuild values of classes in this package (the saver's allowed_modules)",
     )
+    parser.add_argument(
+        "--key-file",
+        metavar="PATH",
+        help=f"the encryption keyring: current key on the first line, older keys after "
+        f"(default: ${KEY_ENV}, ${OLD_KEYS_ENV})",
+    )
+    parser.add_argument(
+        "--accept-plaintext",
+        action="store_true",
+        help="read values stored in clear, and let rekey seal them (a migration)",
+    )
     return parser
 
 
@@ -47,7 +65,8 @@ def allow_from_args(args: argparse.Namespace) -> None:
     """Take the allow-list from `$LGFS_ALLOW` plus the parsed options.
 
     Raises:
-        CliError: an `--allow-type` is not `MODULE:NAME`.
+        CliError: an `--allow-type` is not `MODULE:NAME`, or `--accept-plaintext`
+            without a key.
         InvalidArgument: an entry of `$LGFS_ALLOW` is malformed, or a name
             is not a module name.
     """
@@ -62,6 +81,17 @@ def allow_from_args(args: argparse.Namespace) -> None:
         keys.append((module, name))
     DataOnlySerializer(keys, allowed_modules=modules)  # refuses a malformed entry, naming it
     _allow = (tuple(keys), tuple(modules))
+    global _keyring
+    accept = bool(getattr(args, "accept_plaintext", False))
+    key_file = getattr(args, "key_file", None)
+    if key_file is not None:
+        _keyring = Encryption.from_file(key_file, accept_plaintext=accept)
+    elif os.environ.get(KEY_ENV):
+        _keyring = Encryption.from_env(accept_plaintext=accept)
+    elif accept:
+        raise CliError("usage", f"--accept-plaintext needs a key (--key-file or ${KEY_ENV})")
+    else:
+        _keyring = None
 
 
 def cli_serde(unknown: str = "tag") -> DataOnlySerializer:
@@ -72,4 +102,5 @@ def cli_serde(unknown: str = "tag") -> DataOnlySerializer:
             is shown as type and fields); `"refuse"` for the importer.
     """
     types, modules = _allow
-    return DataOnlySerializer(types, allowed_modules=modules, unknown=unknown)
+    serde = DataOnlySerializer(types, allowed_modules=modules, unknown=unknown)
+    return serde.with_encryption(_keyring)

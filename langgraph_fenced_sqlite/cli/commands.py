@@ -33,6 +33,7 @@ ORDER = (
     "doctor",
     "migrate",
     "repack",
+    "rekey",
     "vacuum",
     "import-sqlitesaver",
     "import-postgressaver",

@@ -59,7 +59,7 @@ def _text(report: Diagnosis) -> str:
         if check.name == "integrity":
             found = check.found
             lines.append(("integrity", "ok" if check.ok else f"FAILED ({len(found)} messages)"))
-        elif check.name != "claims":
+        elif check.name not in ("claims", "encryption"):
             value = check.found
             if check.name == "synchronous":
                 value = _SYNCHRONOUS.get(value, value)
@@ -71,8 +71,25 @@ def _text(report: Diagnosis) -> str:
     lines.append(("events", stats["events"]))
     lines.append(("claims", f"{stats['claims']} ({stats['live_claims']} live)"))
     lines.append(("token counter", stats["token_counter"]))
+    lines += _cells(report)
     lines.append(("status", status))
     return "\n".join(f"{k:<15} {v}" for k, v in lines)
+
+
+def _cells(report: Diagnosis) -> list[tuple[str, object]]:
+    # Value cells in clear and by key id (`doctor._encryption_check`).
+    cells = report.stats.get("cells")
+    if cells is None:
+        return []
+    shown = ", ".join(f"{n} {k}" for k, n in cells.items()) or "none"
+    out: list[tuple[str, object]] = [("value cells", shown)]
+    named = report.stats.get("named_in_clear")
+    if named:
+        out.append(("named in clear", f"{named} (values of <= 16 bytes written in clear)"))
+    for check in report.checks:
+        if check.name == "encryption":
+            out.append(("encryption", "ok" if check.ok else "FAILED"))
+    return out
 
 
 def _orphans(stats: dict[str, object]) -> tuple[str, object]:
@@ -101,5 +118,6 @@ def _pg_text(report: Diagnosis) -> str:
         lines.append(("claims", f"{stats['claims']} ({stats['live_claims']} live)"))
     if "token_counter" in stats:
         lines.append(("token counter", stats["token_counter"]))
+    lines += _cells(report)
     lines.append(("status", status))
     return "\n".join(f"{k:<15} {v}" for k, v in lines)

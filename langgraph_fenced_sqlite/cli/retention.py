@@ -17,7 +17,7 @@ from .commands import arg, command, path_only, yes
 from .io import CliError, Out, confirm, count, duration, find_thread, plural
 from .stores import open_store
 
-__all__ = ["cmd_prune", "cmd_repack", "cmd_vacuum"]
+__all__ = ["cmd_prune", "cmd_rekey", "cmd_repack", "cmd_vacuum"]
 
 
 @command(
@@ -146,6 +146,36 @@ def cmd_repack(args: argparse.Namespace, out: Out) -> int:
         ]
         lines += [
             f"left as it is: {s['thread_id']}/{s['checkpoint_id']}: {s['reason']}"
+            for s in report.skipped
+        ]
+        return "\n".join(lines)
+
+    out.document(dataclasses.asdict(report), text)
+    return 1 if report.skipped else 0
+
+
+@command(
+    "rekey",
+    "seal every stored value under the current key (see --key-file)",
+    path_only,
+    arg("--dry-run", action="store_true", help="report what would be resealed; write nothing"),
+)
+def cmd_rekey(args: argparse.Namespace, out: Out) -> int:
+    """`rekey`: move every value cell under an older key (or in clear) to the current key."""
+    with open_store(args.path) as saver:
+        report = saver.rekey(dry_run=args.dry_run)
+    verb = "would reseal" if args.dry_run else "resealed"
+
+    def text() -> str:
+        moved = ", ".join(f"{n} {k}" for k, n in sorted(report.cells.items())) or "none"
+        lines = [
+            f"{verb} {plural(sum(report.cells.values()), 'cell')} in "
+            f"{plural(len(report.threads), 'thread')} under key {report.key_id} (were: {moved})"
+        ]
+        lines += [
+            f"left as it is: {s['thread_id']}"
+            + ("" if s["checkpoint_id"] is None else f"/{s['checkpoint_id']}")
+            + f": {s['reason']}"
             for s in report.skipped
         ]
         return "\n".join(lines)

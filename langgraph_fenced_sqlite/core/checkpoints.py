@@ -30,6 +30,7 @@ from ..errors import CheckpointConflict, FencedSqliteError, SerializationError, 
 from .checksums import REBUILT, checkpoint_checksum, write_checksum
 from .claims import RunToken
 from .compression import compress_typed
+from .encryption import encryption_of
 from .serde import write_context
 from .stored_json import (
     MAX_INT,
@@ -41,7 +42,7 @@ from .stored_json import (
     loads_json,
 )
 from .validation import flat_metadata
-from .values import REFS, REFS_ERROR
+from .values import REFS, REFS_ERROR, RESOLVED
 
 __all__ = [
     "EncodedCheckpoint",
@@ -137,6 +138,10 @@ def encode_checkpoint(
     envelope["format"] = ENVELOPE_FORMAT
     if values is None:
         values_type, values_blob = serde.dumps_typed(checkpoint.get("channel_values", {}))
+        enc = encryption_of(serde)
+        if enc is not None:
+            # Compressed, then sealed (ciphertext does not compress).
+            values_type, values_blob = enc.seal_typed(*compress_typed(values_type, values_blob))
         blobs: tuple[Any, ...] = ()
         borrows = held = None
     else:
@@ -230,13 +235,18 @@ def encode_writes(
     """Encode `put_writes`' arguments, mapping special channels to their idx.
 
     `compress`: a value that compresses is stored so (`compress_typed`).
+    With the serializer's `encryption`, each value is compressed, then sealed.
     """
     out = []
+    enc = encryption_of(serde)
+    compress = compress or enc is not None
     for idx, (channel, value) in enumerate(writes):
         try:
             type_, blob = serde.dumps_typed(value)
             if compress:
                 type_, blob = compress_typed(type_, blob)
+            if enc is not None:
+                type_, blob = enc.seal_typed(type_, blob)
         except SerializationError as exc:
             # Name the channel and the node: "type X refused" alone sends the
             # user hunting through every node of the graph.
@@ -533,7 +543,11 @@ def decode_checked(
             )
         if values_type == REFS_ERROR and type(values_blob) is bytes:
             raise UndecodableRow(thread_id, cid, values_blob.decode())
-        values = serde.loads_typed((values_type, values_blob))
+        if values_type == RESOLVED:
+            # Rebuilt here from sealed value rows this process opened.
+            values = serde.loads_opened(values_blob)  # type: ignore[attr-defined]
+        else:
+            values = serde.loads_typed((values_type, values_blob))
         if not isinstance(values, dict):
             raise UndecodableRow(
                 thread_id, cid, f"channel_values is {type(values).__name__}, not a dict"

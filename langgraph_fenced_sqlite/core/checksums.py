@@ -32,6 +32,7 @@ __all__ = [
     "write_checksum",
 ]
 
+
 class _Rebuilt:
     """The type of `REBUILT` (one instance)."""
 

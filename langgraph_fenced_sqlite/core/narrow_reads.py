@@ -32,6 +32,7 @@ from .checkpoints import (
 from .checksums import REBUILT, checkpoint_checksum_of_bytes, write_checksum
 from .serde import READ_OPTION, DataOnlySerializer, forget_read_errors
 from .stored_json import loads_canonical
+from .values import RESOLVED
 
 __all__ = ["decode_page", "decode_read", "split_read"]
 
@@ -143,6 +144,10 @@ def decode_page(
         type(serde).loads_typed is DataOnlySerializer.loads_typed
     ):
         hook = serde.plain_msgpack_hook()
+    # A cell stored in clear takes the hook only where it may be read at
+    # all; with encryption on, `loads_typed` opens or refuses it. Values
+    # rebuilt here from sealed value rows (`RESOLVED`) take it always.
+    clear = hook is not None and serde.reads_plaintext  # type: ignore[attr-defined]
     for r in checkpoints:
         if at:
             thread_id, ns = r[0], r[1]
@@ -159,7 +164,9 @@ def decode_page(
         elif len(found) > 1:
             sort_writes(found)
         # `_PAGE_TYPES_OK` found the envelope and the metadata TEXT, read as their bytes.
-        plain = hook is not None and values_type == "msgpack"
+        plain = (clear and values_type == "msgpack") or (
+            hook is not None and values_type == RESOLVED
+        )
         if (
             stored is not None
             and type(values_type) is str
@@ -170,7 +177,10 @@ def decode_page(
                 stored is REBUILT
                 or stored
                 == checkpoint_checksum_of_bytes(
-                    envelope, _MSGPACK if plain else values_type.encode(), values_blob, metadata
+                    envelope,
+                    _MSGPACK if plain and values_type == "msgpack" else values_type.encode(),
+                    values_blob,
+                    metadata,
                 )
             )
         ):
@@ -207,7 +217,7 @@ def decode_page(
                             and sealed == write_checksum(channel, type_, blob)
                         ):
                             try:
-                                if hook is not None and type_ == "msgpack":
+                                if clear and type_ == "msgpack":
                                     value = _unpackb(blob, ext_hook=hook, option=READ_OPTION)
                                 else:
                                     value = loads((type_, blob))

@@ -35,6 +35,7 @@ from . import checkpoints as cps
 from . import values
 from .claims import token_from_config
 from .delta_history import DeltaWalk
+from .encryption import Encryption, encryption_of
 from .serde import DataOnlySerializer, TypeKey, schema_classes, schema_types
 from .steps import FollowPolicy
 from .store import UsesStore
@@ -101,6 +102,11 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
     def path(self) -> str:
         """Where the store is: its SQLite file, or its PostgreSQL server and database."""
         raise NotImplementedError
+
+    @property
+    def encryption(self) -> Encryption | None:
+        """The keyring stored values are sealed with (`encryption=`); None: stored in clear."""
+        return encryption_of(self.serde)
 
     @property
     def readonly(self) -> bool:
@@ -584,22 +590,34 @@ def store_options(
     allowed_modules: Iterable[str] | str,
     clock: Clock | None,
     require_claim: bool,
+    encryption: Encryption | None = None,
 ) -> SerializerProtocol:
     """Check the options both stores' `__init__` take; return the serializer to use.
+
+    With `encryption`, the serializer seals and opens stored values with it
+    (it must be the data-only default, or one derived from it).
 
     Raises:
         InvalidArgument: an option is wrong (the message names it).
     """
+    if encryption is not None and not isinstance(encryption, Encryption):
+        raise bad_argument(
+            "encryption", f"expected an Encryption (e.g. Encryption.from_env()), got {encryption!r}"
+        )
     if not isinstance(require_claim, bool):
         raise bad_argument("require_claim", "expected a bool")
     if clock is not None and not isinstance(clock, Clock):
         raise bad_argument("clock", "expected a Clock (with now() and monotonic())")
     if serde is None:
-        return DataOnlySerializer(allowed_types, allowed_modules=allowed_modules)
-    if allowed_types or allowed_modules:
+        serde = DataOnlySerializer(allowed_types, allowed_modules=allowed_modules)
+    elif allowed_types or allowed_modules:
         which = "allowed_types" if allowed_types else "allowed_modules"
         raise bad_argument(which, "give it only with the default serializer")
-    return serde
+    if encryption is None:
+        return serde
+    if not isinstance(serde, DataOnlySerializer):
+        raise bad_argument("encryption", "give it only with the data-only serializer (the default)")
+    return serde.with_encryption(encryption)
 
 
 def list_query(

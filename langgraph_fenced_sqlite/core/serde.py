@@ -43,6 +43,7 @@ from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from ..errors import SerializationError, bad_argument
 from .compression import ZSTD_MSGPACK, inflate
+from .encryption import AES_SUFFIX, NO_KEY, CellRefused, Encryption
 from .rebuild import PACK_OPTION, construct, encodes_to, equal, short
 from .user_types import (
     TaggedValue,
@@ -178,6 +179,28 @@ class DataOnlySerializer(JsonPlusSerializer):
         self._registry.add(classes)
         # The hooks of plain reads, by `tag` mode (see `_unpack`).
         self._plain_hooks: dict[bool, tuple[DataOnlySerializer, Callable[[int, bytes], Any]]] = {}
+        self._encryption: Encryption | None = None
+
+    @property
+    def encryption(self) -> Encryption | None:
+        """The keyring stored values are sealed with (None: stored in clear)."""
+        return self._encryption
+
+    @property
+    def reads_plaintext(self) -> bool:
+        """Whether a value stored in clear is read (no encryption, or `accept_plaintext`)."""
+        return self._encryption is None or self._encryption.accept_plaintext
+
+    def with_encryption(self, encryption: Encryption | None) -> DataOnlySerializer:
+        """Return this serializer sealing and opening stored values with `encryption`.
+
+        It shares this one's registry; `encryption` None returns one that stores in clear.
+        """
+        if encryption is self._encryption:
+            return self
+        clone = self._derive(self._extra, self._unknown)
+        clone._encryption = encryption
+        return clone
 
     @property
     def allowed_types(self) -> frozenset[TypeKey]:
@@ -211,6 +234,7 @@ class DataOnlySerializer(JsonPlusSerializer):
         # must read back through the other.
         clone = DataOnlySerializer(extra, allowed_modules=self._modules, unknown=unknown)
         clone._registry = self._registry
+        clone._encryption = getattr(self, "_encryption", None)
         return clone
 
     def allows(self, module: str, name: str) -> bool:
@@ -377,6 +401,12 @@ class DataOnlySerializer(JsonPlusSerializer):
                 type outside the allow-list or one that does not rebuild.
         """
         tag, payload = data
+        if self._encryption is not None:
+            # Sealed cells are opened; one in clear only with `accept_plaintext`.
+            try:
+                tag, payload = self._encryption.open_typed(tag, payload)
+            except (CellRefused, TypeError, AttributeError) as exc:
+                raise SerializationError(str(tag), message=str(exc)) from exc
         if tag == ZSTD_MSGPACK:
             # A stored value compressed (compression.compress_typed); its
             # checksum covered the compressed bytes.
@@ -412,9 +442,22 @@ class DataOnlySerializer(JsonPlusSerializer):
             return bytes(payload)
         if tag == "bytearray":
             return bytearray(payload)
+        if isinstance(tag, str) and tag.endswith(AES_SUFFIX):
+            raise SerializationError(tag, message=NO_KEY)
         raise SerializationError(
             str(tag), message=f"serializer tag {tag!r} is refused (only {sorted(_TAGS)})"
         )
+
+    def loads_opened(self, payload: bytes) -> Any:
+        """Decode msgpack this process rebuilt from cells it opened (`values.RESOLVED`).
+
+        A stored cell goes through `loads_typed`, which refuses one in clear
+        when encryption is on; this does not look at the policy.
+
+        Raises:
+            SerializationError: as `loads_typed`.
+        """
+        return self._unpack(payload, build=True, tag=self._unknown == "tag")
 
     def plain_msgpack_hook(self) -> Callable[[int, bytes], Any]:
         """Return the ext hook `loads_typed` reads plain msgpack with.

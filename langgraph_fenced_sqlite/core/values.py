@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import base64
 import operator
+import secrets
 import struct
 import threading
 from collections import OrderedDict
@@ -48,6 +49,16 @@ import ormsgpack
 from ..errors import UndecodableRow
 from .checksums import REBUILT, _crc32, blob_checksum, checkpoint_checksum
 from .compression import ZSTD, compress, inflate
+from .encryption import (
+    AES,
+    AES_SUFFIX,
+    NO_KEY,
+    PLAINTEXT_REFUSED,
+    CellRefused,
+    Encryption,
+    blob_aad,
+    encryption_of,
+)
 from .serde import DataOnlySerializer
 
 _dumps = orjson.dumps
@@ -80,6 +91,14 @@ LEVELS = 2
 # The codec of a value row whose value is the first `size` bytes of its
 # base's: a single extension, once a merged row holds its elements again.
 PREFIX = "prefix"
+# The codecs of a sealed value row (encryption.py): its bytes, or its zstd frame, sealed.
+_SEALED = frozenset({AES, ZSTD + AES_SUFFIX})
+_CODECS = frozenset({"", ZSTD, PREFIX}) | _SEALED
+# The values type of a checkpoint whose values a read rebuilt from sealed
+# value rows (`resolve_rows(enc=...)`): random per process, so no stored
+# row can hold it, and its reader decodes it as msgpack this process opened
+# (`DataOnlySerializer.loads_opened`), not as a cell stored in clear.
+RESOLVED = "lgfs-resolved-" + secrets.token_hex(8)
 
 
 class StaleParent(Exception):
@@ -258,9 +277,21 @@ def _small_key(type_: str, items: int, body: bytes) -> str:
 
 
 def _row(
-    channel: str, key: str, base: str | None, type_: str, count: int, ordinal: int, data: bytes
+    channel: str,
+    key: str,
+    base: str | None,
+    type_: str,
+    count: int,
+    ordinal: int,
+    data: bytes,
+    enc: Encryption | None,
 ) -> Blob:
     codec, stored = compress(data)
+    if enc is not None:
+        # Compressed first: ciphertext does not compress.
+        aad = blob_aad(channel, key, base, type_, count, ordinal, codec, len(data))
+        stored = enc.seal(aad, stored)
+        codec = codec + AES_SUFFIX if codec else AES
     sum_ = blob_checksum(channel, key, base, type_, count, ordinal, codec, len(data), stored)
     return Blob(channel, key, base, type_, count, ordinal, codec, len(data), stored, sum_)
 
@@ -283,6 +314,7 @@ def encode_values(
     refs: dict[str, str] = {}
     blobs: list[Blob] = []
     held: dict[str, Held] = {}
+    enc = encryption_of(serde)
     for channel, value in values.items():
         prev = parent.get(channel) if parent else None
         version = versions.get(channel)
@@ -293,7 +325,7 @@ def encode_values(
             # object under an old version is encoded and compared by bytes.
             h = prev
         else:
-            h = _encode(serde, channel, value, version, prev, blobs)
+            h = _encode(serde, channel, value, version, prev, blobs, enc)
             s = seen(version, value)
             if s is not None:
                 h = h._replace(seen=s)
@@ -307,7 +339,13 @@ def encode_values(
 
 
 def _encode(
-    serde: Any, channel: str, value: Any, version: Any, prev: Held | None, out: list[Blob]
+    serde: Any,
+    channel: str,
+    value: Any,
+    version: Any,
+    prev: Held | None,
+    out: list[Blob],
+    enc: Encryption | None,
 ) -> Held:
     # Every value is encoded and compared by its bytes: a put may carry a
     # changed value under an unchanged version (LangGraph's own savers
@@ -324,17 +362,17 @@ def _encode(
         type_, data = serde.dumps_typed(value)
         needs_proof = False
     if ours and type(value) is list and type_ == "msgpack":
-        return _encode_list(serde, channel, value, version, prev, data, needs_proof, out)
+        return _encode_list(serde, channel, value, version, prev, data, needs_proof, out, enc)
     if prev is not None and prev.items < 0 and prev.type == type_ and prev.body == data:
         return prev
     if needs_proof:
         serde.prove(value, data)
     crc = _crc32(data)
-    if len(data) <= _SMALL:
+    if len(data) <= _SMALL and enc is None:
         key = _small_key(type_, -1, data)
     else:
         key = _key(_seal(crc, type_, -1), len(data), version)
-    out.append(_row(channel, key, None, type_, -1, 0, data))
+    out.append(_row(channel, key, None, type_, -1, 0, data, enc))
     return Held(key, type_, -1, data, crc, ((0, key, len(data), crc),))
 
 
@@ -347,6 +385,7 @@ def _encode_list(
     data: bytes,
     needs_proof: bool,
     out: list[Blob],
+    enc: Encryption | None = None,
 ) -> Held:
     # `data` is the whole list's msgpack: its array header, then each
     # element's bytes. The parent's list is a prefix of it when its body is.
@@ -378,7 +417,7 @@ def _encode_list(
             added = body[base[2] :]
             crc = _crc32(added, base[3])
             key = _key(_seal(crc, "msgpack", n), len(body), version)
-            out.append(_row(channel, key, base[1], "msgpack", n, ordinal, added))
+            out.append(_row(channel, key, base[1], "msgpack", n, ordinal, added, enc))
             older = (a for a in prev.anchors if a[0] <= base[0])
             anchors = ((ordinal, key, len(body), crc), *older)
             if span == 1:
@@ -387,11 +426,11 @@ def _encode_list(
             _as_prefixes(channel, key, prev.recent, out)
             return Held(key, "msgpack", n, body, crc, anchors)
     crc = _crc32(body)
-    if len(body) <= _SMALL:
+    if len(body) <= _SMALL and enc is None:
         key = _small_key("msgpack", n, body)
     else:
         key = _key(_seal(crc, "msgpack", n), len(body), version)
-    out.append(_row(channel, key, None, "msgpack", n, 0, body))
+    out.append(_row(channel, key, None, "msgpack", n, 0, body, enc))
     if prev is not None and start:
         _as_prefixes(channel, key, prev.recent, out)
     return Held(key, "msgpack", n, body, crc, ((0, key, len(body), crc),))
@@ -475,6 +514,7 @@ def resolve_rows(
     strict: bool = True,
     keep: Callable[[str, str, str, bytes, dict[str, Held]], None] | None = None,
     cached: Callable[[str, str, str], tuple[bytes, dict[str, Held]] | None] | None = None,
+    enc: Encryption | None = None,
 ) -> list[Any]:
     """Return `rows` with each value-table checkpoint's values inline, as the old layout held them.
 
@@ -494,6 +534,11 @@ def resolve_rows(
     `cached(thread, ns, cid)` returns what this process put or read of that
     checkpoint: when its refs are the row's, the values are its bytes, which
     the row's keys name (no value row is read).
+
+    `enc` opens sealed value rows, and refuses rows in clear unless its
+    `accept_plaintext` says otherwise; None refuses sealed rows.
+    With `enc`, a resolved row's values type is `RESOLVED` (not one a file
+    can hold), so its reader knows them opened here, not stored in clear.
     """
     todo: list[tuple[int, Any, Any, dict[str, Held] | None]] = []
     want: list[tuple[Any, ...]] = []
@@ -526,8 +571,8 @@ def resolve_rows(
         cid = row[cells.cid]
         try:
             if held is None:
-                held = _rebuild_all(t, n, cid, row[cells.values_blob], found, memo)
-            kind, cell = "msgpack", _packed(t, cid, held)
+                held = _rebuild_all(t, n, cid, row[cells.values_blob], found, memo, enc)
+            kind, cell = "msgpack" if enc is None else RESOLVED, _packed(t, cid, held)
         except UndecodableRow as exc:
             if strict:
                 raise
@@ -539,11 +584,11 @@ def resolve_rows(
         # unreadable values is sealed as it is, for its reader to refuse.
         new[cells.checksum] = (
             REBUILT
-            if kind == "msgpack"
+            if kind != REFS_ERROR
             else checkpoint_checksum(row[cells.envelope], kind, cell, row[cells.metadata])
         )
         out[i] = tuple(new)
-        if keep is not None and kind == "msgpack" and held is not None:
+        if keep is not None and kind != REFS_ERROR and held is not None:
             keep(t, n, cid, row[cells.values_blob], held)
     return out
 
@@ -555,6 +600,7 @@ def _rebuild_all(
     refs: Any,
     rows: Mapping[tuple[Any, ...], BlobRow],
     memo: dict[tuple[Any, ...], Held],
+    enc: Encryption | None = None,
 ) -> dict[str, Held]:
     try:
         decoded = _load_refs(refs)
@@ -564,7 +610,7 @@ def _rebuild_all(
     for channel, key in decoded.items():
         if type(key) is not str:
             raise UndecodableRow(thread_id, cid, f"channel {channel!r}: key is not a string")
-        held[channel] = _rebuild(thread_id, ns, cid, channel, key, rows, memo)
+        held[channel] = _rebuild(thread_id, ns, cid, channel, key, rows, memo, enc)
     return held
 
 
@@ -596,6 +642,7 @@ def _rebuild(
     key: str,
     rows: Mapping[tuple[Any, ...], Any],
     memo: dict[tuple[Any, ...], Held],
+    enc: Encryption | None = None,
 ) -> Held:
     done = memo.get((thread_id, ns, channel, key))
     if done is not None:
@@ -613,7 +660,7 @@ def _rebuild(
         if row is None or len(chain) >= _MAX_CHAIN:
             why = "is missing" if row is None else "extends too long a chain"
             raise UndecodableRow(thread_id, cid, f"channel {channel!r}: value {at!r} {why}")
-        chain.append((row, _verified(thread_id, cid, row)))
+        chain.append((row, _verified(thread_id, cid, row, enc)))
         at = row[4]
     crc = 0
     size = 0
@@ -669,8 +716,10 @@ class _Verified:
     A row is read again by every read of a checkpoint it belongs to: a
     history page reads the rows its chains share, the next page many of the
     same. Keyed by every stored cell (its bytes and checksum included), so a
-    row changed or damaged on disk since is a miss, checked anew. Least
-    recently used rows go first once their inflated bytes pass `max_bytes`.
+    row changed or damaged on disk since is a miss, checked anew; and by the
+    `Encryption` that opened it (None: none), so a store without that key
+    never gets another's opened bytes. Least recently used rows go first
+    once their inflated bytes pass `max_bytes`.
     """
 
     def __init__(self, max_bytes: int = 32 * 1024 * 1024) -> None:
@@ -702,22 +751,22 @@ class _Verified:
 _VERIFIED = _Verified()
 
 
-def _verified(thread_id: str, cid: str, row: Sequence[Any]) -> bytes:
-    """Return a value row's bytes (none for a prefix row), checked and inflated once per process."""
-    cells = tuple(row[2:12])
+def _verified(thread_id: str, cid: str, row: Sequence[Any], enc: Encryption | None) -> bytes:
+    """Return a value row's bytes (none for a prefix row), checked and opened once per process."""
+    cells = (enc, *row[2:12])
     try:
         data = _VERIFIED.get(cells)
     except TypeError:  # a cell that cannot be hashed: damaged, and `_check_blob` says so
         data = None
     if data is not None:
         return data
-    _check_blob(thread_id, cid, row)
-    data = _inflate(thread_id, cid, row)
+    _check_blob(thread_id, cid, row, enc)
+    data = _inflate(thread_id, cid, row, enc)
     _VERIFIED.put(cells, data)
     return data
 
 
-def _check_blob(thread_id: str, cid: str, row: Sequence[Any]) -> None:
+def _check_blob(thread_id: str, cid: str, row: Sequence[Any], enc: Encryption | None) -> None:
     channel, key, base, type_, count, ordinal, codec, size, data, stored = row[2:12]
     if stored is None or stored != blob_checksum(
         channel, key, base, type_, count, ordinal, codec, size, data
@@ -731,17 +780,32 @@ def _check_blob(thread_id: str, cid: str, row: Sequence[Any]) -> None:
         and type(ordinal) is int
         and type(size) is int
         and type(data) is bytes
-        and codec in ("", ZSTD, PREFIX)
+        and codec in _CODECS
         and (codec != PREFIX or (data == b"" and base is not None))
         and 0 <= size < 2**31
     ):
         raise UndecodableRow(thread_id, cid, f"channel {channel!r}: value {key!r}: bad cells")
+    if codec in _SEALED:
+        if enc is None:
+            raise UndecodableRow(thread_id, cid, f"channel {channel!r}: {NO_KEY}")
+    elif codec != PREFIX and enc is not None and not enc.accept_plaintext:
+        # A prefix row holds no bytes (its base's are sealed); any other in clear is refused.
+        raise UndecodableRow(thread_id, cid, f"channel {channel!r}: {PLAINTEXT_REFUSED}")
 
 
-def _inflate(thread_id: str, cid: str, row: Sequence[Any]) -> bytes:
+def _inflate(thread_id: str, cid: str, row: Sequence[Any], enc: Encryption | None) -> bytes:
     codec, size, data = row[8], row[9], row[10]
     if codec == PREFIX:
         return b""
+    if codec in _SEALED and enc is not None:
+        codec = "" if codec == AES else codec[: -len(AES_SUFFIX)]
+        aad = blob_aad(row[2], row[3], row[4], row[5], row[6], row[7], codec, size)
+        try:
+            data = enc.open(aad, data)
+        except CellRefused as exc:
+            raise UndecodableRow(
+                thread_id, cid, f"channel {row[2]!r}: value {row[3]!r}: {exc}"
+            ) from exc
     if not codec:
         out = data
     else:

@@ -32,6 +32,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..clock import Clock, read_now, to_seconds
 from ..core import checkpoints as cps
+from ..core.encryption import Encryption, encryption_of
 from ..core.fenced_store import FencedStore
 from ..core.run_fence import RunFences
 from ..core.saver import next_cursor, page_args, store_options
@@ -57,6 +58,7 @@ _OPTIONS = (
     "clock",
     "require_claim",
     "fence_runs",
+    "encryption",
     "notify",
     "poll_interval",
     "readonly",
@@ -113,6 +115,7 @@ class FencedPostgresSaver(  # type: ignore[misc]
         clock: Clock | None = None,
         require_claim: bool = False,
         fence_runs: bool = False,
+        encryption: Encryption | None = None,
         notify: bool = True,
         poll_interval: float | timedelta = 1.0,
         readonly: bool = False,
@@ -136,6 +139,10 @@ class FencedPostgresSaver(  # type: ignore[misc]
                 first write (LangGraph's `config["metadata"]["run_id"]`)
                 claims the thread with a new token, which fences off every
                 earlier run (docs/semantics.md, "Runs fenced by their id").
+            encryption: Seal every stored value with AES-256-GCM under this
+                keyring (`Encryption(key)`, `Encryption.from_env()`), and
+                refuse values stored in clear or under a key it does not
+                hold (docs/semantics.md §7b). Needs the default serializer.
             notify: Each commit that appends events sends one NOTIFY, which
                 wakes `wait_events` on every host at once. NOTIFY serialises
                 committing transactions database-wide; with many writers,
@@ -157,7 +164,9 @@ class FencedPostgresSaver(  # type: ignore[misc]
                 migrating) or newer.
             StoreError: `readonly`, and the schema could not be read.
         """
-        serde = store_options(serde, allowed_types, allowed_modules, clock, require_claim)
+        serde = store_options(
+            serde, allowed_types, allowed_modules, clock, require_claim, encryption
+        )
         super().__init__(serde=serde)
         if not isinstance(notify, bool):
             raise bad_argument("notify", "expected a bool")
@@ -459,6 +468,7 @@ class FencedPostgresSaver(  # type: ignore[misc]
             skipped=lambda r: known is not None and r[2] == known[0] and r[6] == known[1],
             keep=self._keep_values,
             cached=self._value_cache.get,
+            enc=encryption_of(self.serde),
         )
         return rows[0], writes
 
@@ -477,7 +487,7 @@ class FencedPostgresSaver(  # type: ignore[misc]
         self, query: dict[str, Any], after_key: tuple[str, str, str] | None, size: int
     ) -> tuple[_list[Any], dict[Any, _list[Any]]]:
         rows, writes, blobs = self._engine.run("list", **self._page_call(query, after_key, size))
-        return resolved_from(rows, blobs, strict=True), writes
+        return resolved_from(rows, blobs, strict=True, enc=encryption_of(self.serde)), writes
 
     async def _alist_page(
         self, query: dict[str, Any], cursor: tuple[str, str, str] | None, remaining: int | None
@@ -487,7 +497,9 @@ class FencedPostgresSaver(  # type: ignore[misc]
         rows, writes, blobs = await self._engine.arun_call(
             "list", None, **self._page_call(args, cursor, size)
         )
-        page = self._decode_page(resolved_from(rows, blobs, strict=True), writes)
+        page = self._decode_page(
+            resolved_from(rows, blobs, strict=True, enc=encryption_of(self.serde)), writes
+        )
         return page, next_cursor(page, size)
 
     def _page_call(

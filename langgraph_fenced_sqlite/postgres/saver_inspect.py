@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..core.claims import Claim, claim_row
+from ..core.encryption import encryption_of
 from ..core.saver_inspect import InspectionBase, shown_checkpoint
 from ..core.validation import check_int, check_name
 from ..errors import CheckpointNotFound
@@ -92,7 +93,9 @@ class PgInspectionAPI(InspectionBase):
             cur.execute(sql.HISTORY_PAGE, {**key, "start": start, "limit": size})
             # A display read: a row whose value rows are missing or damaged
             # names why (`values.REFS_ERROR`), and does not stop the page.
-            rows = resolved(cur, [tuple(r) for r in cur.fetchall()], strict=False)
+            rows = resolved(
+                cur, [tuple(r) for r in cur.fetchall()], strict=False, enc=encryption_of(self.serde)
+            )
             return rows, (txns.fetch_writes_for(cur, rows) if with_writes else {})
 
         return read_snapshot(self._engine, op, job)
@@ -149,7 +152,8 @@ class PgInspectionAPI(InspectionBase):
             found = txns.fetch_tuple(cur, thread_id, checkpoint_ns, checkpoint_id)
             if found is None:
                 return None
-            return resolved(cur, [found[0]], strict=False)[0], found[1]
+            enc = encryption_of(self.serde)
+            return resolved(cur, [found[0]], strict=False, enc=enc)[0], found[1]
 
         found = read_snapshot(self._engine, "inspect_checkpoint", job)
         if found is None:

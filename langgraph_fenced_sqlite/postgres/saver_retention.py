@@ -15,7 +15,9 @@ import builtins
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..core.encryption import encryption_of
 from ..core.maintenance import RepackReport, VacuumReport
+from ..core.rekey import CellKeys, RekeyReport, Reseal, rekey_options, rekey_threads
 from ..core.repack import Rewrite, repack_threads
 from ..core.retention import PruneResult, RetentionPolicy, Retraction
 from ..core.saver_retention import RemovalsBase
@@ -225,7 +227,9 @@ class PgRetentionAPI(PgHalf, RemovalsBase):
 
         def read(thread_id: str) -> Any:
             return read_snapshot(
-                self._engine, "repack", lambda cur: values.repack_read(cur, thread_id)
+                self._engine,
+                "repack",
+                lambda cur: values.repack_read(cur, thread_id, encryption_of(self.serde)),
             )
 
         def write(thread_id: str, rewrites: _list[Rewrite]) -> None:
@@ -235,6 +239,58 @@ class PgRetentionAPI(PgHalf, RemovalsBase):
         return repack_threads(serde, threads, read, write, dry_run=dry_run)
 
     arepack = async_twin(repack)
+
+    def rekey(self, *, dry_run: bool = False) -> RekeyReport:
+        """Seal every value cell under the current key: those in clear and under older keys.
+
+        With `encryption=Encryption(new_key, old_keys=[old_key])` this moves
+        every cell sealed under `old_key` to `new_key`, after which `old_key`
+        may be dropped from the ring; opened with `accept_plaintext=True` it
+        seals the cells of a file written before encryption was on. One thread
+        per transaction (the thread's row locked, as its writers lock it);
+        what every checkpoint reads back does not change. A cell that does
+        not open (a key not in the ring, tampered with) or, in clear, does
+        not decode, or a thread written meanwhile, is left as it is and
+        reported (docs/semantics.md §7b).
+
+        Args:
+            dry_run: Plan and report, writing nothing.
+
+        Returns:
+            What was resealed, by what it was under.
+
+        Raises:
+            InvalidArgument: the store was opened without `encryption`.
+            ReadOnlyStore: the store was opened with `readonly=True` (unless `dry_run`).
+        """
+        serde, enc = rekey_options(self.serde, dry_run)
+        if self._engine.readonly and not dry_run:
+            raise ReadOnlyStore("rekey", self._engine.where)
+        threads = self._engine.run(
+            "rekey",
+            lambda cur: [r[0] for r in cur.execute(sql.THREADS_WITH_CELLS).fetchall()],
+            read_only=True,
+        )
+
+        def read(thread_id: str) -> Any:
+            return read_snapshot(
+                self._engine, "rekey", lambda cur: values.rekey_read(cur, thread_id)
+            )
+
+        def write(thread_id: str, reseals: _list[Reseal]) -> None:
+            self._engine.run("rekey", lambda cur: values.rekey_txn(cur, thread_id, reseals))
+            self._value_cache.forget_thread(thread_id)
+
+        return rekey_threads(serde, enc, threads, read, write, dry_run=dry_run)
+
+    arekey = async_twin(rekey)
+
+    def cell_keys(self) -> CellKeys:
+        """Count the store's value cells in clear and under each key id (`lgfs doctor`)."""
+        result: CellKeys = self._engine.run("cell_keys", values.cell_keys, read_only=True)
+        return result
+
+    acell_keys = async_twin(cell_keys)
 
     def _retract_turn(self, thread_id: str, token: int, run_id: str | None) -> Retraction:
         now = self._now()

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..core import status as st
 from ..core.claims import ThreadRow
+from ..core.encryption import Encryption, encryption_of
 from ..core.events import decode_event
 from ..core.run_fence import RUN_HOLDER
 from ..core.saver_threads import ThreadsBase, _summaries, inactive_for_seconds
@@ -74,7 +75,9 @@ class PgThreadsAPI(ThreadsBase):
         states = check_states(status)  # `status` is the argument here, not the module
         idle_for = inactive_for_seconds(inactive_for)
         now, rows, facts = self._engine.run(
-            "threads", batch=_facts_batch(None, self._now()), read_only=True
+            "threads",
+            batch=_facts_batch(None, self._now(), enc=encryption_of(self.serde)),
+            read_only=True,
         )
         out = []
         for summary in _summaries(rows):
@@ -88,7 +91,7 @@ class PgThreadsAPI(ThreadsBase):
     def thread_summary(self, thread_id: str) -> dict[str, Any] | None:
         """Summarise one thread as `threads()` does (status included); None if there is none."""
         check_name(thread_id, "thread_id")
-        batch = _facts_batch(thread_id, self._now())
+        batch = _facts_batch(thread_id, self._now(), enc=encryption_of(self.serde))
         now, rows, facts = self._engine.run("thread_summary", batch=batch, read_only=True)
         found = _summaries(rows)
         if not found:
@@ -107,7 +110,7 @@ class PgThreadsAPI(ThreadsBase):
             None if the database has no such thread.
         """
         check_name(thread_id, "thread_id")
-        batch = _facts_batch(thread_id, self._now(), summaries=False)
+        batch = _facts_batch(thread_id, self._now(), summaries=False, enc=encryption_of(self.serde))
         now, _, facts = self._engine.run("thread_status", batch=batch, read_only=True)
         if thread_id not in facts:
             return None
@@ -132,7 +135,13 @@ class PgReadAPI(PgInspectionAPI, PgThreadsAPI):
 _Read = tuple[float, _list[Any], dict[str, dict[str, Any]]]
 
 
-def _facts_batch(thread_id: str | None, at: float | None, *, summaries: bool = True) -> Send[_Read]:
+def _facts_batch(
+    thread_id: str | None,
+    at: float | None,
+    *,
+    summaries: bool = True,
+    enc: Encryption | None = None,
+) -> Send[_Read]:
     """Read summaries, the store's time and status facts of every thread (or one): one round trip.
 
     Five statements of one read-only snapshot (`PgConnection.run`'s
@@ -160,7 +169,7 @@ def _facts_batch(thread_id: str | None, at: float | None, *, summaries: bool = T
             of: dict[str, _list[Any]] = {}
             for t, _ns, _cid, *write in writes.fetchall():
                 of.setdefault(t, []).append(tuple(write))
-            latest = _with_values(facts.fetchall(), of, values.fetchall())
+            latest = _with_values(facts.fetchall(), of, values.fetchall(), enc)
             found = {row[0]: _status_facts(row, of.get(row[0], [])) for row in latest}
             rows = [] if listed is None else listed.fetchall()
             (now,) = clock.fetchall()[0]
@@ -171,7 +180,12 @@ def _facts_batch(thread_id: str | None, at: float | None, *, summaries: bool = T
     return send
 
 
-def _with_values(rows: _list[Any], writes: dict[str, _list[Any]], blobs: _list[Any]) -> _list[Any]:
+def _with_values(
+    rows: _list[Any],
+    writes: dict[str, _list[Any]],
+    blobs: _list[Any],
+    enc: Encryption | None = None,
+) -> _list[Any]:
     """`STATUS_FACTS` rows, each latest root checkpoint a status decodes with its values inline.
 
     Those whose writes name a `Send` task (`sql.LATEST_ROOT_VALUES`: the
@@ -185,7 +199,7 @@ def _with_values(rows: _list[Any], writes: dict[str, _list[Any]], blobs: _list[A
             for w in writes.get(row[0], [])
         ):
             continue
-        (checkpoint,) = resolved_from([tuple(row[8:20])], blobs, strict=False)
+        (checkpoint,) = resolved_from([tuple(row[8:20])], blobs, strict=False, enc=enc)
         out[i] = (*row[:8], *checkpoint, *row[20:])
     return out
 

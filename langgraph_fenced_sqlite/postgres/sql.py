@@ -847,6 +847,57 @@ REPACK_CHECKPOINT = (
     "AND values_type = %(old_type)s AND checksum = %(old_checksum)s"
 )
 
+# --- rekey (core/rekey.py): every value cell, by the key it is sealed under ---------------
+# A sealed cell starts with `encryption.MAGIC` (a7 01) and the key id's 4 bytes.
+_KEY_ID_OF = (
+    "CASE WHEN substring({0} from 1 for 2) = '\\xa701'::bytea AND {1} "
+    "THEN encode(substring({0} from 3 for 4), 'hex') END"
+)
+_SEALED_CHECKPOINT = _KEY_ID_OF.format("values_blob", "values_type LIKE '%%+aes'")
+_SEALED_WRITE = _KEY_ID_OF.format("blob", "type LIKE '%%+aes'")
+_SEALED_BLOB = _KEY_ID_OF.format("data", "codec IN ('aes', 'zstd+aes')")
+CELL_KEYS = (
+    "SELECT k, count(*) FROM ("
+    f"SELECT {_SEALED_CHECKPOINT} AS k FROM lgfs_checkpoints WHERE values_type <> 'lgfs-refs' "
+    f"UNION ALL SELECT {_SEALED_WRITE} FROM lgfs_writes "
+    f"UNION ALL SELECT {_SEALED_BLOB} FROM lgfs_blobs WHERE codec <> 'prefix'"
+    ") s GROUP BY k"
+)
+# Value rows named by their own bytes (`values._small_key`): written in clear.
+BLOBS_NAMED_IN_CLEAR = "SELECT count(*) FROM lgfs_blobs WHERE key LIKE '=%%'"
+THREADS_WITH_CELLS = (
+    "SELECT thread_id FROM lgfs_checkpoints UNION SELECT thread_id FROM lgfs_writes "
+    "ORDER BY thread_id"
+)
+REKEY_READ_CHECKPOINTS = (
+    "SELECT checkpoint_ns, checkpoint_id, envelope, values_type, values_blob, metadata, "
+    "checksum FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s "
+    "AND values_type <> 'lgfs-refs'"
+)
+REKEY_READ_WRITES = (
+    "SELECT checkpoint_ns, checkpoint_id, task_id, idx, channel, type, blob, checksum "
+    "FROM lgfs_writes WHERE thread_id = %(thread_id)s"
+)
+REKEY_READ_BLOBS = (
+    "SELECT checkpoint_ns, channel, key, base, type, items, ordinal, codec, size, data, "
+    "checksum FROM lgfs_blobs WHERE thread_id = %(thread_id)s AND codec <> 'prefix'"
+)
+REKEY_CHECKPOINT = (
+    "UPDATE lgfs_checkpoints SET values_type = %(type)s, values_blob = %(data)s, "
+    "checksum = %(checksum)s WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(a)s "
+    "AND checkpoint_id = %(b)s AND checksum = %(old_checksum)s"
+)
+REKEY_WRITE = (
+    "UPDATE lgfs_writes SET type = %(type)s, blob = %(data)s, checksum = %(checksum)s "
+    "WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(a)s AND checkpoint_id = %(b)s "
+    "AND task_id = %(c)s AND idx = %(d)s AND checksum = %(old_checksum)s"
+)
+REKEY_BLOB = (
+    "UPDATE lgfs_blobs SET codec = %(type)s, data = %(data)s, checksum = %(checksum)s "
+    "WHERE thread_id = %(thread_id)s AND checkpoint_ns = %(a)s AND channel = %(b)s "
+    "AND key = %(c)s AND checksum = %(old_checksum)s"
+)
+
 # `get_tuple` in one statement (one snapshot, one round trip, no pipeline):
 # its first column says what each row is. The checkpoint's row (0:
 # `CHECKPOINT_COLUMNS`), then each of its writes (1: `WRITES_OF_CHECKPOINTS`'

@@ -21,6 +21,8 @@ from typing import Any
 from psycopg.types.numeric import Int8
 
 from ..core.checkpoints import EncodedCheckpoint
+from ..core.encryption import Encryption
+from ..core.rekey import CellKeys, Reseal, ThreadCells
 from ..core.repack import Rewrite, RowChanged
 from ..core.values import PREFIX, Blob, Held, RowCells, StaleParent, resolve_rows
 from . import sql
@@ -158,14 +160,21 @@ def read_blobs(cur: Cursor, want: Iterable[tuple[Any, ...]]) -> list[Any]:
     return rows
 
 
-def resolved(cur: Cursor, rows: list[Any], *, strict: bool, keep: Keep | None = None) -> list[Any]:
+def resolved(
+    cur: Cursor,
+    rows: list[Any],
+    *,
+    strict: bool,
+    keep: Keep | None = None,
+    enc: Encryption | None = None,
+) -> list[Any]:
     """`values.resolve_rows` of `CHECKPOINT_COLUMNS` rows read on `cur`, in its snapshot.
 
     For a transaction of one snapshot (`saver_inspect.read_snapshot`): the
     value rows are read there, after the rows they resolve.
     """
     return resolve_rows(
-        rows, FULL_CELLS, lambda want: read_blobs(cur, want), strict=strict, keep=keep
+        rows, FULL_CELLS, lambda want: read_blobs(cur, want), strict=strict, keep=keep, enc=enc
     )
 
 
@@ -181,6 +190,7 @@ def resolved_from(
     skipped: Callable[[Any], bool] = lambda row: False,
     keep: Keep | None = None,
     cached: Cached | None = None,
+    enc: Encryption | None = None,
 ) -> list[Any]:
     """`values.resolve_rows` of rows whose value rows one statement read with them.
 
@@ -199,7 +209,7 @@ def resolved_from(
             raise MustRead
         return blobs
 
-    return resolve_rows(rows, FULL_CELLS, fetch, strict=strict, keep=keep, cached=cached)
+    return resolve_rows(rows, FULL_CELLS, fetch, strict=strict, keep=keep, cached=cached, enc=enc)
 
 
 # --- repack: older rows' values moved into the value table ------------------------------
@@ -212,7 +222,7 @@ def inline_threads(cur: Cursor) -> list[str]:
 
 
 def repack_read(
-    cur: Cursor, thread_id: str
+    cur: Cursor, thread_id: str, enc: Encryption | None = None
 ) -> tuple[list[Any], list[tuple[str, str, bytes, dict[str, Held]]]]:
     """Read a thread's checkpoints in order, those in the value table resolved (one snapshot).
 
@@ -223,7 +233,11 @@ def repack_read(
     cur.execute(sql.THREAD_CHECKPOINTS_IN_ORDER, {"thread_id": thread_id})
     rows = [tuple(r) for r in cur.fetchall()]
     rows = resolved(
-        cur, rows, strict=False, keep=lambda _t, ns, cid, refs, h: held.append((ns, cid, refs, h))
+        cur,
+        rows,
+        strict=False,
+        keep=lambda _t, ns, cid, refs, h: held.append((ns, cid, refs, h)),
+        enc=enc,
     )
     return rows, held
 
@@ -256,3 +270,54 @@ def repack_txn(cur: Cursor, thread_id: str, rewrites: Sequence[Rewrite]) -> None
             cur.execute(sql.HOLDS_REFS, {**key, "parent_id": parent_id, "borrows": refs})
             if cur.fetchone() is None:
                 raise RowChanged(parent_id)
+
+
+# --- rekey: every value cell sealed under the current key (core/rekey.py) ----------------
+
+
+def rekey_read(cur: Cursor, thread_id: str) -> ThreadCells:
+    """Read a thread's value cells (`rekey.ThreadCells`), in the transaction's snapshot."""
+    key = {"thread_id": thread_id}
+    out = []
+    for statement in (sql.REKEY_READ_CHECKPOINTS, sql.REKEY_READ_WRITES, sql.REKEY_READ_BLOBS):
+        cur.execute(statement, key)
+        out.append([tuple(bytes(c) if isinstance(c, memoryview) else c for c in r) for r in cur])
+    return out[0], out[1], out[2]
+
+
+_RESEAL = {
+    "checkpoints": sql.REKEY_CHECKPOINT,
+    "writes": sql.REKEY_WRITE,
+    "blobs": sql.REKEY_BLOB,
+}
+
+
+def rekey_txn(cur: Cursor, thread_id: str, reseals: Sequence[Reseal]) -> None:
+    """Apply a thread's reseals, all or none (`RowChanged`: one row is not as read).
+
+    The thread's row is locked first, as every write and removal of the thread locks it.
+    """
+    cur.execute(sql.LOCK_FOR_PRUNE, {"thread_id": thread_id, "now": None})
+    for r in reseals:
+        params = {
+            "type": r.cells[0],
+            "data": r.cells[1],
+            "checksum": Int8(r.checksum),
+            "old_checksum": Int8(r.old_checksum),
+            "thread_id": thread_id,
+            **dict(zip("abcd", r.ident, strict=False)),
+        }
+        cur.execute(_RESEAL[r.table], params)
+        if not cur.rowcount:
+            raise RowChanged(r.ident)
+
+
+def cell_keys(cur: Cursor) -> CellKeys:
+    """Count the store's value cells by the key they are sealed under (`doctor`)."""
+    out = CellKeys()
+    cur.execute(sql.CELL_KEYS)
+    for key_id, n in cur.fetchall():
+        out.add(key_id, int(n))
+    cur.execute(sql.BLOBS_NAMED_IN_CLEAR)
+    out.named_in_clear = int(cur.fetchone()[0])
+    return out

@@ -27,6 +27,7 @@ from ..core.checkpoints import (
     stored_put,
 )
 from ..core.claims import RunToken
+from ..core.encryption import Encryption
 from ..core.events import checkpoint_event_text, writes_event_text
 from ..core.stored_json import loads_json
 from ..core.values import PREFIX, Blob, Held, RowCells, StaleParent, is_tail, resolve_rows
@@ -235,6 +236,7 @@ def fetch_tuple(
     checkpoint_id: str | None,
     strict: bool = False,
     keep: Keep | None = None,
+    enc: Encryption | None = None,
 ) -> tuple[Row, list[WriteRow]] | None:
     """Read one checkpoint row (latest by position if no id) and its writes, values inline.
 
@@ -243,7 +245,7 @@ def fetch_tuple(
     """
     sql, params = schema.get_tuple(thread_id, checkpoint_ns, checkpoint_id)
     rows = resolved(
-        conn, conn.execute(sql, params).fetchall(), FULL_CELLS, strict=strict, keep=keep
+        conn, conn.execute(sql, params).fetchall(), FULL_CELLS, strict=strict, keep=keep, enc=enc
     )
     found = split_tuple(rows)
     return None if found is None else (found[0][:12], found[1])
@@ -269,6 +271,7 @@ def resolved(
     strict: bool = True,
     keep: Keep | None = None,
     cached: Cached | None = None,
+    enc: Encryption | None = None,
 ) -> list[Any]:
     """`values.resolve_rows` of rows just read on `conn`, the value rows read in its snapshot."""
     return resolve_rows(
@@ -280,6 +283,7 @@ def resolved(
         strict=strict,
         keep=keep,
         cached=cached,
+        enc=enc,
     )
 
 
@@ -297,10 +301,13 @@ def resolved_from_cache(
     thread_id: str | None,
     ns: str | None,
     cached: Cached,
+    enc: Encryption | None = None,
 ) -> list[Any] | None:
     """`resolved` rows when no value row need be read (all inline, or held here); else None."""
     try:
-        return resolve_rows(rows, cells, _must_read, thread_id=thread_id, ns=ns, cached=cached)
+        return resolve_rows(
+            rows, cells, _must_read, thread_id=thread_id, ns=ns, cached=cached, enc=enc
+        )
     except _MustRead:
         return None
 
@@ -314,10 +321,13 @@ def read_resolved(
     ns: str | None,
     keep: Keep | None,
     cached: Cached | None = None,
+    enc: Encryption | None = None,
 ) -> list[Any]:
     """Run one read statement and `resolved` its rows (an `Engine.read` job)."""
     rows = conn.execute(sql, params).fetchall()
-    return resolved(conn, rows, cells, thread_id=thread_id, ns=ns, keep=keep, cached=cached)
+    return resolved(
+        conn, rows, cells, thread_id=thread_id, ns=ns, keep=keep, cached=cached, enc=enc
+    )
 
 
 def fetch_writes_for(

@@ -15,7 +15,9 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from ..core.encryption import Encryption
 from ..core.maintenance import VacuumReport, file_bytes, is_inactive
+from ..core.rekey import CellKeys, Reseal, ThreadCells
 from ..core.repack import Rewrite, RowChanged
 from ..core.retention import PruneResult, RetentionPolicy
 from ..core.saver_threads import last_activity
@@ -27,7 +29,7 @@ __all__ = ["repack_read", "repack_txn", "sweep_thread_txn", "vacuum_job"]
 
 
 def repack_read(
-    conn: sqlite3.Connection, thread_id: str
+    conn: sqlite3.Connection, thread_id: str, enc: Encryption | None = None
 ) -> tuple[list[Any], list[tuple[str, str, bytes, dict[str, Any]]]]:
     """Read a thread's checkpoints in order, those in the value table resolved (one snapshot).
 
@@ -42,6 +44,7 @@ def repack_read(
         checkpoints.FULL_CELLS,
         strict=False,
         keep=lambda _t, ns, cid, refs, h: held.append((ns, cid, refs, h)),
+        enc=enc,
     )
     return rows, held
 
@@ -160,3 +163,39 @@ def vacuum_job(conn: sqlite3.Connection, path: str, *, now: float, force: bool) 
     conn.execute(schema.VACUUM)
     conn.execute(schema.WAL_CHECKPOINT_TRUNCATE).fetchone()
     return VacuumReport(path, before, file_bytes(path))
+
+
+# --- rekey: every value cell sealed under the current key (core/rekey.py) ----------------
+
+
+def rekey_read(conn: sqlite3.Connection, thread_id: str) -> ThreadCells:
+    """Read a thread's value cells (`rekey.ThreadCells`), in one snapshot."""
+    return (
+        conn.execute(schema.REKEY_READ_CHECKPOINTS, (thread_id,)).fetchall(),
+        conn.execute(schema.REKEY_READ_WRITES, (thread_id,)).fetchall(),
+        conn.execute(schema.REKEY_READ_BLOBS, (thread_id,)).fetchall(),
+    )
+
+
+_RESEAL = {
+    "checkpoints": schema.REKEY_CHECKPOINT,
+    "writes": schema.REKEY_WRITE,
+    "blobs": schema.REKEY_BLOB,
+}
+
+
+def rekey_txn(conn: sqlite3.Connection, thread_id: str, reseals: Sequence[Reseal]) -> None:
+    """Apply a thread's reseals, all or none (`RowChanged`: one row is not as read)."""
+    for r in reseals:
+        params = (*r.cells, r.checksum, thread_id, *r.ident, r.old_checksum)
+        if not conn.execute(_RESEAL[r.table], params).rowcount:
+            raise RowChanged(r.ident)
+
+
+def cell_keys(conn: sqlite3.Connection) -> CellKeys:
+    """Count the file's value cells by the key they are sealed under (`doctor`)."""
+    out = CellKeys()
+    for key_id, n in conn.execute(schema.CELL_KEYS):
+        out.add(key_id, n)
+    out.named_in_clear = conn.execute(schema.BLOBS_NAMED_IN_CLEAR).fetchone()[0]
+    return out

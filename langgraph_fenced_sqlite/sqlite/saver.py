@@ -26,6 +26,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ..clock import Clock, read_now, to_seconds
 from ..core import narrow_reads
 from ..core.checkpoints import step_role
+from ..core.encryption import Encryption, encryption_of
 from ..core.fenced_store import FencedStore
 from ..core.run_fence import RunFences
 from ..core.saver import store_options
@@ -75,6 +76,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
         clock: Clock | None = None,
         require_claim: bool = False,
         fence_runs: bool = False,
+        encryption: Encryption | None = None,
         poll_interval: float | timedelta = 0.05,
         readonly: bool = False,
     ) -> None:
@@ -97,6 +99,10 @@ class FencedSqliteSaver(  # type: ignore[misc]
                 first write (LangGraph's `config["metadata"]["run_id"]`)
                 claims the thread with a new token, which fences off every
                 earlier run (docs/semantics.md, "Runs fenced by their id").
+            encryption: Seal every stored value with AES-256-GCM under this
+                keyring (`Encryption(key)`, `Encryption.from_env()`), and
+                refuse values stored in clear or under a key it does not
+                hold (docs/semantics.md §7b). Needs the default serializer.
             poll_interval: How often `wait_events`/`watch` look for commits
                 where the file has no doorbell (not Linux, no inotify, a
                 read-only directory). Where it has one they wake on its
@@ -118,7 +124,9 @@ class FencedSqliteSaver(  # type: ignore[misc]
         self._poll_interval = to_seconds(poll_interval, "poll_interval")
         if not isinstance(readonly, bool):
             raise bad_argument("readonly", "expected a bool")
-        serde = store_options(serde, allowed_types, allowed_modules, clock, require_claim)
+        serde = store_options(
+            serde, allowed_types, allowed_modules, clock, require_claim, encryption
+        )
         super().__init__(serde=serde)
         self.require_claim = require_claim
         self.fence_runs = check_bool(fence_runs, "fence_runs")
@@ -148,6 +156,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
         clock: Clock | None = None,
         require_claim: bool = False,
         fence_runs: bool = False,
+        encryption: Encryption | None = None,
         poll_interval: float | timedelta = 0.05,
         readonly: bool = False,
     ) -> _Opener:
@@ -168,6 +177,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
                 first write (LangGraph's `config["metadata"]["run_id"]`)
                 claims the thread with a new token, which fences off every
                 earlier run (docs/semantics.md, "Runs fenced by their id").
+            encryption: The keyring values are sealed with.
             poll_interval: How often `wait_events`/`watch` look for commits.
             readonly: Open an existing file for reading only.
 
@@ -182,6 +192,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
             "clock": clock,
             "require_claim": require_claim,
             "fence_runs": fence_runs,
+            "encryption": encryption,
             "poll_interval": poll_interval,
             "readonly": readonly,
         }
@@ -237,7 +248,14 @@ class FencedSqliteSaver(  # type: ignore[misc]
         self, op: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
     ) -> tuple[Any, _list[Any]] | None:
         return self._engine.read(
-            op, cps.fetch_tuple, thread_id, checkpoint_ns, checkpoint_id, True, self._keep_values
+            op,
+            cps.fetch_tuple,
+            thread_id,
+            checkpoint_ns,
+            checkpoint_id,
+            True,
+            self._keep_values,
+            encryption_of(self.serde),
         )
 
     # `get_tuple` and `list` read only the cells they return or check (a
@@ -259,6 +277,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
             thread_id,
             checkpoint_ns,
             self._value_cache.get,
+            encryption_of(self.serde),
         )
         if rows is None:
             rows = self._engine.read(
@@ -271,6 +290,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
                 checkpoint_ns,
                 self._keep_values,
                 self._value_cache.get,
+                encryption_of(self.serde),
             )
         found = narrow_reads.split_read(rows)
         if found is None:
@@ -296,6 +316,8 @@ class FencedSqliteSaver(  # type: ignore[misc]
             query["thread_id"],
             query["checkpoint_ns"],
             None,
+            None,
+            encryption_of(self.serde),
         )
         return narrow_reads.decode_page(
             self.serde, query["thread_id"], query["checkpoint_ns"], rows, at, self._reread
@@ -313,6 +335,8 @@ class FencedSqliteSaver(  # type: ignore[misc]
             thread_id,
             ns,
             self._keep_values,
+            None,
+            encryption_of(self.serde),
         )
 
     def _keep_values(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..core.claims import Claim, claim_row
+from ..core.encryption import encryption_of
 from ..core.saver_inspect import (  # noqa: F401 (moved)
     InspectionBase,
     _list,
@@ -61,7 +62,7 @@ class InspectionAPI(InspectionBase):
                 start = row[0]
             page = (thread_id, checkpoint_ns, start, size)
             rows = [tuple(r) for r in conn.execute(schema.HISTORY_PAGE, page)]
-            rows = resolved(conn, rows, FULL_CELLS, strict=False)
+            rows = resolved(conn, rows, FULL_CELLS, strict=False, enc=encryption_of(self.serde))
             return rows, (fetch_writes_for(conn, rows) if with_writes else {})
 
         return self._engine.read(op, job)
@@ -138,7 +139,9 @@ class InspectionAPI(InspectionBase):
             check_name(checkpoint_id, "checkpoint_id")
         found = self._engine.read(
             "inspect_checkpoint",
-            lambda conn: fetch_tuple(conn, thread_id, checkpoint_ns, checkpoint_id),
+            lambda conn: fetch_tuple(
+                conn, thread_id, checkpoint_ns, checkpoint_id, enc=encryption_of(self.serde)
+            ),
         )
         if found is None:
             return None

@@ -16,7 +16,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..clock import read_now
+from ..core.encryption import encryption_of
 from ..core.maintenance import RepackReport, VacuumReport
+from ..core.rekey import CellKeys, RekeyReport, Reseal, rekey_options, rekey_threads
 from ..core.repack import Rewrite, repack_threads
 from ..core.retention import PruneResult, RetentionPolicy, Retraction
 from ..core.saver_retention import RemovalsBase
@@ -176,7 +178,9 @@ class RetentionAPI(RemovalsBase):
         )
 
         def read(thread_id: str) -> Any:
-            return self._engine.read("repack", maintenance.repack_read, thread_id)
+            return self._engine.read(
+                "repack", maintenance.repack_read, thread_id, encryption_of(self.serde)
+            )
 
         def write(thread_id: str, rewrites: _list[Rewrite]) -> None:
             self._engine.write("repack", _repack_job(thread_id, rewrites))
@@ -185,6 +189,52 @@ class RetentionAPI(RemovalsBase):
         return repack_threads(serde, threads, read, write, dry_run=dry_run)
 
     arepack = async_twin(repack)
+
+    def rekey(self, *, dry_run: bool = False) -> RekeyReport:
+        """Seal every value cell under the current key: those in clear and under older keys.
+
+        With `encryption=Encryption(new_key, old_keys=[old_key])` this moves
+        every cell sealed under `old_key` to `new_key`, after which `old_key`
+        may be dropped from the ring; opened with `accept_plaintext=True` it
+        seals the cells of a file written before encryption was on. One thread
+        per transaction; what every checkpoint reads back does not
+        change. A cell that does not open (a key not in the ring, tampered
+        with) or, in clear, does not decode, or a thread written meanwhile,
+        is left as it is and reported (docs/semantics.md §7b).
+
+        Args:
+            dry_run: Plan and report, writing nothing.
+
+        Returns:
+            What was resealed, by what it was under.
+
+        Raises:
+            InvalidArgument: the store was opened without `encryption`.
+            ReadOnlyStore: the store was opened with `readonly=True` (unless `dry_run`).
+        """
+        serde, enc = rekey_options(self.serde, dry_run)
+        if self._engine.readonly and not dry_run:
+            raise ReadOnlyStore("rekey", self._engine.path)
+        threads = self._engine.read(
+            "rekey", lambda c: [r[0] for r in c.execute(schema.THREADS_WITH_CELLS)]
+        )
+
+        def read(thread_id: str) -> Any:
+            return self._engine.read("rekey", maintenance.rekey_read, thread_id)
+
+        def write(thread_id: str, reseals: _list[Reseal]) -> None:
+            self._engine.write("rekey", _rekey_job(thread_id, reseals))
+            self._value_cache.forget_thread(thread_id)
+
+        return rekey_threads(serde, enc, threads, read, write, dry_run=dry_run)
+
+    arekey = async_twin(rekey)
+
+    def cell_keys(self) -> CellKeys:
+        """Count the file's value cells in clear and under each key id (`lgfs doctor`)."""
+        return self._engine.read("cell_keys", maintenance.cell_keys)
+
+    acell_keys = async_twin(cell_keys)
 
     def vacuum(self, *, force: bool = False) -> VacuumReport:
         """Reclaim the file's free pages (SQLite's `VACUUM`), then truncate the WAL.
@@ -227,6 +277,11 @@ class RetentionAPI(RemovalsBase):
         return self._engine.write(
             "retract_turn", lambda c: retention.retract_txn(c, thread_id, token, run_id, now=now)
         )
+
+
+def _rekey_job(thread_id: str, reseals: _list[Reseal]) -> Callable[[Any], None]:
+    # One thread's reseals as an engine write (bound here, as `_repack_job`).
+    return lambda conn: maintenance.rekey_txn(conn, thread_id, reseals)
 
 
 def _repack_job(thread_id: str, rewrites: _list[Rewrite]) -> Callable[[Any], None]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..clock import read_now
 from ..core import status
+from ..core.encryption import Encryption, encryption_of
 from ..core.run_fence import RUN_HOLDER
 from ..core.saver_threads import (  # noqa: F401 (moved)
     ThreadsBase,
@@ -67,6 +68,7 @@ class ThreadsAPI(ThreadsBase):
         """
         states = check_states(status)  # `status` is the argument here, not the module
         idle_for = inactive_for_seconds(inactive_for)
+        enc = encryption_of(self.serde)
 
         def job(conn: Any) -> tuple[float, _list[tuple[dict[str, Any], Any]]]:
             now = read_now(self._engine.clock)
@@ -74,7 +76,7 @@ class ThreadsAPI(ThreadsBase):
             for summary in _summaries(conn.execute(schema.THREAD_SUMMARIES)):
                 if idle_for is not None and summary["last_activity"] > now - idle_for:
                     continue
-                found.append((summary, _status_facts(conn, summary["thread_id"])))
+                found.append((summary, _status_facts(conn, summary["thread_id"], enc)))
             return now, found
 
         now, found = self._engine.read("threads", job)
@@ -88,10 +90,11 @@ class ThreadsAPI(ThreadsBase):
     def thread_summary(self, thread_id: str) -> dict[str, Any] | None:
         """Summarise one thread as `threads()` does (status included); None if there is none."""
         check_name(thread_id, "thread_id")
+        enc = encryption_of(self.serde)
 
         def job(conn: Any) -> tuple[dict[str, Any], Any] | None:
             found = _summaries(conn.execute(schema.THREAD_SUMMARY, (thread_id,)))
-            return (found[0], _status_facts(conn, thread_id)) if found else None
+            return (found[0], _status_facts(conn, thread_id, enc)) if found else None
 
         got = self._engine.read("thread_summary", job)
         if got is None:
@@ -112,7 +115,9 @@ class ThreadsAPI(ThreadsBase):
             None if the file has no such thread.
         """
         check_name(thread_id, "thread_id")
-        facts = self._engine.read("thread_status", lambda c: _status_facts(c, thread_id))
+        facts = self._engine.read(
+            "thread_status", lambda c: _status_facts(c, thread_id, encryption_of(self.serde))
+        )
         if facts is None:
             return None
         return self._judge(thread_id, facts, read_now(self._engine.clock))
@@ -126,7 +131,9 @@ class ThreadsAPI(ThreadsBase):
         )
 
 
-def _status_facts(conn: Any, thread_id: str) -> dict[str, Any] | None:
+def _status_facts(
+    conn: Any, thread_id: str, enc: Encryption | None = None
+) -> dict[str, Any] | None:
     """Read what a status is judged from, in the caller's read transaction."""
     if conn.execute(schema.THREAD_EXISTS, (thread_id,)).fetchone() is None:
         return None
@@ -135,7 +142,7 @@ def _status_facts(conn: Any, thread_id: str) -> dict[str, Any] | None:
     except UndecodableRow as exc:
         return {"error": exc.to_dict()}
     assert row is not None
-    latest = cps.fetch_tuple(conn, thread_id, "", None)
+    latest = cps.fetch_tuple(conn, thread_id, "", None, enc=enc)
     facts = {"row": row, "latest": latest, "last_run": _last_run_event(conn, thread_id, row)}
     if row.holder == RUN_HOLDER:  # a run fenced by its id runs while it writes
         found = conn.execute(schema.LAST_EVENT_TS, (thread_id,)).fetchone()

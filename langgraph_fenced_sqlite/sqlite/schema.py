@@ -670,6 +670,49 @@ REPACK_CHECKPOINT = (
     "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? AND values_type IS ? "
     "AND checksum IS ?"
 )
+# --- rekey (core/rekey.py): every value cell, by the key it is sealed under ---------------
+# A sealed cell starts with `encryption.MAGIC` (x'a701') and the key id's 4 bytes.
+_KEY_ID_OF = "CASE WHEN substr({0}, 1, 2) = x'a701' AND {1} THEN lower(hex(substr({0}, 3, 4))) END"
+_SEALED_CHECKPOINT = _KEY_ID_OF.format("values_blob", "values_type LIKE '%+aes'")
+_SEALED_WRITE = _KEY_ID_OF.format("blob", "type LIKE '%+aes'")
+_SEALED_BLOB = _KEY_ID_OF.format("data", "codec IN ('aes', 'zstd+aes')")
+CELL_KEYS = (
+    "SELECT k, count(*) FROM ("
+    f"SELECT {_SEALED_CHECKPOINT} AS k FROM checkpoints WHERE values_type IS NOT 'lgfs-refs' "
+    f"UNION ALL SELECT {_SEALED_WRITE} FROM writes "
+    f"UNION ALL SELECT {_SEALED_BLOB} FROM blobs WHERE codec IS NOT 'prefix'"
+    ") GROUP BY k"
+)
+# Value rows named by their own bytes (`values._small_key`): written in clear.
+BLOBS_NAMED_IN_CLEAR = "SELECT count(*) FROM blobs WHERE key LIKE '=%'"
+THREADS_WITH_CELLS = (
+    "SELECT thread_id FROM checkpoints UNION SELECT thread_id FROM writes ORDER BY thread_id"
+)
+REKEY_READ_CHECKPOINTS = (
+    "SELECT checkpoint_ns, checkpoint_id, envelope, values_type, values_blob, metadata, "
+    "checksum FROM checkpoints WHERE thread_id = ? AND values_type IS NOT 'lgfs-refs'"
+)
+REKEY_READ_WRITES = (
+    "SELECT checkpoint_ns, checkpoint_id, task_id, idx, channel, type, blob, checksum "
+    "FROM writes WHERE thread_id = ?"
+)
+REKEY_READ_BLOBS = (
+    "SELECT checkpoint_ns, channel, key, base, type, count, ordinal, codec, size, data, "
+    "checksum FROM blobs WHERE thread_id = ? AND codec IS NOT 'prefix'"
+)
+# Each: the new cells and checksum, then the row's key and the checksum it was read with.
+REKEY_CHECKPOINT = (
+    "UPDATE checkpoints SET values_type = ?, values_blob = ?, checksum = ? "
+    "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? AND checksum IS ?"
+)
+REKEY_WRITE = (
+    "UPDATE writes SET type = ?, blob = ?, checksum = ? WHERE thread_id = ? "
+    "AND checkpoint_ns = ? AND checkpoint_id = ? AND task_id = ? AND idx = ? AND checksum IS ?"
+)
+REKEY_BLOB = (
+    "UPDATE blobs SET codec = ?, data = ?, checksum = ? WHERE thread_id = ? "
+    "AND checkpoint_ns = ? AND channel = ? AND key = ? AND checksum IS ?"
+)
 # Every value row of the source thread (`?2`) into the target (`?1`).
 COPY_BLOBS = (
     f"INSERT INTO blobs ({_BLOB_COLUMNS}) SELECT ?1, checkpoint_ns, channel, key, base, type, "

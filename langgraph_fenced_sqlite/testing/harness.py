@@ -280,6 +280,7 @@ def _load_cases() -> None:
         cases_edges_fence,
         cases_edges_input,
         cases_edges_store,
+        cases_encryption,
         cases_events,
         cases_fencing,
         cases_history,

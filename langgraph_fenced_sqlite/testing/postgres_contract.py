@@ -88,6 +88,11 @@ PG_CASES: tuple[str, ...] = (
     "38-a_run_may_start_from_any_checkpoint",
     "38-a_runs_claim_yields_to_every_other_writer",
     "38-a_runs_lifecycle_reaches_the_log_and_its_status",
+    "39-a_missing_or_wrong_key_is_refused_naming_the_checkpoint",
+    "39-rotated_keys_read_and_rekey_moves_every_cell",
+    "39-sealed_values_read_back_and_hold_nothing_in_clear",
+    "39-tampered_ciphertext_is_refused_naming_its_channel",
+    "39-values_in_clear_are_refused_unless_migrating",
 )
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Protocol
 
+from ..core.checksums import blob_checksum, write_checksum
+
 __all__ = ["PostgresStorage", "SqliteStorage", "Storage"]
 
 
@@ -25,6 +27,36 @@ class Storage(Protocol):
     def damage_values(self, thread_id: str, channel: str) -> int:
         """Flip one bit in the stored bytes of each of the channel's value rows; return how many."""
         ...
+
+    def forge_values(self, thread_id: str, channel: str) -> int:
+        """Flip a bit in each of the channel's value rows, fix its checksum; return how many.
+
+        What someone who can write the file, but holds no key, can do.
+        """
+        ...
+
+    def plant_clear_writes(self, thread_id: str, value: bytes) -> int:
+        """Put `value` in clear in every pending write (checksum fixed); return how many.
+
+        `value` is msgpack (the `"msgpack"` serializer tag).
+        """
+        ...
+
+    def cells(self, thread_id: str) -> list[bytes]:
+        """Return every stored value cell of the thread, as stored (inline values, writes, rows)."""
+        ...
+
+
+def _forged(row: tuple[Any, ...]) -> tuple[bytes, int]:
+    # A value row's (channel, key, base, type, count, ordinal, codec, size, data):
+    # its data with a bit flipped, and the checksum that then holds.
+    data = _flipped(bytes(row[8]))
+    channel, key, base, type_, count, ordinal, codec, size = row[:8]
+    return data, blob_checksum(channel, key, base, type_, count, ordinal, codec, size, data)
+
+
+_BLOB_CELLS = "channel, key, base, type, count, ordinal, codec, size, data"
+_PG_BLOB_CELLS = _BLOB_CELLS.replace("count", "items")
 
 
 def _flipped(data: bytes) -> bytes:
@@ -68,6 +100,60 @@ class SqliteStorage:
         finally:
             conn.close()
 
+    def forge_values(self, thread_id: str, channel: str) -> int:
+        """Flip a bit in each of the channel's value rows, fix its checksum; return how many."""
+        conn = sqlite3.connect(self.path)
+        try:
+            rows = conn.execute(
+                f"SELECT rowid, {_BLOB_CELLS} FROM blobs WHERE thread_id = ? AND channel = ? "
+                "AND length(data) > 0",
+                (thread_id, channel),
+            ).fetchall()
+            for rowid, *cells in rows:
+                data, sum_ = _forged(tuple(cells))
+                conn.execute(
+                    "UPDATE blobs SET data = ?, checksum = ? WHERE rowid = ?", (data, sum_, rowid)
+                )
+            conn.commit()
+            return len(rows)
+        finally:
+            conn.close()
+
+    def plant_clear_writes(self, thread_id: str, value: bytes) -> int:
+        """Put `value` in clear in every pending write (checksum fixed); return how many."""
+        conn = sqlite3.connect(self.path)
+        try:
+            n = 0
+            for (channel,) in conn.execute(
+                "SELECT DISTINCT channel FROM writes WHERE thread_id = ?", (thread_id,)
+            ).fetchall():
+                n += conn.execute(
+                    "UPDATE writes SET type = 'msgpack', blob = ?, checksum = ? "
+                    "WHERE thread_id = ? AND channel = ?",
+                    (value, write_checksum(channel, "msgpack", value), thread_id, channel),
+                ).rowcount
+            conn.commit()
+            return n
+        finally:
+            conn.close()
+
+    def cells(self, thread_id: str) -> list[bytes]:
+        """Return every stored value cell of the thread, as stored (inline values, writes, rows)."""
+        conn = sqlite3.connect(self.path)
+        try:
+            return [
+                bytes(r[0])
+                for r in conn.execute(
+                    "SELECT values_blob FROM checkpoints WHERE thread_id = ?1 "
+                    "UNION ALL SELECT blob FROM writes WHERE thread_id = ?1 "
+                    "UNION ALL SELECT data FROM blobs WHERE thread_id = ?1 "
+                    "UNION ALL SELECT CAST(key AS BLOB) FROM blobs WHERE thread_id = ?1",
+                    (thread_id,),
+                )
+            ]
+        finally:
+            conn.close()
+
 
 class PostgresStorage:
     """The value table (`lgfs_blobs`) of a PostgreSQL store, through plain psycopg."""
@@ -105,3 +191,47 @@ class PostgresStorage:
                     (_flipped(bytes(data)), thread_id, ns, channel, key),
                 )
         return len(rows)
+
+    def forge_values(self, thread_id: str, channel: str) -> int:
+        """Flip a bit in each of the channel's value rows, fix its checksum; return how many."""
+        with self._connect() as conn:
+            rows = conn.execute(
+                f"SELECT checkpoint_ns, {_PG_BLOB_CELLS} FROM lgfs_blobs WHERE thread_id = %s "
+                "AND channel = %s AND octet_length(data) > 0",
+                (thread_id, channel),
+            ).fetchall()
+            for ns, *cells in rows:
+                data, sum_ = _forged(tuple(cells))
+                conn.execute(
+                    "UPDATE lgfs_blobs SET data = %s, checksum = %s WHERE thread_id = %s "
+                    "AND checkpoint_ns = %s AND channel = %s AND key = %s",
+                    (data, sum_, thread_id, ns, channel, cells[1]),
+                )
+        return len(rows)
+
+    def plant_clear_writes(self, thread_id: str, value: bytes) -> int:
+        """Put `value` in clear in every pending write (checksum fixed); return how many."""
+        n = 0
+        with self._connect() as conn:
+            for (channel,) in conn.execute(
+                "SELECT DISTINCT channel FROM lgfs_writes WHERE thread_id = %s", (thread_id,)
+            ).fetchall():
+                cur = conn.execute(
+                    "UPDATE lgfs_writes SET type = 'msgpack', blob = %s, checksum = %s "
+                    "WHERE thread_id = %s AND channel = %s",
+                    (value, write_checksum(channel, "msgpack", value), thread_id, channel),
+                )
+                n += cur.rowcount
+        return n
+
+    def cells(self, thread_id: str) -> list[bytes]:
+        """Return every stored value cell of the thread, as stored (inline values, writes, rows)."""
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT values_blob FROM lgfs_checkpoints WHERE thread_id = %(t)s "
+                "UNION ALL SELECT blob FROM lgfs_writes WHERE thread_id = %(t)s "
+                "UNION ALL SELECT data FROM lgfs_blobs WHERE thread_id = %(t)s "
+                "UNION ALL SELECT convert_to(key, 'UTF8') FROM lgfs_blobs WHERE thread_id = %(t)s",
+                {"t": thread_id},
+            ).fetchall()
+        return [bytes(r[0]) for r in rows]

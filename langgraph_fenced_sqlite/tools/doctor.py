@@ -23,6 +23,7 @@ from typing import Any
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..core.claims import claim_live
+from ..core.rekey import CLEAR
 from ..errors import SchemaTooOld, StoreError
 from ..sqlite import schema
 
@@ -152,6 +153,7 @@ def diagnose(path: str, *, serde: SerializerProtocol | None = None) -> Diagnosis
             stats, claims, now = saver.stats(), saver.claims(), saver.clock.now()
             stats["orphan_writes"] = saver._count_orphan_writes()
             stats["wal_bytes"] = os.path.getsize(wal) if os.path.exists(wal) else 0
+            sealing = _encryption_check(saver, stats)
     except StoreError as exc:
         if not damaged(exc):
             raise
@@ -173,7 +175,36 @@ def diagnose(path: str, *, serde: SerializerProtocol | None = None) -> Diagnosis
     problem = None if ok else f"integrity_check found {len(integrity)} problem(s): {integrity[0]}"
     checks.append(Check("integrity", ok, integrity, ["ok"], problem))
     checks.append(claims_check)
+    if sealing is not None:
+        checks.append(sealing)
     return Diagnosis(path, tuple(checks), stats)
+
+
+def _encryption_check(saver: Any, stats: dict[str, Any]) -> Check | None:
+    """Count the value cells by key id into `stats`; with a keyring, check that all are sealed.
+
+    `stats["cells"]` maps `"clear"` and each key id to its number of cells,
+    `stats["named_in_clear"]` counts value rows named by their own bytes.
+    A store opened with `encryption` fails the check when a cell is in
+    clear or under a key not in its ring (`lgfs rekey` moves them).
+    """
+    counted = saver.cell_keys()
+    stats["cells"] = dict(sorted(counted.cells.items()))
+    stats["named_in_clear"] = counted.named_in_clear
+    enc = saver.encryption
+    if enc is None:
+        return None
+    foreign = {k: n for k, n in counted.cells.items() if k != CLEAR and k not in enc.key_ids}
+    old = {k: n for k, n in counted.cells.items() if k not in (CLEAR, enc.key_id)}
+    problems = []
+    if counted.clear:
+        problems.append(f"{counted.clear} value cell(s) stored in clear")
+    if foreign:
+        problems.append(f"{sum(foreign.values())} under keys not in the ring {sorted(foreign)}")
+    ok = not problems
+    problem = None if ok else "; ".join(problems) + ": run `lgfs rekey`"
+    found = {"key_id": enc.key_id, "older_keys": old, "clear": counted.clear}
+    return Check("encryption", ok, found, {"clear": 0}, problem)
 
 
 def _schema_check(found: int, current: int) -> Check:
@@ -231,4 +262,7 @@ def diagnose_pg(saver: Any) -> Diagnosis:
         rows_problem = f"{len(damage)} stored row(s) do not decode: {damage[0]}{more}"
     checks.append(Check("rows", not damage, damage, [], rows_problem))
     checks.append(_claims_check(saver.claims(), saver.clock.now(), stats))
+    sealing = _encryption_check(saver, stats)
+    if sealing is not None:
+        checks.append(sealing)
     return Diagnosis(saver.path, tuple(checks), stats)

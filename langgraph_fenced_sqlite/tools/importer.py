@@ -128,9 +128,12 @@ def import_sqlitesaver(
 def import_serde(dest_saver: Any) -> DataOnlySerializer:
     """The serializer an import decodes its source with: `dest_saver`'s allow-list
     (so its users' types import), but never into display-only tagged data that
-    would then be stored."""
+    would then be stored. The source's rows are LangGraph's, in clear: they are
+    decoded with no key (the destination seals what it stores with its own)."""
     serde = dest_saver.serde
-    return serde.refusing() if isinstance(serde, DataOnlySerializer) else DataOnlySerializer()
+    if not isinstance(serde, DataOnlySerializer):
+        return DataOnlySerializer()
+    return serde.refusing().with_encryption(None)
 
 
 def check_source(src_path: str | os.PathLike[str]) -> None:

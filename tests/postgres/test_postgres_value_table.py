@@ -153,12 +153,17 @@ def test_a_database_set_up_before_the_value_table_migrates_and_goes_on(pg_dsn: s
         exactly_what_is_needed(pg_dsn)
 
 
+@pytest.mark.parametrize("sealed", [False, True], ids=["clear", "encrypted"])
 def test_a_status_names_the_node_of_a_waiting_send_task_from_its_values(
-    open_store: Any, open_pg: Any
+    open_store: Any, open_pg: Any, sealed: bool
 ) -> None:
-    """The one status that decodes values (a `Send` task's interrupt): as the SQLite store's."""
+    """The one status that decodes values (a `Send` task's interrupt): as the SQLite store's,
+    with values in clear or sealed (the status reads them with the store's key)."""
+    from langgraph_fenced_sqlite import Encryption
+
+    options = {"encryption": Encryption(b"k" * 32)} if sealed else {}
     got = []
-    for saver in (open_store(), open_pg()):
+    for saver in (open_store(**options), open_pg(**options)):
         graph = build_agent(saver)
         graph.invoke(
             {"messages": [HumanMessage("weather?")], "mode": "approve-cities"}, config("chat-2")
@@ -170,3 +175,36 @@ def test_a_status_names_the_node_of_a_waiting_send_task_from_its_values(
         got.append(same_ids((status.to_dict(), statuses)))
     assert got[0] == got[1]
     assert [w["node"] for w in got[1][0]["waiting"]] == ["worker"]
+
+
+def test_inline_rows_in_clear_are_sealed_by_rekey_then_repacked_sealed(
+    open_pg: Any, pg_dsn: str
+) -> None:
+    """As on a file: read while migrating, sealed inline by rekey, repacked sealed."""
+    from langgraph_fenced_sqlite import Encryption, UndecodableRow
+
+    key = b"k" * 32
+    memory = chat_graph(InMemorySaver())
+    chat(memory, "t", 3)
+    expected = history(memory, "t")
+    plain = open_pg(allowed_types=[Note])
+    parent = None
+    for tup in reversed(list(memory.checkpointer.list(config("t")))):
+        put_inline(plain, saver_config("t", checkpoint_id=parent), tup.checkpoint, tup.metadata)
+        parent = tup.checkpoint["id"]
+    assert values_types(pg_dsn) == {"msgpack"}
+    sealed = open_pg(allowed_types=[Note], encryption=Encryption(key))
+    with pytest.raises(UndecodableRow, match="in clear is refused"):
+        history(chat_graph(sealed), "t")
+    migrating = open_pg(allowed_types=[Note], encryption=Encryption(key, accept_plaintext=True))
+    assert history(chat_graph(migrating), "t") == expected
+    report = migrating.rekey()
+    assert report.threads == ["t"] and not report.skipped, report
+    assert all(t.endswith("+aes") for t in values_types(pg_dsn))
+    assert history(chat_graph(sealed), "t") == expected
+    assert sealed.repack().checkpoints == len(expected)
+    assert values_types(pg_dsn) == {values.REFS}
+    assert history(chat_graph(open_pg(allowed_types=[Note], encryption=Encryption(key))), "t") == (
+        expected
+    )
+    assert sealed.cell_keys().clear == 0

@@ -534,3 +534,33 @@ def test_a_read_lets_go_of_what_the_last_read_decoded_before_it_decodes(
         stored = saver.put(again.config, child, {"source": "update", "step": 9}, {})
         got = saver.get_tuple(stored)
         assert got is not None and got.checkpoint["channel_values"]["messages"][-1].id == "late"
+
+
+def test_an_older_file_in_clear_is_sealed_by_rekey_then_repacked_sealed(tmp_path: Any) -> None:
+    """Inline rows in clear: read while migrating, sealed inline by rekey, repacked sealed."""
+    from langgraph_fenced_sqlite import Encryption
+
+    key = os.urandom(32)
+    path = str(tmp_path / "f.db")
+    with FencedSqliteSaver(path, allowed_types=[Note]) as saver:
+        _chat(_graph(saver), "t", 3)
+        expected = _history(_graph(saver), "t")
+    _make_inline(path)
+    with FencedSqliteSaver(path, allowed_types=[Note], encryption=Encryption(key)) as saver:
+        with pytest.raises(UndecodableRow, match="in clear is refused"):
+            _history(_graph(saver), "t")
+    migrating = Encryption(key, accept_plaintext=True)
+    with FencedSqliteSaver(path, allowed_types=[Note], encryption=migrating) as saver:
+        assert _history(_graph(saver), "t") == expected
+        report = saver.rekey()
+        assert report.threads == ["t"] and not report.skipped, report
+        assert report.cells["clear"] == saver.cell_keys().cells[migrating.key_id]
+    assert all(t.endswith("+aes") for t in _types(path))  # sealed, still inline
+    with FencedSqliteSaver(path, allowed_types=[Note], encryption=Encryption(key)) as saver:
+        assert _history(_graph(saver), "t") == expected
+        assert saver.repack().checkpoints == len(expected)
+        assert _types(path) == {values.REFS}
+        assert _history(_graph(saver), "t") == expected
+        assert saver.cell_keys().clear == 0
+    with FencedSqliteSaver(path, allowed_types=[Note], encryption=Encryption(key)) as fresh:
+        assert _history(_graph(fresh), "t") == expected
