@@ -21,6 +21,7 @@ from typing import Any
 from ..core import status as st
 from ..core.claims import ThreadRow
 from ..core.events import decode_event
+from ..core.maintenance import is_inactive
 from ..core.saver_threads import ThreadsBase, _summaries, inactive_for_seconds
 from ..core.status import ThreadStatus, check_states
 from ..core.validation import check_name
@@ -77,7 +78,7 @@ class PgThreadsAPI(ThreadsBase):
         )
         out = []
         for summary in _summaries(rows):
-            if idle_for is not None and summary["last_activity"] > now - idle_for:
+            if idle_for is not None and not is_inactive(summary["last_activity"], now, idle_for):
                 continue
             judged = self._judge(summary["thread_id"], facts.get(summary["thread_id"]), now)
             if states is None or judged.state in states:
