@@ -14,7 +14,7 @@ stores define activity, namespaces and errors once. Mixed into
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -24,6 +24,7 @@ from ..core.events import decode_event
 from ..core.maintenance import is_inactive
 from ..core.saver_threads import ThreadsBase, _summaries, inactive_for_seconds
 from ..core.status import ThreadStatus, check_states
+from ..core.thread_search import ThreadQuery
 from ..core.validation import check_name
 from ..errors import UndecodableRow
 from . import sql
@@ -85,6 +86,36 @@ class PgThreadsAPI(ThreadsBase):
                 out.append({**summary, "status": judged.to_dict()})
         return out
 
+    def _search_candidates(
+        self, q: ThreadQuery, *, page: bool
+    ) -> tuple[float, _list[tuple[Any, Any, Any]]]:
+        window = (q.desc, q.limit, q.offset) if page else None
+        query = sql.search_threads(
+            q.indexed, q.unindexed, q.ids, activity=q.needs_activity, page=window
+        )
+        at = self._now()
+
+        def send(execute: Execute) -> Callable[[], tuple[float, _list[Any]]]:
+            clock = execute(sql.GET_NOW, {"now": at})
+            found = execute(*query)
+            return lambda: (float(clock.fetchall()[0][0]), found.fetchall())
+
+        return self._engine.run("search_threads", batch=send, read_only=True)
+
+    def _count_candidates(self, q: ThreadQuery) -> int:
+        query = sql.search_threads(q.indexed, q.unindexed, q.ids, count=True)
+        found: int = self._engine.run(
+            "count_threads", lambda cur: cur.execute(*query).fetchall()[0][0], read_only=True
+        )
+        return found
+
+    def _thread_page(
+        self, ids: Sequence[str]
+    ) -> tuple[float, _list[Any], dict[str, dict[str, Any] | None]]:
+        batch = _facts_batch(list(ids), self._now())
+        now, rows, facts = self._engine.run("search_threads", batch=batch, read_only=True)
+        return now, rows, dict(facts)
+
     def thread_summary(self, thread_id: str) -> dict[str, Any] | None:
         """Summarise one thread as `threads()` does (status included); None if there is none."""
         check_name(thread_id, "thread_id")
@@ -132,7 +163,9 @@ class PgReadAPI(PgInspectionAPI, PgThreadsAPI):
 _Read = tuple[float, _list[Any], dict[str, dict[str, Any]]]
 
 
-def _facts_batch(thread_id: str | None, at: float | None, *, summaries: bool = True) -> Send[_Read]:
+def _facts_batch(
+    thread_id: str | _list[str] | None, at: float | None, *, summaries: bool = True
+) -> Send[_Read]:
     """Read summaries, the store's time and status facts of every thread (or one): one round trip.
 
     Five statements of one read-only snapshot (`PgConnection.run`'s
@@ -143,18 +176,27 @@ def _facts_batch(thread_id: str | None, at: float | None, *, summaries: bool = T
     time, the summary rows and each thread's facts by id (no entry: no
     such thread).
     """
-    one: dict[str, Any] = {} if thread_id is None else {"thread_id": thread_id}
+    one: dict[str, Any] = {}
+    queries: tuple[str, ...] = (sql.THREAD_SUMMARIES, sql.STATUS_FACTS, sql.LATEST_ROOT_WRITES)
+    queries += (sql.LATEST_ROOT_VALUES,)
+    if isinstance(thread_id, list):  # a page of threads (`search_threads`)
+        one = {"ids": thread_id}
+        queries = (sql.THREAD_SUMMARIES_OF_IDS, sql.STATUS_FACTS_OF_IDS)
+        queries += (sql.LATEST_ROOT_WRITES_OF_IDS, sql.LATEST_ROOT_VALUES_OF_IDS)
+    elif thread_id is not None:
+        one = {"thread_id": thread_id}
+        queries = (sql.THREAD_SUMMARY, sql.STATUS_FACTS_OF, sql.LATEST_ROOT_WRITES_OF)
+        queries += (sql.LATEST_ROOT_VALUES_OF,)
     by_kind = {"kinds": sorted(st.RUN_EVENTS), **one}
-    single = thread_id is not None
 
     def send(execute: Execute) -> Callable[[], _Read]:
         listed = None
         if summaries:
-            listed = execute(sql.THREAD_SUMMARY if single else sql.THREAD_SUMMARIES, one)
+            listed = execute(queries[0], one)
         clock = execute(sql.GET_NOW, {"now": at})
-        facts = execute(sql.STATUS_FACTS_OF if single else sql.STATUS_FACTS, by_kind)
-        writes = execute(sql.LATEST_ROOT_WRITES_OF if single else sql.LATEST_ROOT_WRITES, one)
-        values = execute(sql.LATEST_ROOT_VALUES_OF if single else sql.LATEST_ROOT_VALUES, one)
+        facts = execute(queries[1], by_kind)
+        writes = execute(queries[2], one)
+        values = execute(queries[3], one)
 
         def finish() -> _Read:
             of: dict[str, _list[Any]] = {}

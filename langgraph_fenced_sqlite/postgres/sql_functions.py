@@ -433,3 +433,80 @@ VALUE_TABLE = """
         END IF;
     END $$;
 """
+
+# Migration 12: thread search (`search_threads`, `count_threads`), the SQLite
+# store's `thread_tags` (its schema 6). `lgfs_thread_tags` holds each
+# thread's latest root checkpoint's top-level metadata keys and values, so a
+# metadata filter seeks `lgfs_thread_tags_value` instead of reading every
+# thread's latest checkpoint; LangGraph's per-step keys
+# (`core.thread_search.UNINDEXED_KEYS`) and JSON nulls are left out (they
+# change at every step). Kept by triggers, so every path that stores or
+# removes a root checkpoint keeps it current; a thread's puts are serialised
+# by its row's lock (`FENCE`), so one thread's tags are never written by two
+# transactions at once. A put whose keys did not change only reads here.
+# Metadata that is not a JSON object (damage) counts as none, and a put
+# never fails on it: only the parse runs in an exception block (a
+# subtransaction that writes nothing), the writes outside it.
+THREAD_TAGS = """
+    CREATE TABLE lgfs_thread_tags (
+        thread_id text COLLATE "C" NOT NULL,
+        key text COLLATE "C" NOT NULL,
+        value jsonb NOT NULL,
+        PRIMARY KEY (thread_id, key)
+    );
+    CREATE INDEX lgfs_thread_tags_value ON lgfs_thread_tags (key, value, thread_id);
+    CREATE OR REPLACE FUNCTION lgfs_tags_of(p_metadata text) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE AS $$
+    DECLARE
+        m jsonb;
+    BEGIN
+        BEGIN
+            m := p_metadata::jsonb;
+        EXCEPTION WHEN others THEN
+            m := NULL;
+        END;
+        IF m IS NULL OR jsonb_typeof(m) <> 'object' THEN RETURN '{}'::jsonb; END IF;
+        RETURN (SELECT coalesce(jsonb_object_agg(e.key, e.value), '{}'::jsonb)
+            FROM jsonb_each(m) e WHERE e.key NOT IN ('source', 'step', 'parents', 'writes')
+            AND e.value <> 'null'::jsonb);
+    END $$;
+    CREATE OR REPLACE FUNCTION lgfs_retag(p_thread_id text, p_metadata text) RETURNS void
+    LANGUAGE plpgsql AS $$
+    DECLARE
+        m jsonb := lgfs_tags_of(p_metadata);
+    BEGIN
+        DELETE FROM lgfs_thread_tags g WHERE g.thread_id = p_thread_id
+            AND (m -> g.key) IS DISTINCT FROM g.value;
+        INSERT INTO lgfs_thread_tags (thread_id, key, value)
+            SELECT p_thread_id, e.key, e.value FROM jsonb_each(m) e
+            WHERE NOT EXISTS (SELECT 1 FROM lgfs_thread_tags g
+                WHERE g.thread_id = p_thread_id AND g.key = e.key);
+    END $$;
+    CREATE OR REPLACE FUNCTION lgfs_tag_put() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM lgfs_checkpoints c WHERE c.thread_id = NEW.thread_id
+                AND c.checkpoint_ns = '' AND c.position > NEW.position) THEN
+            PERFORM lgfs_retag(NEW.thread_id, NEW.metadata);
+        END IF;
+        RETURN NULL;
+    END $$;
+    CREATE OR REPLACE FUNCTION lgfs_tag_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM lgfs_checkpoints c WHERE c.thread_id = OLD.thread_id
+                AND c.checkpoint_ns = '' AND c.position > OLD.position) THEN
+            PERFORM lgfs_retag(OLD.thread_id, (SELECT c.metadata FROM lgfs_checkpoints c
+                WHERE c.thread_id = OLD.thread_id AND c.checkpoint_ns = ''
+                ORDER BY c.position DESC LIMIT 1));
+        END IF;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER lgfs_checkpoints_tags AFTER INSERT ON lgfs_checkpoints
+        FOR EACH ROW WHEN (NEW.checkpoint_ns = '') EXECUTE FUNCTION lgfs_tag_put();
+    CREATE TRIGGER lgfs_checkpoints_tags_delete AFTER DELETE ON lgfs_checkpoints
+        FOR EACH ROW WHEN (OLD.checkpoint_ns = '') EXECUTE FUNCTION lgfs_tag_delete();
+    INSERT INTO lgfs_thread_tags (thread_id, key, value)
+        SELECT l.thread_id, e.key, e.value FROM (SELECT DISTINCT ON (c.thread_id) c.thread_id,
+            c.metadata FROM lgfs_checkpoints c WHERE c.checkpoint_ns = ''
+            ORDER BY c.thread_id, c.position DESC) l,
+        jsonb_each(lgfs_tags_of(l.metadata)) e;
+"""
