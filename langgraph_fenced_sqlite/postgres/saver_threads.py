@@ -42,7 +42,19 @@ _list = builtins.list
 # Methods of `ThreadsBase` (core/) this class inherits as they are: they read only through
 # the methods below (`_judge` applies `status.judge` to facts `_status_facts`
 # read). tests/postgres/test_postgres_inspect.py checks that nothing else is inherited.
-STORE_NEUTRAL = ("_judge", "athread_status", "resolve_namespace")
+STORE_NEUTRAL = (
+    "_judge",
+    "athread_status",
+    "resolve_namespace",
+    # The search (`search_threads`, `count_threads`) reads only through
+    # `_search_candidates`, `_count_candidates` and `_thread_page` below.
+    "search_threads",
+    "count_threads",
+    "asearch_threads",
+    "acount_threads",
+    "_ordered",
+    "_judged",
+)
 
 
 class PgThreadsAPI(ThreadsBase):

@@ -1269,12 +1269,16 @@ def search_threads(
     if ids is not None:
         where.append(_OF_IDS)
         params["ids"] = list(ids)
-    latest = (
-        "(SELECT l.metadata FROM lgfs_checkpoints l WHERE l.thread_id = t.thread_id "
-        "AND l.checkpoint_ns = '' ORDER BY l.position DESC LIMIT 1)"
-    )
-    for i, (key, value) in enumerate(unindexed):
-        where.append(_metadata_match(latest, f"u{i}", key, value, params))
+    if unindexed:  # on the latest root checkpoint: a thread with none matches nothing
+        matches = " AND ".join(
+            _metadata_match("m.metadata", f"u{i}", key, value, params)
+            for i, (key, value) in enumerate(unindexed)
+        )
+        where.append(
+            "EXISTS (SELECT 1 FROM (SELECT l.metadata FROM lgfs_checkpoints l "
+            "WHERE l.thread_id = t.thread_id AND l.checkpoint_ns = '' "
+            f"ORDER BY l.position DESC LIMIT 1) m WHERE {matches})"
+        )
     where.append(_NOT_TOMBSTONE)
     activity_cells = (
         "(SELECT max(c.created_at) FROM lgfs_checkpoints c WHERE c.thread_id = t.thread_id), "

@@ -284,6 +284,7 @@ def _load_cases() -> None:
         cases_fencing,
         cases_history,
         cases_input,
+        cases_search,
         cases_store,
         cases_values,
     )

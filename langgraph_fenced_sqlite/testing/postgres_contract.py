@@ -83,6 +83,11 @@ PG_CASES: tuple[str, ...] = (
     "33-an_accepted_special_write_after_expiry_is_what_readers_see",
     "34-a_damaged_value_row_is_undecodable_naming_its_channel",
     "35-wrong_shape_arguments_are_invalid_argument_and_change_nothing",
+    "38-search_filters_by_status_and_activity_as_threads_does",
+    "38-search_follows_retraction_deletion_and_pruning",
+    "38-search_matches_the_latest_root_checkpoints_metadata",
+    "38-search_orders_and_pages_every_thread_once",
+    "38-search_refuses_bad_arguments_naming_them",
 )
 
 
