@@ -47,7 +47,8 @@ def _fill(env: ContractEnv, store: Any) -> dict[str, list[str]]:
         env.clock.advance(1)
         # The latest root checkpoint decides: `d` moved from billing to "sales",
         # and `c` has a nested value and a JSON null.
-        latest = {"user": user, "topic": "sales" if thread_id == "d" else "billing"}
+        latest: dict[str, Any] = {"user": user}
+        latest["topic"] = "sales" if thread_id == "d" else "billing"
         if thread_id == "c":
             latest.update(tags={"lang": ["en", "fr"]}, note=None)
         chains[thread_id].append(_put(store, thread_id, first, latest, step=i + 1))
