@@ -60,7 +60,7 @@ class ThreadsBase(UsesStore):
         inactive_for: float | timedelta | None = None,
         sort_by: str = "updated_at",
         order: str = "desc",
-        limit: int = 10,
+        limit: int | None = 10,
         offset: int = 0,
     ) -> _list[dict[str, Any]]:
         """Find threads by their latest metadata, status and activity; return one page.
@@ -88,9 +88,9 @@ class ThreadsBase(UsesStore):
             inactive_for: Only threads not written for at least this long
                 (seconds or a timedelta), as `threads(inactive_for=)`.
             sort_by: "updated_at" (the summary's `last_activity`) or
-                "thread_id"; ties are broken by thread id.
+                "thread_id"; threads equally recent are in thread id order.
             order: "desc" (default) or "asc".
-            limit: The page size (from 1).
+            limit: The page size (from 1), or None for every match.
             offset: How many matching threads to skip (from 0).
 
         Returns:
@@ -106,7 +106,8 @@ class ThreadsBase(UsesStore):
             return self._judged([r[0] for r in rows], None, q.limit)
         ordered = self._ordered(q)
         if q.states is None:
-            return self._judged(ordered[q.offset : q.offset + q.limit], None, q.limit)
+            end = None if q.limit is None else q.offset + q.limit
+            return self._judged(ordered[q.offset : end], None, q.limit)
         return self._judged(ordered, q.states, q.limit, skip=q.offset)
 
     def count_threads(
@@ -173,8 +174,11 @@ class ThreadsBase(UsesStore):
             activity = last_activity(last_cp, last_ev)
             if q.idle_for is not None and not is_inactive(activity, now, q.idle_for):
                 continue
-            keyed.append((activity if q.sort_by == "updated_at" else 0.0, str(thread_id)))
-        keyed.sort(reverse=q.desc)
+            keyed.append((activity, str(thread_id)))
+        if q.sort_by == "thread_id":
+            keyed.sort(key=lambda k: k[1], reverse=q.desc)
+        else:  # threads equally recent in thread id order, whichever the order (as `threads()`)
+            keyed.sort(key=lambda k: (-k[0] if q.desc else k[0], k[1]))
         return [thread_id for _, thread_id in keyed]
 
     def _judged(

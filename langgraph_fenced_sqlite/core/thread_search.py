@@ -20,7 +20,7 @@ from typing import Any
 from ..clock import to_seconds
 from ..errors import InvalidArgument, bad_argument
 from .status import check_states
-from .validation import check_filter, check_int, check_iterable, check_name
+from .validation import check_filter, check_int, check_iterable, check_limit, check_name
 
 __all__ = ["ORDERS", "SORT_BY", "UNINDEXED_KEYS", "ThreadQuery", "thread_query"]
 
@@ -51,7 +51,7 @@ class ThreadQuery:
         idle_for: Only threads inactive for at least this long, in seconds.
         sort_by: One of `SORT_BY`.
         desc: Whether the order is descending.
-        limit: The page size.
+        limit: The page size (None: every match).
         offset: How many matching threads the page skips.
     """
 
@@ -61,7 +61,7 @@ class ThreadQuery:
     idle_for: float | None
     sort_by: str
     desc: bool
-    limit: int
+    limit: int | None
     offset: int
 
     @property
@@ -78,6 +78,11 @@ class ThreadQuery:
     def in_sql(self) -> bool:
         """Whether the store can page by itself: ordered by thread id, nothing judged after."""
         return self.sort_by == "thread_id" and self.states is None and self.idle_for is None
+
+    @property
+    def window(self) -> tuple[bool, int, int]:
+        """`(descending, limit, offset)` for a store's SQL (-1: no limit, as SQLite's)."""
+        return self.desc, -1 if self.limit is None else self.limit, self.offset
 
     @property
     def needs_activity(self) -> bool:
@@ -105,7 +110,7 @@ def thread_query(
         InvalidArgument: naming the argument: `metadata` not a dict of JSON
             values under string keys, an unknown `status`, `ids` not a list
             of thread ids, a negative `inactive_for`, `sort_by` not in
-            `SORT_BY`, `order` not "asc"/"desc", `limit` not an int from 1,
+            `SORT_BY`, `order` not "asc"/"desc", `limit` not None or an int from 1,
             `offset` not an int from 0.
     """
     try:
@@ -128,6 +133,6 @@ def thread_query(
         idle_for,
         sort_by,
         order == "desc",
-        check_int(limit, "limit", minimum=1),
+        check_limit(limit),
         check_int(offset, "offset"),
     )

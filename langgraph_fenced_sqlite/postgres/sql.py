@@ -1290,7 +1290,8 @@ def search_threads(
         f"WHERE {' AND '.join(where)}"
     )
     if page is not None:
-        descending, params["limit"], params["offset"] = page
+        descending, limit, params["offset"] = page
+        params["limit"] = None if limit < 0 else limit  # LIMIT NULL: no limit
         sql += (
             f" ORDER BY t.thread_id{' DESC' if descending else ''} "
             "LIMIT %(limit)s OFFSET %(offset)s"

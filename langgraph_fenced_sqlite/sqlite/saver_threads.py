@@ -91,7 +91,7 @@ class ThreadsAPI(ThreadsBase):
     def _search_candidates(
         self, q: ThreadQuery, *, page: bool
     ) -> tuple[float, _list[tuple[Any, Any, Any]]]:
-        window = (q.desc, q.limit, q.offset) if page else None
+        window = q.window if page else None
         query = schema.search_threads(
             q.indexed, q.unindexed, q.ids, activity=q.needs_activity, page=window
         )

@@ -128,12 +128,13 @@ def case_search_orders_and_pages_every_thread_once(env: ContractEnv) -> None:
                 paged += _ids(page)
             assert paged == whole, (sort_by, order)
     assert store.search_threads(offset=5) == []
-    # Ties (the same activity) are ordered by thread id, whichever way.
+    # Threads equally recent are in thread id order, whichever the order.
     env.clock.advance(10)
     for thread_id in ("y", "x", "z"):
         _put(store, thread_id, None, {"user": "tie"})
-    assert _ids(store.search_threads(metadata={"user": "tie"})) == ["z", "y", "x"]
+    assert _ids(store.search_threads(metadata={"user": "tie"})) == ["x", "y", "z"]
     assert _ids(store.search_threads(metadata={"user": "tie"}, order="asc")) == ["x", "y", "z"]
+    assert _ids(store.search_threads(limit=None)) == _ids(store.search_threads(limit=100))
 
 
 @contract_case(38)
@@ -208,6 +209,7 @@ def case_search_refuses_bad_arguments_naming_them(env: ContractEnv) -> None:
         ("sort_by", {"sort_by": "created_at"}),
         ("order", {"order": "newest"}),
         ("limit", {"limit": 0}),
+        ("limit", {"limit": True}),
         ("limit", {"limit": "20"}),
         ("offset", {"offset": -1}),
     ]
