@@ -44,14 +44,24 @@ MIN_SQLITE_VERSION = (3, 35, 0)
 PROBE_JSON = "SELECT json_extract('{\"a\": 1}', '$.a')"
 
 # Which of a metadata object's top-level entries `thread_tags` holds:
-# not LangGraph's per-step keys (`core.saver_threads.UNINDEXED_KEYS`), not a
+# not LangGraph's per-step keys (`core.thread_search.UNINDEXED_KEYS`), not a
 # JSON null. Migrations are append-only: never edit these once shipped.
 _TAGGED = "j.key NOT IN ('source', 'step', 'parents', 'writes') AND j.type <> 'null'"
+# The part of a metadata text that `thread_tags` is made from, as one text
+# (NULL for a text that is not JSON), kept per thread in `thread_tag_sources`:
+# a put whose metadata gives the same text (the common put: only LangGraph's
+# per-step keys changed) cannot change the thread's tags, and its trigger
+# stops at that comparison (one JSON parse and one seek, instead of reading
+# each key's row).
+_TAG_SOURCE = (
+    "CASE WHEN json_valid({metadata}) THEN json_remove({metadata}, "
+    "'$.source', '$.step', '$.parents', '$.writes') END"
+)
 # Make a thread's rows of `thread_tags` those of `{metadata}` (a metadata text,
 # or NULL: none): drop keys gone or left out, then insert new keys and update
-# changed values. A value that did not change writes nothing (the upsert's
-# WHERE), so the common put only reads. Damaged metadata (not a JSON object)
-# counts as none: a put never fails here.
+# changed values (a value that did not change writes nothing: the upsert's
+# WHERE), and record the text they were made from. Damaged metadata (not a
+# JSON object) counts as none: a put never fails here.
 _RETAG = (
     """DELETE FROM thread_tags WHERE thread_id = {thread} AND key NOT IN (
                 SELECT j.key FROM json_each(CASE WHEN json_valid({metadata})
@@ -66,7 +76,16 @@ _RETAG = (
     + _TAGGED
     + """
                 ON CONFLICT (thread_id, key) DO UPDATE SET value = excluded.value
-                WHERE value IS NOT excluded.value;"""
+                WHERE value IS NOT excluded.value;
+            DELETE FROM thread_tag_sources WHERE thread_id = {thread} AND ("""
+    + _TAG_SOURCE
+    + """) IS NULL;
+            INSERT INTO thread_tag_sources (thread_id, tagged) SELECT {thread}, """
+    + _TAG_SOURCE
+    + """ WHERE ("""
+    + _TAG_SOURCE
+    + """) IS NOT NULL
+                ON CONFLICT (thread_id) DO UPDATE SET tagged = excluded.tagged;"""
 )
 _LATEST_ROOT_METADATA = (
     "(SELECT l.metadata FROM checkpoints l WHERE l.thread_id = OLD.thread_id "
@@ -273,10 +292,18 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (thread_id, key)
         ) WITHOUT ROWID""",
         "CREATE INDEX thread_tags_by_value ON thread_tags (key, value, thread_id)",
-        # Only for the thread's latest root checkpoint (nothing newer stored:
-        # an import or copy may store older ones after it).
+        """CREATE TABLE thread_tag_sources (
+            thread_id TEXT PRIMARY KEY,
+            tagged TEXT NOT NULL
+        ) WITHOUT ROWID""",
+        # Only when the tags can change (`_TAG_SOURCE`), and only for the
+        # thread's latest root checkpoint (nothing newer stored: an import
+        # or copy may store older ones after it).
         f"""CREATE TRIGGER checkpoints_thread_tags AFTER INSERT ON checkpoints
-            WHEN NEW.checkpoint_ns = '' AND NOT EXISTS (SELECT 1 FROM checkpoints c
+            WHEN NEW.checkpoint_ns = '' AND ({_TAG_SOURCE.format(metadata="NEW.metadata")})
+                IS NOT (SELECT s.tagged FROM thread_tag_sources s
+                WHERE s.thread_id = NEW.thread_id)
+                AND NOT EXISTS (SELECT 1 FROM checkpoints c
                 WHERE c.thread_id = NEW.thread_id AND c.checkpoint_ns = ''
                 AND c.position > NEW.position) BEGIN
             {_RETAG.format(thread="NEW.thread_id", metadata="NEW.metadata")}
@@ -297,6 +324,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
                 WHERE l.thread_id = c.thread_id AND l.checkpoint_ns = ''
                 ORDER BY l.position DESC LIMIT 1)
             AND {_TAGGED}""",
+        f"""INSERT INTO thread_tag_sources (thread_id, tagged)
+            SELECT c.thread_id, {_TAG_SOURCE.format(metadata="c.metadata")} FROM checkpoints c
+            WHERE c.checkpoint_ns = '' AND c.rowid = (SELECT l.rowid FROM checkpoints l
+                WHERE l.thread_id = c.thread_id AND l.checkpoint_ns = ''
+                ORDER BY l.position DESC LIMIT 1)
+            AND ({_TAG_SOURCE.format(metadata="c.metadata")}) IS NOT NULL""",
     ),
 )
 
