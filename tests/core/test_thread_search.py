@@ -19,15 +19,14 @@ from langgraph_fenced_sqlite.sqlite import schema
 from langgraph_fenced_sqlite.testing._helpers import step_checkpoint, token_config
 
 
-def _left_out(sql: str) -> set[str]:
-    (listed,) = re.findall(r"key NOT IN \(('[^)]*')\)", sql)
-    return {k.strip().strip("'") for k in listed.split(",")}
-
-
 def test_both_stores_leave_out_exactly_the_keys_the_core_reads_per_thread() -> None:
     """A key left out of an index but not in `UNINDEXED_KEYS` would never be found."""
-    assert _left_out(schema._TAGGED) == set(UNINDEXED_KEYS)
-    assert _left_out(THREAD_TAGS) == set(UNINDEXED_KEYS)
+    (listed,) = re.findall(r"key NOT IN \(('[^)]*')\)", schema._TAGGED)
+    assert {k.strip().strip("'") for k in listed.split(",")} == set(UNINDEXED_KEYS)
+    removed = re.findall(r"'(\$\.[a-z]+)'", schema._TAG_SOURCE)
+    assert removed == [f"$.{k}" for k in UNINDEXED_KEYS]
+    (pg_listed,) = re.findall(r"m - '\{([^}]*)\}'::text\[\]", THREAD_TAGS)
+    assert pg_listed.split(",") == list(UNINDEXED_KEYS)
 
 
 def test_a_query_splits_its_metadata_between_the_index_and_the_latest_checkpoint() -> None:
