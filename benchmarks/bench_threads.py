@@ -35,7 +35,7 @@ import sqlite3
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from _common import (
@@ -185,35 +185,40 @@ def postgres_server() -> Iterator[tuple[Any, str]]:
 # --- the figures -------------------------------------------------------------------------------
 
 
-def timed(call: Callable[[str], Any], users: list[str], rounds: int) -> float:
-    """Return the median seconds of `call(user)` over `rounds` calls, a user each."""
-    call(users[0])  # warm the statement caches
-    samples = []
+QUERIES: dict[str, Callable[[Any, str], Any]] = {
+    "search": lambda saver, user: saver.search_threads(metadata={"user": user}, limit=20),
+    "count": lambda saver, user: saver.count_threads(metadata={"user": user}),
+    "by_id": lambda saver, user: saver.search_threads(
+        metadata={"user": user}, sort_by="thread_id", limit=20
+    ),
+}
+
+
+def measure(savers: dict[int, Any], per_user: int, rounds: int) -> dict[int, dict[str, float]]:
+    """The median of each query per store size, the sizes interleaved call by call.
+
+    Each round runs every query once on each store, in a rotated order, each
+    call for another user (so no two calls in a row read the same rows).
+    """
+    users = {n: sorted({user_of(i, per_user) for i in range(n)}) for n in savers}
+    for n, saver in savers.items():  # what each store holds, and warm statement caches
+        page = saver.search_threads(metadata={"user": users[n][1]}, limit=20)
+        assert len(page) == min(20, per_user) and page[0]["checkpoints"] == CHECKPOINTS, page[:1]
+        assert saver.count_threads(metadata={"user": users[n][1]}) == per_user
+        for query in QUERIES.values():
+            for user in users[n][:5]:
+                query(saver, user)
+    samples: dict[int, dict[str, list[float]]] = {n: {k: [] for k in QUERIES} for n in savers}
+    sizes = list(savers)
     for r in range(rounds):
-        user = users[(r * 7919) % len(users)]
-        t0 = time.perf_counter()
-        call(user)
-        samples.append(time.perf_counter() - t0)
-    return median(samples)
-
-
-def measure(saver: Any, n: int, per_user: int, rounds: int) -> dict[str, float]:
-    """The median of each query on a store of `n` threads (checked against what it holds)."""
-    users = sorted({user_of(i, per_user) for i in range(n)})
-    page = saver.search_threads(metadata={"user": users[1]}, limit=20)
-    assert len(page) == min(20, per_user) and page[0]["checkpoints"] == CHECKPOINTS, page[:1]
-    assert saver.count_threads(metadata={"user": users[1]}) == per_user
-    return {
-        "search": timed(
-            lambda u: saver.search_threads(metadata={"user": u}, limit=20), users, rounds
-        ),
-        "count": timed(lambda u: saver.count_threads(metadata={"user": u}), users, rounds),
-        "by_id": timed(
-            lambda u: saver.search_threads(metadata={"user": u}, sort_by="thread_id", limit=20),
-            users,
-            rounds,
-        ),
-    }
+        order = sizes[r % len(sizes) :] + sizes[: r % len(sizes)]
+        for key, query in QUERIES.items():
+            for n in order:
+                user = users[n][(r * 7919) % len(users[n])]
+                t0 = time.perf_counter()
+                query(savers[n], user)
+                samples[n][key].append(time.perf_counter() - t0)
+    return {n: {k: median(v) for k, v in by_key.items()} for n, by_key in samples.items()}
 
 
 FIGURES = (
@@ -250,47 +255,79 @@ def report(
 
 
 def run_sqlite(directory: str, n: int, small_n: int, per_user: int, rounds: int) -> None:
-    figures = {}
-    built = 0.0
+    built = {}
+    paths = {}
     for size in (small_n, n):
-        path = os.path.join(directory, f"threads-{size}.db")
-        took = build_sqlite(path, size, per_user)
-        built = took if size == n else built
-        with FencedSqliteSaver(path, readonly=True) as saver:
-            figures[size] = measure(saver, size, per_user, rounds)
-    report("SQLITE", small_n, n, per_user, figures[small_n], figures[n], built)
+        paths[size] = os.path.join(directory, f"threads-{size}.db")
+        built[size] = build_sqlite(paths[size], size, per_user)
+    savers = {size: FencedSqliteSaver(path, readonly=True) for size, path in paths.items()}
+    try:
+        figures = measure(savers, per_user, rounds)
+    finally:
+        for saver in savers.values():
+            saver.close()
+    report("SQLITE", small_n, n, per_user, figures[small_n], figures[n], built[n])
 
 
-def run_postgres(n: int, small_n: int, per_user: int, rounds: int) -> None:
+def run_postgres(
+    n: int, small_n: int, per_user: int, rounds: int, put_rounds: int, ops: int
+) -> None:
     from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
 
     with postgres_server() as (server, why):
         if server is None:
             print(f"POSTGRESQL: skipped ({why})\n")
             return
-        figures = {}
-        built = 0.0
+        built = {}
+        dsns = {}
         for size in (small_n, n):
-            dsn = server.fresh_dsn()
-            took = build_postgres(dsn, size, per_user)
-            built = took if size == n else built
-            with FencedPostgresSaver.from_conn_string(dsn) as saver:
-                figures[size] = measure(saver, size, per_user, rounds)
-        report("POSTGRESQL", small_n, n, per_user, figures[small_n], figures[n], built)
+            dsns[size] = server.fresh_dsn()
+            built[size] = build_postgres(dsns[size], size, per_user)
+        with ExitStack() as stack:
+            savers = {
+                size: stack.enter_context(FencedPostgresSaver.from_conn_string(dsn))
+                for size, dsn in dsns.items()
+            }
+            figures = measure(savers, per_user, rounds)
+        report("POSTGRESQL", small_n, n, per_user, figures[small_n], figures[n], built[n])
+        with ExitStack() as stack:
+            pair = {}
+            for name in ("indexed", "no index"):
+                dsn = server.fresh_dsn()
+                saver = stack.enter_context(FencedPostgresSaver.from_conn_string(dsn))
+                saver.setup()
+                if name == "no index":
+                    with psycopg_connect(dsn) as conn:
+                        conn.execute(
+                            "ALTER TABLE lgfs_checkpoints DISABLE TRIGGER lgfs_checkpoints_tags"
+                        )
+                pair[name] = saver
+            put_path("POSTGRESQL", pair, put_rounds, ops, "trigger disabled")
 
 
-def put_path(directory: str, rounds: int, ops: int) -> None:
-    """`put` with the index's triggers against the same file without them, interleaved."""
+def psycopg_connect(dsn: str) -> Any:
+    import psycopg
+
+    return psycopg.connect(dsn, autocommit=True)
+
+
+def sqlite_put_pair(directory: str) -> dict[str, Any]:
+    """Two fresh files; the second's index triggers dropped (behind its open saver)."""
     savers = {}
     for name in ("indexed", "no index"):
         path = os.path.join(directory, f"put-{name.replace(' ', '-')}.db")
         savers[name] = FencedSqliteSaver(path)
-        if name == "no index":  # dropped behind the open saver: it checks triggers at open only
+        if name == "no index":  # the saver checks its triggers at open only
             conn = sqlite3.connect(path)
             conn.execute("DROP TRIGGER checkpoints_thread_tags")
             conn.execute("DROP TRIGGER checkpoints_thread_tags_delete")
             conn.commit()
             conn.close()
+    return savers
+
+
+def put_path(store: str, savers: dict[str, Any], rounds: int, ops: int, off: str) -> None:
+    """`put` with the index's triggers against the same store without them, interleaved."""
     latest: dict[str, Any] = {name: None for name in savers}
     step = {name: 0 for name in savers}
 
@@ -303,26 +340,21 @@ def put_path(directory: str, rounds: int, ops: int) -> None:
                 step[name] += 1
                 md = {"source": "loop", "step": step[name], "parents": {}, "user": "ann"}
                 cp = step_checkpoint(step[name], {"n": step[name]})
-                latest[name] = saver.put(token_config("t", latest[name], None), cp, md, {})[
-                    "configurable"
-                ]["checkpoint_id"]
+                stored = saver.put(token_config("t", latest[name], None), cp, md, {})
+                latest[name] = stored["configurable"]["checkpoint_id"]
             return time.perf_counter() - t0
 
         return run
 
-    try:
-        samples = interleave({name: contender(name) for name in savers}, rounds=rounds, ops=ops)
-    finally:
-        for saver in savers.values():
-            saver.close()
+    samples = interleave({name: contender(name) for name in savers}, rounds=rounds, ops=ops)
     ratio = paired_ratio(samples["indexed"], samples["no index"])
     table = Table(
-        f"PUT PATH: SQLite put (metadata user unchanged, step changing), the index's "
+        f"PUT PATH: {store} put (metadata user unchanged, step changing), the index's "
         f"triggers against none, {rounds} interleaved rounds of {ops}",
         ["contender", "median per put", "ratio", "note"],
     )
-    table.add("indexed (schema 6)", fmt_time(median(samples["indexed"])), f"{ratio:.3f}x", "info")
-    table.add("no index (triggers dropped)", fmt_time(median(samples["no index"])), "1.000x", "")
+    table.add("indexed", fmt_time(median(samples["indexed"])), f"{ratio:.3f}x", "info")
+    table.add(f"no index ({off})", fmt_time(median(samples["no index"])), "1.000x", "")
     table.print()
 
 
@@ -342,11 +374,17 @@ def main() -> None:
     print(describe_build())
     print(f"thread search: {n:,} threads against {small_n:,}, {rounds} calls per figure\n")
     with scratch_dir("bench-threads", base=args.dir, keep=args.keep) as directory:
+        put_rounds, ops = (10, 20) if args.quick else (40, 100)
         if "sqlite" in stores:
             run_sqlite(directory, n, small_n, per_user, rounds)
-            put_path(directory, rounds=10 if args.quick else 40, ops=20 if args.quick else 100)
+            pair = sqlite_put_pair(directory)
+            try:
+                put_path("SQLite", pair, put_rounds, ops, "triggers dropped")
+            finally:
+                for saver in pair.values():
+                    saver.close()
         if "postgres" in stores:
-            run_postgres(n, small_n, per_user, rounds)
+            run_postgres(n, small_n, per_user, rounds, put_rounds, ops)
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
     print("result: done (figures, not assertions)")
 
