@@ -501,10 +501,19 @@ THREAD_TAGS = """
         END IF;
     END $$;
     CREATE OR REPLACE FUNCTION lgfs_tag_put() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        -- A simple expression (no executor) and one index seek: the common
+        -- put ends at the comparison (measured: one query doing both cost
+        -- about twice as much).
+        source jsonb := lgfs_tag_source(NEW.metadata::jsonb);
+        stored jsonb;
     BEGIN
-        IF lgfs_tag_source(NEW.metadata::jsonb) IS NOT DISTINCT FROM (SELECT s.tagged
-                FROM lgfs_thread_tag_sources s WHERE s.thread_id = NEW.thread_id)
-            OR EXISTS (SELECT 1 FROM lgfs_checkpoints c WHERE c.thread_id = NEW.thread_id
+        SELECT s.tagged INTO stored FROM lgfs_thread_tag_sources s
+            WHERE s.thread_id = NEW.thread_id;
+        IF source IS NOT DISTINCT FROM stored THEN
+            RETURN NULL;
+        END IF;
+        IF EXISTS (SELECT 1 FROM lgfs_checkpoints c WHERE c.thread_id = NEW.thread_id
                 AND c.checkpoint_ns = '' AND c.position > NEW.position) THEN
             RETURN NULL;
         END IF;
