@@ -64,6 +64,7 @@ __all__ = [
     "exit_code",
     "fail",
     "find_thread",
+    "metadata_pair",
     "is_number",
     "jsonable",
     "open_existing",
@@ -308,6 +309,23 @@ def duration(text: str) -> float:
     if not match or float(match.group(1)) <= 0:
         raise argparse.ArgumentTypeError(f"expected a duration like 30s, 15m, 2h or 7d: {text!r}")
     return float(match.group(1)) * _UNIT[match.group(2)]
+
+
+def metadata_pair(text: str) -> tuple[str, Any]:
+    """Parse `--metadata KEY=VALUE` (VALUE a string) or `KEY:=JSON` (any JSON value).
+
+    A string is the default, so that `user=123` finds the user "123", not
+    the number; `step:=3`, `done:=true`, `note:=null` give JSON values.
+    """
+    key, sep, value = text.partition("=")
+    if not sep or not key or key == ":":
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE or KEY:=JSON: {text!r}")
+    if not key.endswith(":"):
+        return key, value
+    try:
+        return key[:-1], json.loads(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{key[:-1]}: not a JSON value: {value!r}") from None
 
 
 # The store keeps integers in SQLite's signed 64 bits.

@@ -21,6 +21,7 @@ from typing import Any
 
 from .. import __version__
 from ..core import status as st
+from ..core.thread_search import ORDERS, SORT_BY
 from ..errors import CheckpointNotFound
 from ..sqlite.saver import FencedSqliteSaver
 from ..tools import importer
@@ -51,6 +52,7 @@ from .io import (
     fail,
     find_thread,
     is_number,
+    metadata_pair,
     plural,
 )
 from .ops import add_db_option, parse_claims_words, resolve_file
@@ -103,9 +105,16 @@ def _ns(saver: FencedSqliteSaver, args: argparse.Namespace) -> None:
 
 @command(
     "threads",
-    "list threads, most recently active first",
+    "list or count threads: most recently active first, or as --sort says",
     path_only,
-    arg("--limit", type=count(1), help="at most N threads"),
+    arg(
+        "--metadata",
+        action="append",
+        type=metadata_pair,
+        metavar="KEY=VALUE",
+        help="only threads whose latest checkpoint's metadata has KEY equal to the string "
+        "VALUE (KEY:=JSON for a JSON value: a number, true, null...); repeatable, all must match",
+    ),
     arg(
         "--status",
         action="append",
@@ -119,15 +128,36 @@ def _ns(saver: FencedSqliteSaver, args: argparse.Namespace) -> None:
         metavar="DURATION",
         help="only threads not written for DURATION, e.g. 7d",
     ),
+    arg(
+        "--sort",
+        choices=SORT_BY,
+        default="updated_at",
+        help="order by last activity (updated_at, the default) or thread id",
+    ),
+    arg("--order", choices=ORDERS, default="desc", help="desc (the default) or asc"),
+    arg("--limit", type=count(1), help="at most N threads"),
+    arg("--offset", type=count(0), default=0, help="skip the first N matching threads"),
+    arg("--count", action="store_true", help="print how many threads match, not the threads"),
     view,
     streams=True,
 )
 def _cmd_threads(args: argparse.Namespace, out: Out) -> int:
+    filters: dict[str, Any] = {
+        "metadata": dict(args.metadata or []),
+        "status": args.status,
+        "inactive_for": args.inactive_for,
+    }
     with _read(args.path) as saver:
-        rows = saver.threads(status=args.status, inactive_for=args.inactive_for)
+        if args.count:
+            found = saver.count_threads(**filters)
+            out.document({"count": found}, lambda: plural(found, "thread"))
+            return 0
+        rows = saver.search_threads(
+            **filters, sort_by=args.sort, order=args.order, limit=args.limit, offset=args.offset
+        )
         now = saver.clock.now()
     items = []
-    for r in rows[: args.limit]:
+    for r in rows:
         claim = None if r["claim"] is None else claim_doc(r["claim"], now)
         items.append({**r, "claim": claim})
     out.rows(

@@ -11,18 +11,25 @@ decides a state.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
 from ..clock import to_seconds
 from ..errors import UndecodableRow, bad_argument
 from . import status
+from .maintenance import is_inactive
 from .saver_inspect import decode_values, decode_writes
 from .status import ThreadStatus
 from .store import UsesStore
+from .thread_search import ThreadQuery, thread_query
+from .twins import async_twin
 from .validation import check_name
 
 __all__ = ["ThreadsBase", "inactive_for_seconds", "last_activity"]
+
+# Threads whose status a filtered search judges per read (one snapshot each).
+_JUDGE_CHUNK = 100
 
 
 class ThreadsBase(UsesStore):
@@ -41,6 +48,167 @@ class ThreadsBase(UsesStore):
     async def athread_status(self, thread_id: str) -> ThreadStatus | None:
         """Async twin of `thread_status`."""
         return await self._engine.arun(self.thread_status, thread_id)
+
+    # --- search -------------------------------------------------------------------
+
+    def search_threads(
+        self,
+        *,
+        metadata: dict[str, Any] | None = None,
+        status: str | Iterable[str] | None = None,
+        ids: Iterable[str] | None = None,
+        inactive_for: float | timedelta | None = None,
+        sort_by: str = "updated_at",
+        order: str = "desc",
+        limit: int | None = 10,
+        offset: int = 0,
+    ) -> _list[dict[str, Any]]:
+        """Find threads by their latest metadata, status and activity; return one page.
+
+        Each item is the thread's summary exactly as `threads()` gives it
+        (`thread_id`, `checkpoints`, `namespaces`, `latest_step`,
+        `last_activity`, `claim`, `events`, `floor`, `next_seq`, `error`,
+        `status`): plain data. A metadata filter is matched as
+        `list(filter=...)` matches it (every key equal; a value of None also
+        matches a missing key), on the thread's latest checkpoint of the root
+        namespace; a thread with no root checkpoint matches no metadata
+        filter. Metadata keys are found through an index kept at each commit,
+        except LangGraph's per-step keys (`UNINDEXED_KEYS`: source, step,
+        parents, writes) and the value None, which are checked on each
+        candidate's latest checkpoint. Candidates are read in one snapshot,
+        the page's summaries in another: a thread deleted in between is left
+        out of the page.
+
+        Args:
+            metadata: Keys and values the latest root checkpoint's metadata
+                must all have.
+            status: Only threads in this state (or these states), of
+                `THREAD_STATES` (judged per thread, as `threads()` judges).
+            ids: Only these thread ids.
+            inactive_for: Only threads not written for at least this long
+                (seconds or a timedelta), as `threads(inactive_for=)`.
+            sort_by: "updated_at" (the summary's `last_activity`) or
+                "thread_id"; threads equally recent are in thread id order.
+            order: "desc" (default) or "asc".
+            limit: The page size (from 1), or None for every match.
+            offset: How many matching threads to skip (from 0).
+
+        Returns:
+            Up to `limit` summaries, in the order asked for.
+
+        Raises:
+            InvalidArgument: (naming the argument) any argument malformed:
+                nothing is read.
+        """
+        q = thread_query(metadata, status, ids, inactive_for, sort_by, order, limit, offset)
+        if q.in_sql:  # ordered and paged by the store's own index
+            _, rows = self._search_candidates(q, page=True)
+            return self._judged([r[0] for r in rows], None, q.limit)
+        ordered = self._ordered(q)
+        if q.states is None:
+            end = None if q.limit is None else q.offset + q.limit
+            return self._judged(ordered[q.offset : end], None, q.limit)
+        return self._judged(ordered, q.states, q.limit, skip=q.offset)
+
+    def count_threads(
+        self,
+        *,
+        metadata: dict[str, Any] | None = None,
+        status: str | Iterable[str] | None = None,
+        ids: Iterable[str] | None = None,
+        inactive_for: float | timedelta | None = None,
+    ) -> int:
+        """Count the threads `search_threads` finds with the same filters (every page).
+
+        With only `metadata` and `ids`, the store counts in one indexed
+        query; `inactive_for` reads each candidate's activity, and `status`
+        judges each candidate.
+
+        Raises:
+            InvalidArgument: (naming the argument) any argument malformed.
+        """
+        q = thread_query(metadata, status, ids, inactive_for)
+        if q.states is None and q.idle_for is None:
+            return self._count_candidates(q)
+        ordered = self._ordered(q)
+        if q.states is None:
+            return len(ordered)
+        return len(self._judged(ordered, q.states, None))
+
+    asearch_threads = async_twin(search_threads)
+    acount_threads = async_twin(count_threads)
+
+    def _search_candidates(
+        self, q: ThreadQuery, *, page: bool
+    ) -> tuple[float, _list[tuple[Any, Any, Any]]]:
+        """Read the threads matching `q`'s metadata and ids (the store's), in one snapshot.
+
+        Returns:
+            The store's time and `(thread_id, last_checkpoint_at,
+            last_event_at)` rows (the activity cells None unless
+            `q.needs_activity`); with `page`, only `q`'s page, ordered by
+            thread id (`q.in_sql`).
+        """
+        raise NotImplementedError
+
+    def _count_candidates(self, q: ThreadQuery) -> int:
+        """Count the threads matching `q`'s metadata and ids (the store's), in one query."""
+        raise NotImplementedError
+
+    def _thread_page(
+        self, ids: Sequence[str]
+    ) -> tuple[float, _list[Any], dict[str, dict[str, Any] | None]]:
+        """Read the summaries and status facts of `ids` in one snapshot (the store's).
+
+        Returns:
+            The store's time, `_summaries`' rows (none for a thread that is
+            gone), and each thread's `_status_facts` by id.
+        """
+        raise NotImplementedError
+
+    def _ordered(self, q: ThreadQuery) -> _list[str]:
+        """Return the ids of every candidate of `q`, filtered by activity and sorted."""
+        now, rows = self._search_candidates(q, page=False)
+        keyed = []
+        for thread_id, last_cp, last_ev in rows:
+            activity = last_activity(last_cp, last_ev)
+            if q.idle_for is not None and not is_inactive(activity, now, q.idle_for):
+                continue
+            keyed.append((activity, str(thread_id)))
+        if q.sort_by == "thread_id":
+            keyed.sort(key=lambda k: k[1], reverse=q.desc)
+        else:  # threads equally recent in thread id order, whichever the order (as `threads()`)
+            keyed.sort(key=lambda k: (-k[0] if q.desc else k[0], k[1]))
+        return [thread_id for _, thread_id in keyed]
+
+    def _judged(
+        self, ids: Sequence[str], states: frozenset[str] | None, limit: int | None, skip: int = 0
+    ) -> _list[dict[str, Any]]:
+        """Summarise `ids` in order, judged as `threads()` judges, keeping those in `states`.
+
+        Reads a chunk of threads per snapshot until `limit` are kept (after
+        skipping `skip` that match).
+        """
+        out: _list[dict[str, Any]] = []
+        size = _JUDGE_CHUNK if states is not None else max(len(ids), 1)
+        for start in range(0, len(ids), size):
+            chunk = ids[start : start + size]
+            now, rows, facts = self._thread_page(chunk)
+            found = {summary["thread_id"]: summary for summary in _summaries(rows)}
+            for thread_id in chunk:
+                summary = found.get(thread_id)
+                if summary is None:
+                    continue  # deleted since the candidates were read
+                judged = self._judge(thread_id, facts.get(thread_id), now)
+                if states is not None and judged.state not in states:
+                    continue
+                if skip:
+                    skip -= 1
+                    continue
+                out.append({**summary, "status": judged.to_dict()})
+                if limit is not None and len(out) >= limit:
+                    return out
+        return out
 
     def _judge(self, thread_id: str, facts: dict[str, Any] | None, now: float) -> ThreadStatus:
         """Decode what `_status_facts` read and apply the one rule (`status.judge`)."""

@@ -14,7 +14,7 @@ stores define activity, namespaces and errors once. Mixed into
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -22,9 +22,11 @@ from ..core import status as st
 from ..core.claims import ThreadRow
 from ..core.encryption import Encryption, encryption_of
 from ..core.events import decode_event
+from ..core.maintenance import is_inactive
 from ..core.run_fence import RUN_HOLDER
 from ..core.saver_threads import ThreadsBase, _summaries, inactive_for_seconds
 from ..core.status import ThreadStatus, check_states
+from ..core.thread_search import ThreadQuery
 from ..core.validation import check_name
 from ..errors import UndecodableRow
 from . import sql
@@ -42,7 +44,19 @@ _list = builtins.list
 # Methods of `ThreadsBase` (core/) this class inherits as they are: they read only through
 # the methods below (`_judge` applies `status.judge` to facts `_status_facts`
 # read). tests/postgres/test_postgres_inspect.py checks that nothing else is inherited.
-STORE_NEUTRAL = ("_judge", "athread_status", "resolve_namespace")
+STORE_NEUTRAL = (
+    "_judge",
+    "athread_status",
+    "resolve_namespace",
+    # The search (`search_threads`, `count_threads`) reads only through
+    # `_search_candidates`, `_count_candidates` and `_thread_page` below.
+    "search_threads",
+    "count_threads",
+    "asearch_threads",
+    "acount_threads",
+    "_ordered",
+    "_judged",
+)
 
 
 class PgThreadsAPI(ThreadsBase):
@@ -81,12 +95,42 @@ class PgThreadsAPI(ThreadsBase):
         )
         out = []
         for summary in _summaries(rows):
-            if idle_for is not None and summary["last_activity"] > now - idle_for:
+            if idle_for is not None and not is_inactive(summary["last_activity"], now, idle_for):
                 continue
             judged = self._judge(summary["thread_id"], facts.get(summary["thread_id"]), now)
             if states is None or judged.state in states:
                 out.append({**summary, "status": judged.to_dict()})
         return out
+
+    def _search_candidates(
+        self, q: ThreadQuery, *, page: bool
+    ) -> tuple[float, _list[tuple[Any, Any, Any]]]:
+        window = q.window if page else None
+        query = sql.search_threads(
+            q.indexed, q.unindexed, q.ids, activity=q.needs_activity, page=window
+        )
+        at = self._now()
+
+        def send(execute: Execute) -> Callable[[], tuple[float, _list[Any]]]:
+            clock = execute(sql.GET_NOW, {"now": at})
+            found = execute(*query)
+            return lambda: (float(clock.fetchall()[0][0]), found.fetchall())
+
+        return self._engine.run("search_threads", batch=send, read_only=True)
+
+    def _count_candidates(self, q: ThreadQuery) -> int:
+        query = sql.search_threads(q.indexed, q.unindexed, q.ids, count=True)
+        found: int = self._engine.run(
+            "count_threads", lambda cur: cur.execute(*query).fetchall()[0][0], read_only=True
+        )
+        return found
+
+    def _thread_page(
+        self, ids: Sequence[str]
+    ) -> tuple[float, _list[Any], dict[str, dict[str, Any] | None]]:
+        batch = _facts_batch(list(ids), self._now(), enc=encryption_of(self.serde))
+        now, rows, facts = self._engine.run("search_threads", batch=batch, read_only=True)
+        return now, rows, dict(facts)
 
     def thread_summary(self, thread_id: str) -> dict[str, Any] | None:
         """Summarise one thread as `threads()` does (status included); None if there is none."""
@@ -136,7 +180,7 @@ _Read = tuple[float, _list[Any], dict[str, dict[str, Any]]]
 
 
 def _facts_batch(
-    thread_id: str | None,
+    thread_id: str | _list[str] | None,
     at: float | None,
     *,
     summaries: bool = True,
@@ -152,18 +196,27 @@ def _facts_batch(
     time, the summary rows and each thread's facts by id (no entry: no
     such thread).
     """
-    one: dict[str, Any] = {} if thread_id is None else {"thread_id": thread_id}
+    one: dict[str, Any] = {}
+    queries: tuple[str, ...] = (sql.THREAD_SUMMARIES, sql.STATUS_FACTS, sql.LATEST_ROOT_WRITES)
+    queries += (sql.LATEST_ROOT_VALUES,)
+    if isinstance(thread_id, list):  # a page of threads (`search_threads`)
+        one = {"ids": thread_id}
+        queries = (sql.THREAD_SUMMARIES_OF_IDS, sql.STATUS_FACTS_OF_IDS)
+        queries += (sql.LATEST_ROOT_WRITES_OF_IDS, sql.LATEST_ROOT_VALUES_OF_IDS)
+    elif thread_id is not None:
+        one = {"thread_id": thread_id}
+        queries = (sql.THREAD_SUMMARY, sql.STATUS_FACTS_OF, sql.LATEST_ROOT_WRITES_OF)
+        queries += (sql.LATEST_ROOT_VALUES_OF,)
     by_kind = {"kinds": sorted(st.RUN_EVENTS), "run_holder": RUN_HOLDER, **one}
-    single = thread_id is not None
 
     def send(execute: Execute) -> Callable[[], _Read]:
         listed = None
         if summaries:
-            listed = execute(sql.THREAD_SUMMARY if single else sql.THREAD_SUMMARIES, one)
+            listed = execute(queries[0], one)
         clock = execute(sql.GET_NOW, {"now": at})
-        facts = execute(sql.STATUS_FACTS_OF if single else sql.STATUS_FACTS, by_kind)
-        writes = execute(sql.LATEST_ROOT_WRITES_OF if single else sql.LATEST_ROOT_WRITES, one)
-        values = execute(sql.LATEST_ROOT_VALUES_OF if single else sql.LATEST_ROOT_VALUES, one)
+        facts = execute(queries[1], by_kind)
+        writes = execute(queries[2], one)
+        values = execute(queries[3], one)
 
         def finish() -> _Read:
             of: dict[str, _list[Any]] = {}

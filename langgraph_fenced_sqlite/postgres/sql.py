@@ -28,7 +28,14 @@ from typing import Any
 
 from ..core.status import ERROR, INTERRUPT, RESUME
 from ..core.stored_json import dumps_json
-from .sql_functions import BEGIN_RUN, FENCED_WRITES, ONE_WRITE, UNFENCED, VALUE_TABLE
+from .sql_functions import (
+    BEGIN_RUN,
+    FENCED_WRITES,
+    ONE_WRITE,
+    THREAD_TAGS,
+    UNFENCED,
+    VALUE_TABLE,
+)
 
 # The SQLSTATE `lgfs_refuse` raises (migration 4): a batch that refused itself.
 REFUSED = "LGFS1"
@@ -163,6 +170,9 @@ MIGRATIONS: list[str] = [
     # SQLite store's schema 5), `lgfs_refs` and `lgfs_put_values`
     # (`sql_functions.VALUE_TABLE`).
     VALUE_TABLE,
+    # 12: thread search's index of each thread's latest root metadata,
+    # `lgfs_thread_tags`, kept by triggers (`sql_functions.THREAD_TAGS`).
+    THREAD_TAGS,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -192,6 +202,7 @@ TABLES = (
     "lgfs_threads",
     "lgfs_checkpoints",
     "lgfs_blobs",
+    "lgfs_thread_tags",
     "lgfs_writes",
     "lgfs_events",
     "lgfs_migrations",
@@ -1128,6 +1139,17 @@ def page_with_writes(page_sql: str) -> str:
     )
 
 
+def _metadata_match(column: str, name: str, key: str, value: Any, params: dict[str, Any]) -> str:
+    """Return one key of `list`'s metadata filter on `column`, its parameters put in `params`.
+
+    JSON equality; None also matches a missing key (as the SQLite store's
+    `IS` does). Also a thread search's match on a latest root checkpoint.
+    """
+    params[f"{name}k"] = key
+    params[f"{name}v"] = dumps_json(value, "filter")
+    return f"coalesce(({column})::jsonb -> %({name}k)s, 'null') = %({name}v)s::jsonb"
+
+
 def list_checkpoints(
     *,
     thread_id: str | None,
@@ -1158,9 +1180,7 @@ def list_checkpoints(
         where.append("checkpoint_id < %(before_id)s")
         params["before_id"] = before_id
     for i, (key, value) in enumerate((metadata_filter or {}).items()):
-        where.append(f"coalesce(metadata::jsonb -> %(fk{i})s, 'null') = %(fv{i})s::jsonb")
-        params[f"fk{i}"] = key
-        params[f"fv{i}"] = dumps_json(value, "filter")
+        where.append(_metadata_match("metadata", f"f{i}", key, value, params))
     if after_key is not None:
         where.append("(checkpoint_id, thread_id, checkpoint_ns) < (%(a0)s, %(a1)s, %(a2)s)")
         params.update(a0=after_key[0], a1=after_key[1], a2=after_key[2])
@@ -1274,6 +1294,71 @@ LATEST_ROOT_VALUES = _LATEST_ROOT_VALUES.format(want=_want(f"({_PUSHED}) s"))
 LATEST_ROOT_VALUES_OF = _LATEST_ROOT_VALUES.format(
     want=_want(f"({_PUSHED} AND t.thread_id = %(thread_id)s) s")
 )
+# The same four for a page of threads (`search_threads`).
+_OF_IDS = "t.thread_id = ANY(%(ids)s)"
+THREAD_SUMMARIES_OF_IDS = f"{_SUMMARIES} AND {_OF_IDS}"
+STATUS_FACTS_OF_IDS = f"{_STATUS_FACTS} AND {_OF_IDS}"
+LATEST_ROOT_WRITES_OF_IDS = f"{_LATEST_ROOT_WRITES} WHERE {_OF_IDS} {_BY_THREAD}"
+LATEST_ROOT_VALUES_OF_IDS = _LATEST_ROOT_VALUES.format(want=_want(f"({_PUSHED} AND {_OF_IDS}) s"))
+
+
+def search_threads(
+    indexed: Sequence[tuple[str, Any]],
+    unindexed: Sequence[tuple[str, Any]],
+    ids: Sequence[str] | None,
+    *,
+    count: bool = False,
+    activity: bool = False,
+    page: tuple[bool, int, int] | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """Build the query of a thread search's candidates: the SQLite store's `schema.search_threads`.
+
+    Each `indexed` entry seeks `lgfs_thread_tags_value`; each `unindexed`
+    one is `list`'s match on the thread's latest root checkpoint. The
+    arguments and rows are `schema.search_threads`'s.
+    """
+    where: list[str] = []
+    params: dict[str, Any] = {}
+    for i, (key, value) in enumerate(indexed):
+        where.append(
+            "t.thread_id IN (SELECT g.thread_id FROM lgfs_thread_tags g "
+            f"WHERE g.key = %(ik{i})s AND g.value = %(iv{i})s::jsonb)"
+        )
+        params[f"ik{i}"] = key
+        params[f"iv{i}"] = dumps_json(value, "metadata")
+    if ids is not None:
+        where.append(_OF_IDS)
+        params["ids"] = list(ids)
+    if unindexed:  # on the latest root checkpoint: a thread with none matches nothing
+        matches = " AND ".join(
+            _metadata_match("m.metadata", f"u{i}", key, value, params)
+            for i, (key, value) in enumerate(unindexed)
+        )
+        where.append(
+            "EXISTS (SELECT 1 FROM (SELECT l.metadata FROM lgfs_checkpoints l "
+            "WHERE l.thread_id = t.thread_id AND l.checkpoint_ns = '' "
+            f"ORDER BY l.position DESC LIMIT 1) m WHERE {matches})"
+        )
+    where.append(_NOT_TOMBSTONE)
+    activity_cells = (
+        "(SELECT max(c.created_at) FROM lgfs_checkpoints c WHERE c.thread_id = t.thread_id), "
+        "(SELECT max(e.ts) FROM lgfs_events e WHERE e.thread_id = t.thread_id)"
+    )
+    cells = activity_cells if activity else "NULL::float8, NULL::float8"
+    sql = (
+        f"SELECT {'count(*)' if count else f't.thread_id, {cells}'} FROM lgfs_threads t "
+        f"WHERE {' AND '.join(where)}"
+    )
+    if page is not None:
+        descending, limit, params["offset"] = page
+        params["limit"] = None if limit < 0 else limit  # LIMIT NULL: no limit
+        sql += (
+            f" ORDER BY t.thread_id{' DESC' if descending else ''} "
+            "LIMIT %(limit)s OFFSET %(offset)s"
+        )
+    return sql, params
+
+
 THREAD_NAMESPACES = (
     "SELECT DISTINCT checkpoint_ns FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s "
     "ORDER BY checkpoint_ns"

@@ -433,3 +433,111 @@ VALUE_TABLE = """
         END IF;
     END $$;
 """
+
+# Migration 12: thread search (`search_threads`, `count_threads`), the SQLite
+# store's `thread_tags` (its schema 6). `lgfs_thread_tags` holds each
+# thread's latest root checkpoint's top-level metadata keys and values, so a
+# metadata filter seeks `lgfs_thread_tags_value` instead of reading every
+# thread's latest checkpoint; LangGraph's per-step keys
+# (`core.thread_search.UNINDEXED_KEYS`) and JSON nulls are left out (they
+# change at every step). Kept by triggers, so every path that stores or
+# removes a root checkpoint keeps it current; a thread's puts are serialised
+# by its row's lock (`FENCE`), so one thread's tags are never written by two
+# transactions at once. `lgfs_thread_tag_sources` holds, per thread, the
+# metadata its tags were made from less the per-step keys: a put whose
+# metadata gives the same (the common put) stops at that comparison, one
+# parse and one seek. Only the rare path (the tags change) runs in an
+# exception block, so that metadata that is not a JSON object (damage)
+# counts as none there; the common path parses without one (a
+# subtransaction per put would cost more than the rest), so a row inserted
+# below the API whose metadata is not JSON at all is refused (every path of
+# the library stores JSON).
+THREAD_TAGS = """
+    CREATE TABLE IF NOT EXISTS lgfs_thread_tags (
+        thread_id text COLLATE "C" NOT NULL,
+        key text COLLATE "C" NOT NULL,
+        value jsonb NOT NULL,
+        PRIMARY KEY (thread_id, key)
+    );
+    CREATE INDEX IF NOT EXISTS lgfs_thread_tags_value
+        ON lgfs_thread_tags (key, value, thread_id);
+    CREATE TABLE IF NOT EXISTS lgfs_thread_tag_sources (
+        thread_id text COLLATE "C" PRIMARY KEY,
+        tagged jsonb NOT NULL
+    );
+    CREATE OR REPLACE FUNCTION lgfs_tag_source(m jsonb) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE AS $$
+        SELECT CASE WHEN jsonb_typeof(m) = 'object'
+            THEN m - '{source,step,parents,writes}'::text[] ELSE m END
+    $$;
+    CREATE OR REPLACE FUNCTION lgfs_parsed(p_metadata text) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE AS $$
+    BEGIN
+        RETURN p_metadata::jsonb;
+    EXCEPTION WHEN others THEN
+        RETURN NULL;
+    END $$;
+    CREATE OR REPLACE FUNCTION lgfs_retag(p_thread_id text, p_metadata text) RETURNS void
+    LANGUAGE plpgsql AS $$
+    DECLARE
+        parsed jsonb := lgfs_parsed(p_metadata);
+        m jsonb := '{}'::jsonb;
+    BEGIN
+        IF jsonb_typeof(parsed) = 'object' THEN
+            m := (SELECT coalesce(jsonb_object_agg(e.key, e.value), '{}'::jsonb)
+                FROM jsonb_each(lgfs_tag_source(parsed)) e WHERE e.value <> 'null'::jsonb);
+        END IF;
+        DELETE FROM lgfs_thread_tags g WHERE g.thread_id = p_thread_id
+            AND (m -> g.key) IS DISTINCT FROM g.value;
+        INSERT INTO lgfs_thread_tags (thread_id, key, value)
+            SELECT p_thread_id, e.key, e.value FROM jsonb_each(m) e
+            WHERE NOT EXISTS (SELECT 1 FROM lgfs_thread_tags g
+                WHERE g.thread_id = p_thread_id AND g.key = e.key);
+        IF parsed IS NULL THEN
+            DELETE FROM lgfs_thread_tag_sources WHERE thread_id = p_thread_id;
+        ELSE
+            INSERT INTO lgfs_thread_tag_sources (thread_id, tagged)
+                VALUES (p_thread_id, lgfs_tag_source(parsed))
+                ON CONFLICT (thread_id) DO UPDATE SET tagged = EXCLUDED.tagged;
+        END IF;
+    END $$;
+    CREATE OR REPLACE FUNCTION lgfs_tag_put() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        -- A simple expression (no executor) and one index seek: the common
+        -- put ends at the comparison (measured: one query doing both cost
+        -- about twice as much).
+        source jsonb := lgfs_tag_source(NEW.metadata::jsonb);
+        stored jsonb;
+    BEGIN
+        SELECT s.tagged INTO stored FROM lgfs_thread_tag_sources s
+            WHERE s.thread_id = NEW.thread_id;
+        IF source IS NOT DISTINCT FROM stored THEN
+            RETURN NULL;
+        END IF;
+        IF EXISTS (SELECT 1 FROM lgfs_checkpoints c WHERE c.thread_id = NEW.thread_id
+                AND c.checkpoint_ns = '' AND c.position > NEW.position) THEN
+            RETURN NULL;
+        END IF;
+        PERFORM lgfs_retag(NEW.thread_id, NEW.metadata);
+        RETURN NULL;
+    END $$;
+    CREATE OR REPLACE FUNCTION lgfs_tag_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM lgfs_checkpoints c WHERE c.thread_id = OLD.thread_id
+                AND c.checkpoint_ns = '' AND c.position > OLD.position) THEN
+            PERFORM lgfs_retag(OLD.thread_id, (SELECT c.metadata FROM lgfs_checkpoints c
+                WHERE c.thread_id = OLD.thread_id AND c.checkpoint_ns = ''
+                ORDER BY c.position DESC LIMIT 1));
+        END IF;
+        RETURN NULL;
+    END $$;
+    DROP TRIGGER IF EXISTS lgfs_checkpoints_tags ON lgfs_checkpoints;
+    CREATE TRIGGER lgfs_checkpoints_tags AFTER INSERT ON lgfs_checkpoints
+        FOR EACH ROW WHEN (NEW.checkpoint_ns = '') EXECUTE FUNCTION lgfs_tag_put();
+    DROP TRIGGER IF EXISTS lgfs_checkpoints_tags_delete ON lgfs_checkpoints;
+    CREATE TRIGGER lgfs_checkpoints_tags_delete AFTER DELETE ON lgfs_checkpoints
+        FOR EACH ROW WHEN (OLD.checkpoint_ns = '') EXECUTE FUNCTION lgfs_tag_delete();
+    SELECT lgfs_retag(l.thread_id, l.metadata) FROM (SELECT DISTINCT ON (c.thread_id)
+        c.thread_id, c.metadata FROM lgfs_checkpoints c WHERE c.checkpoint_ns = ''
+        ORDER BY c.thread_id, c.position DESC) l;
+"""

@@ -10,13 +10,14 @@ and for sweeps. Mixed into `FencedSqliteSaver`, which provides `_engine` and
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..clock import read_now
 from ..core import status
 from ..core.encryption import Encryption, encryption_of
+from ..core.maintenance import is_inactive
 from ..core.run_fence import RUN_HOLDER
 from ..core.saver_threads import (  # noqa: F401 (moved)
     ThreadsBase,
@@ -27,6 +28,7 @@ from ..core.saver_threads import (  # noqa: F401 (moved)
     last_activity,
 )
 from ..core.status import ThreadStatus, check_states
+from ..core.thread_search import ThreadQuery
 from ..core.validation import check_name
 from ..errors import ReplayUnavailable, UndecodableRow
 from . import checkpoints as cps
@@ -74,7 +76,9 @@ class ThreadsAPI(ThreadsBase):
             now = read_now(self._engine.clock)
             found = []
             for summary in _summaries(conn.execute(schema.THREAD_SUMMARIES)):
-                if idle_for is not None and summary["last_activity"] > now - idle_for:
+                if idle_for is not None and not is_inactive(
+                    summary["last_activity"], now, idle_for
+                ):
                     continue
                 found.append((summary, _status_facts(conn, summary["thread_id"], enc)))
             return now, found
@@ -86,6 +90,39 @@ class ThreadsAPI(ThreadsBase):
             if states is None or judged.state in states:
                 out.append({**summary, "status": judged.to_dict()})
         return out
+
+    def _search_candidates(
+        self, q: ThreadQuery, *, page: bool
+    ) -> tuple[float, _list[tuple[Any, Any, Any]]]:
+        window = q.window if page else None
+        query = schema.search_threads(
+            q.indexed, q.unindexed, q.ids, activity=q.needs_activity, page=window
+        )
+
+        def job(conn: Any) -> tuple[float, _list[tuple[Any, Any, Any]]]:
+            return read_now(self._engine.clock), conn.execute(*query).fetchall()
+
+        return self._engine.read("search_threads", job)
+
+    def _count_candidates(self, q: ThreadQuery) -> int:
+        query = schema.search_threads(q.indexed, q.unindexed, q.ids, count=True)
+        found: int = self._engine.read("count_threads", lambda c: c.execute(*query).fetchone()[0])
+        return found
+
+    def _thread_page(
+        self, ids: Sequence[str]
+    ) -> tuple[float, _list[Any], dict[str, dict[str, Any] | None]]:
+        def job(conn: Any) -> tuple[float, _list[Any], dict[str, dict[str, Any] | None]]:
+            rows: _list[Any] = []
+            facts = {}
+            for thread_id in ids:
+                found = conn.execute(schema.THREAD_SUMMARY, (thread_id,)).fetchall()
+                if found:
+                    rows += found
+                    facts[thread_id] = _status_facts(conn, thread_id)
+            return read_now(self._engine.clock), rows, facts
+
+        return self._engine.read("search_threads", job)
 
     def thread_summary(self, thread_id: str) -> dict[str, Any] | None:
         """Summarise one thread as `threads()` does (status included); None if there is none."""

@@ -43,6 +43,55 @@ MIN_SQLITE_VERSION = (3, 35, 0)
 # Probed at open: SQLite builds without JSON support fail it.
 PROBE_JSON = "SELECT json_extract('{\"a\": 1}', '$.a')"
 
+# Which of a metadata object's top-level entries `thread_tags` holds:
+# not LangGraph's per-step keys (`core.thread_search.UNINDEXED_KEYS`), not a
+# JSON null. Migrations are append-only: never edit these once shipped.
+_TAGGED = "j.key NOT IN ('source', 'step', 'parents', 'writes') AND j.type <> 'null'"
+# The part of a metadata text that `thread_tags` is made from, as one text
+# (NULL for a text that is not JSON), kept per thread in `thread_tag_sources`:
+# a put whose metadata gives the same text (the common put: only LangGraph's
+# per-step keys changed) cannot change the thread's tags, and its trigger
+# stops at that comparison (one JSON parse and one seek, instead of reading
+# each key's row).
+_TAG_SOURCE = (
+    "CASE WHEN json_valid({metadata}) THEN json_remove({metadata}, "
+    "'$.source', '$.step', '$.parents', '$.writes') END"
+)
+# Make a thread's rows of `thread_tags` those of `{metadata}` (a metadata text,
+# or NULL: none): drop keys gone or left out, then insert new keys and update
+# changed values (a value that did not change writes nothing: the upsert's
+# WHERE), and record the text they were made from. Damaged metadata (not a
+# JSON object) counts as none: a put never fails here.
+_RETAG = (
+    """DELETE FROM thread_tags WHERE thread_id = {thread} AND key NOT IN (
+                SELECT j.key FROM json_each(CASE WHEN json_valid({metadata})
+                AND json_type({metadata}) = 'object' THEN {metadata} ELSE '{{}}' END) j
+                WHERE """
+    + _TAGGED
+    + """);
+            INSERT INTO thread_tags (thread_id, key, value)
+                SELECT {thread}, j.key, j.value FROM json_each(CASE WHEN json_valid({metadata})
+                AND json_type({metadata}) = 'object' THEN {metadata} ELSE '{{}}' END) j
+                WHERE """
+    + _TAGGED
+    + """
+                ON CONFLICT (thread_id, key) DO UPDATE SET value = excluded.value
+                WHERE value IS NOT excluded.value;
+            DELETE FROM thread_tag_sources WHERE thread_id = {thread} AND ("""
+    + _TAG_SOURCE
+    + """) IS NULL;
+            INSERT INTO thread_tag_sources (thread_id, tagged) SELECT {thread}, """
+    + _TAG_SOURCE
+    + """ WHERE ("""
+    + _TAG_SOURCE
+    + """) IS NOT NULL
+                ON CONFLICT (thread_id) DO UPDATE SET tagged = excluded.tagged;"""
+)
+_LATEST_ROOT_METADATA = (
+    "(SELECT l.metadata FROM checkpoints l WHERE l.thread_id = OLD.thread_id "
+    "AND l.checkpoint_ns = '' ORDER BY l.position DESC LIMIT 1)"
+)
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 0 -> 1: the first schema.
     (
@@ -221,6 +270,66 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             checksum INTEGER,
             PRIMARY KEY (thread_id, checkpoint_ns, channel, key)
         )""",
+    ),
+    # 5 -> 6: thread search (`search_threads`, `count_threads`). `thread_tags`
+    # holds each thread's latest root checkpoint's top-level metadata keys
+    # and values (as `json_each` gives them, which is what `list(filter=)`'s
+    # `json_extract` compares), so a metadata filter seeks an index instead
+    # of reading every thread's latest checkpoint. Kept by triggers, so every
+    # path that stores or removes a root checkpoint (put, copy, import, prune,
+    # retraction, deletion) keeps it current. LangGraph's per-step keys
+    # (`core.saver_threads.UNINDEXED_KEYS`: source, step, parents, writes)
+    # and JSON nulls are left out: they change at every step, and a row
+    # rewritten at every put would cost each commit pages. A put whose
+    # indexed keys did not change writes no row (the upsert's WHERE), so the
+    # hot path only reads here. Searching by a key left out reads each
+    # candidate thread's latest checkpoint instead.
+    (
+        """CREATE TABLE thread_tags (
+            thread_id TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value,
+            PRIMARY KEY (thread_id, key)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX thread_tags_by_value ON thread_tags (key, value, thread_id)",
+        """CREATE TABLE thread_tag_sources (
+            thread_id TEXT PRIMARY KEY,
+            tagged TEXT NOT NULL
+        ) WITHOUT ROWID""",
+        # Only when the tags can change (`_TAG_SOURCE`), and only for the
+        # thread's latest root checkpoint (nothing newer stored: an import
+        # or copy may store older ones after it).
+        f"""CREATE TRIGGER checkpoints_thread_tags AFTER INSERT ON checkpoints
+            WHEN NEW.checkpoint_ns = '' AND ({_TAG_SOURCE.format(metadata="NEW.metadata")})
+                IS NOT (SELECT s.tagged FROM thread_tag_sources s
+                WHERE s.thread_id = NEW.thread_id)
+                AND NOT EXISTS (SELECT 1 FROM checkpoints c
+                WHERE c.thread_id = NEW.thread_id AND c.checkpoint_ns = ''
+                AND c.position > NEW.position) BEGIN
+            {_RETAG.format(thread="NEW.thread_id", metadata="NEW.metadata")}
+        END""",
+        # Removing the latest root checkpoint (retraction, deletion) makes
+        # the one before it the latest: its keys replace the thread's.
+        f"""CREATE TRIGGER checkpoints_thread_tags_delete AFTER DELETE ON checkpoints
+            WHEN OLD.checkpoint_ns = '' AND NOT EXISTS (SELECT 1 FROM checkpoints c
+                WHERE c.thread_id = OLD.thread_id AND c.checkpoint_ns = ''
+                AND c.position > OLD.position) BEGIN
+            {_RETAG.format(thread="OLD.thread_id", metadata=_LATEST_ROOT_METADATA)}
+        END""",
+        f"""INSERT INTO thread_tags (thread_id, key, value)
+            SELECT c.thread_id, j.key, j.value FROM checkpoints c, json_each(
+                CASE WHEN json_valid(c.metadata) AND json_type(c.metadata) = 'object'
+                THEN c.metadata ELSE '{{}}' END) j
+            WHERE c.checkpoint_ns = '' AND c.rowid = (SELECT l.rowid FROM checkpoints l
+                WHERE l.thread_id = c.thread_id AND l.checkpoint_ns = ''
+                ORDER BY l.position DESC LIMIT 1)
+            AND {_TAGGED}""",
+        f"""INSERT INTO thread_tag_sources (thread_id, tagged)
+            SELECT c.thread_id, {_TAG_SOURCE.format(metadata="c.metadata")} FROM checkpoints c
+            WHERE c.checkpoint_ns = '' AND c.rowid = (SELECT l.rowid FROM checkpoints l
+                WHERE l.thread_id = c.thread_id AND l.checkpoint_ns = ''
+                ORDER BY l.position DESC LIMIT 1)
+            AND ({_TAG_SOURCE.format(metadata="c.metadata")}) IS NOT NULL""",
     ),
 )
 
@@ -959,18 +1068,23 @@ def _list_where(
         where.append("checkpoint_id < ?")
         params.append(before_id)
     for key, value in (metadata_filter or {}).items():
-        # Rows whose metadata is not a JSON object match, so that reading
-        # them reports the damage (UndecodableRow) instead of an SQL error
-        # for the whole query, or silently leaving them out.
-        where.append(
-            "CASE WHEN NOT json_valid(metadata) THEN 1 WHEN json_type(metadata) <> 'object' "
-            "THEN 1 ELSE json_extract(metadata, ?) IS json_extract(?, '$') END"
-        )
+        where.append(_METADATA_MATCH.format(metadata="metadata"))
         params.extend([_json_path(key), _json_literal(value)])
     if after_key is not None:
         where.append("(checkpoint_id, thread_id, checkpoint_ns) < (?, ?, ?)")
         params.extend(after_key)
     return (f"WHERE {' AND '.join(where)} " if where else ""), params
+
+
+# One key of `list`'s metadata filter (and of a thread search's), on the
+# metadata column `{metadata}`; parameters: `_json_path(key)`,
+# `_json_literal(value)`. Rows whose metadata is not a JSON object match, so
+# that reading them reports the damage (UndecodableRow) instead of an SQL
+# error for the whole query, or silently leaving them out.
+_METADATA_MATCH = (
+    "CASE WHEN NOT json_valid({metadata}) THEN 1 WHEN json_type({metadata}) <> 'object' "
+    "THEN 1 ELSE json_extract({metadata}, ?) IS json_extract(?, '$') END"
+)
 
 
 def _json_path(key: str) -> str:
@@ -1009,6 +1123,76 @@ EVENT_SEQS_OF_CHECKPOINTS = (
     "AND EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = events.thread_id "
     "AND c.checkpoint_ns = events.checkpoint_ns AND c.checkpoint_id = events.checkpoint_id)"
 )
+
+# --- thread search (`search_threads`, `count_threads`) -----------------------------------
+
+# A thread's activity cells, as `THREAD_SUMMARIES` reads them.
+_ACTIVITY_OF = (
+    "(SELECT max(c.created_at) FROM checkpoints c WHERE c.thread_id = t.thread_id), "
+    "(SELECT max(e.ts) FROM events e WHERE e.thread_id = t.thread_id)"
+)
+_LATEST_ROOT_ROWID_OF = (
+    "(SELECT l.rowid FROM checkpoints l WHERE l.thread_id = t.thread_id "
+    "AND l.checkpoint_ns = '' ORDER BY l.position DESC LIMIT 1)"
+)
+
+
+def search_threads(
+    indexed: Sequence[tuple[str, Any]],
+    unindexed: Sequence[tuple[str, Any]],
+    ids: Sequence[str] | None,
+    *,
+    count: bool = False,
+    activity: bool = False,
+    page: tuple[bool, int, int] | None = None,
+) -> tuple[str, list[Any]]:
+    """Build the query of a thread search's candidates (`core.thread_search.ThreadQuery`).
+
+    Each `indexed` entry is a seek of `thread_tags_by_value` (an `IN` over
+    that index's range, which SQLite runs first and joins to `threads` by
+    its key); each `unindexed` one is `list`'s match on the thread's latest
+    root checkpoint's metadata.
+
+    Args:
+        indexed: Metadata keys and values `thread_tags` answers.
+        unindexed: Metadata keys and values matched on the latest root checkpoint.
+        ids: Only these threads (None: any).
+        count: Count the candidates (one row, one cell) instead of listing them.
+        activity: Give each row its activity cells (else two NULLs).
+        page: `(descending, limit, offset)`: order by thread id and page.
+
+    Returns:
+        `(sql, params)`; rows `(thread_id, last_checkpoint_at, last_event_at)`,
+        or one `(count,)`.
+    """
+    where: list[str] = []
+    params: list[Any] = []
+    for key, value in indexed:
+        where.append(
+            "t.thread_id IN (SELECT g.thread_id FROM thread_tags g "
+            "WHERE g.key = ? AND g.value = json_extract(?, '$'))"
+        )
+        params.extend([key, _json_literal(value)])
+    if ids is not None:
+        where.append(f"t.thread_id IN ({', '.join('?' for _ in ids)})")
+        params.extend(ids)
+    if unindexed:
+        matches = " AND ".join(_METADATA_MATCH.format(metadata="m.metadata") for _ in unindexed)
+        where.append(
+            f"EXISTS (SELECT 1 FROM checkpoints m WHERE m.rowid = {_LATEST_ROOT_ROWID_OF} "
+            f"AND {matches})"
+        )
+        for key, value in unindexed:
+            params.extend([_json_path(key), _json_literal(value)])
+    where.append(_NOT_TOMBSTONE)
+    cells = "count(*)" if count else f"t.thread_id, {_ACTIVITY_OF if activity else 'NULL, NULL'}"
+    sql = f"SELECT {cells} FROM threads t WHERE {' AND '.join(where)}"
+    if page is not None:
+        descending, limit, offset = page
+        sql += f" ORDER BY t.thread_id{' DESC' if descending else ''} LIMIT ? OFFSET ?"
+        params.extend([limit, offset])
+    return sql, params
+
 
 # --- inspection (CLI, doctor) ----------------------------------------------------------
 

@@ -286,6 +286,7 @@ def _load_cases() -> None:
         cases_history,
         cases_input,
         cases_runs,
+        cases_search,
         cases_store,
         cases_values,
     )

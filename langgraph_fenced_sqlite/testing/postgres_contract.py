@@ -93,6 +93,11 @@ PG_CASES: tuple[str, ...] = (
     "39-sealed_values_read_back_and_hold_nothing_in_clear",
     "39-tampered_ciphertext_is_refused_naming_its_channel",
     "39-values_in_clear_are_refused_unless_migrating",
+    "40-search_filters_by_status_and_activity_as_threads_does",
+    "40-search_follows_retraction_deletion_and_pruning",
+    "40-search_matches_the_latest_root_checkpoints_metadata",
+    "40-search_orders_and_pages_every_thread_once",
+    "40-search_refuses_bad_arguments_naming_them",
 )
 
 

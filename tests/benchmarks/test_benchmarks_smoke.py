@@ -129,6 +129,15 @@ EXPECTED = {
         "runs.wait less the queue wait",
         "result",
     ],
+    # "POSTGRESQL:" is its table, or the line saying why it was skipped.
+    "bench_threads.py": [
+        "SQLITE: 1,000 threads x 10 checkpoints",
+        'search_threads(metadata={"user": U}, limit=20)',
+        'count_threads(metadata={"user": U})',
+        "PUT PATH: SQLite put",
+        "POSTGRESQL",
+        "result",
+    ],
     "bench_syncs.py": [
         "ours syncs",
         "stock syncs",

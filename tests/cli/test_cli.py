@@ -839,7 +839,7 @@ def test_an_unexpected_error_is_one_line_with_exit_7(demo: str, cli: Any, monkey
     def broken(self: Any, **filters: Any) -> Any:
         raise ZeroDivisionError("boom")
 
-    monkeypatch.setattr(FencedSqliteSaver, "threads", broken)
+    monkeypatch.setattr(FencedSqliteSaver, "search_threads", broken)
     done = cli("threads", demo)
     assert done.returncode == 7 and done.stdout == ""
     assert done.stderr == "lgfs: error: internal error: ZeroDivisionError: boom\n"

@@ -348,3 +348,46 @@ def test_a_deleted_thread_is_listed_no_more_even_if_it_held_only_a_claim(either_
     fresh = either_store.claim("r", "w", 60)
     assert [t["thread_id"] for t in either_store.threads()] == ["r"]
     assert either_store.thread_status("r").token == fresh.token  # type: ignore[union-attr]
+
+
+def test_search_index_follows_rows_stored_below_the_api(open_pg: Any, pg_dsn: str) -> None:
+    """`lgfs_thread_tags` is kept by triggers, whatever stores the row (as the SQLite file's).
+
+    A row whose metadata is JSON but not an object (damage) leaves its thread
+    untagged; one whose metadata is not JSON at all is refused by the trigger
+    (every path of the library stores JSON; only a hand-made row can).
+    """
+    saver = open_pg()
+    for thread_id in ("t", "u"):
+        metadata = {"source": "loop", "step": 0, "parents": {}, "user": "ann"}
+        saver.put(
+            {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}},
+            _checkpoint(),
+            metadata,
+            {},
+        )
+    copy = (
+        "INSERT INTO lgfs_checkpoints SELECT thread_id, checkpoint_ns, %s, position + 1, "
+        "parent_checkpoint_id, envelope, values_type, values_blob, %s, source, step, run_id, "
+        "token, created_at, checksum FROM lgfs_checkpoints WHERE thread_id = 't' "
+        "AND checkpoint_id NOT IN ('changed', 'damaged')"
+    )
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(copy, ("changed", '{"step": 1, "user": "bob"}'))
+        assert [t["thread_id"] for t in saver.search_threads(metadata={"user": "bob"})] == ["t"]
+        conn.execute(copy.replace("position + 1", "position + 2"), ("damaged", "[1, 2]"))
+        with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+            conn.execute(copy.replace("position + 1", "position + 3"), ("not-json", "{oops"))
+    assert [t["thread_id"] for t in saver.search_threads(metadata={"user": "ann"})] == ["u"]
+    assert saver.count_threads(metadata={"user": "bob"}) == 0
+    saver.delete_thread("u")
+    assert saver.count_threads(metadata={"user": "ann"}) == 0
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        left = conn.execute("SELECT count(*) FROM lgfs_thread_tags WHERE thread_id = 'u'")
+        assert left.fetchone() == (0,)
+
+
+def _checkpoint() -> Any:
+    from langgraph_fenced_sqlite.testing._helpers import values_checkpoint
+
+    return values_checkpoint({"n": 1})

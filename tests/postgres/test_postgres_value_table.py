@@ -20,7 +20,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from support.chats import Note, chat, chat_graph, history
 from support.configs import config, saver_config
 from support.graphs import build_agent, same_ids
-from support.postgres import exactly_what_is_needed, put_inline, values_types
+from support.postgres import exactly_what_is_needed, put_inline, rows, values_types
 
 from langgraph_fenced_sqlite import FencedSqliteSaver
 from langgraph_fenced_sqlite.core import values
@@ -140,14 +140,19 @@ def test_a_database_set_up_before_the_value_table_migrates_and_goes_on(pg_dsn: s
             conf = saver_config("t", checkpoint_id=parent)
             put_inline(saver, conf, tup.checkpoint, tup.metadata)
             parent = tup.checkpoint["id"]
+        put_inline(saver, saver_config("u"), tup.checkpoint, {**tup.metadata, "user": "ann"})
         saver.setup()
-        assert saver.stats()["schema_version"] == sql.SCHEMA_VERSION == 12
+        assert saver.stats()["schema_version"] == sql.SCHEMA_VERSION == 13
+        # Migration 12 indexed the latest root metadata of what was there.
+        tagged = "SELECT thread_id, value FROM lgfs_thread_tags WHERE key = 'user'"
+        assert rows(pg_dsn, tagged) == [("u", "ann")]
+        assert [t["thread_id"] for t in saver.search_threads(metadata={"user": "ann"})] == ["u"]
         assert history(chat_graph(saver), "t") == history(memory, "t")
         for graph in (memory, chat_graph(saver)):
             chat(graph, "t", 2, start=3)
         assert values_types(pg_dsn) == {"msgpack", values.REFS}
         assert history(chat_graph(saver), "t") == history(memory, "t")
-        assert saver.repack().checkpoints == 9
+        assert saver.repack().checkpoints == 10  # t's nine and u's one
         assert values_types(pg_dsn) == {values.REFS}
         assert history(chat_graph(saver), "t") == history(memory, "t")
         exactly_what_is_needed(pg_dsn)

@@ -107,10 +107,13 @@ def test_a_schema_3_file_migrates_and_reads_back_the_same(
     v3_file: tuple[str, dict[str, Any]], open_store: Any
 ) -> None:
     path, expected = v3_file
-    assert SCHEMA_VERSION == 5 and user_version(path) == 3
+    assert SCHEMA_VERSION == 6 and user_version(path) == 3
     migrated = open_store(path)
     assert user_version(path) == SCHEMA_VERSION
     assert _reads(migrated) == expected
+    # Thread search's index (5 -> 6) holds each thread's latest root metadata.
+    assert [t["thread_id"] for t in migrated.search_threads(metadata={"run_id": "r2"})] == ["b"]
+    assert migrated.count_threads(metadata={"run_id": "r1"}) == 1  # a's latest is r1's
     # The runs' threads were backfilled: a run of both threads goes from both.
     assert _run_rows(path, "r1") == 6
     migrated.delete_for_runs(["r1"])
@@ -231,7 +234,10 @@ def test_delete_thread_forgets_its_runs(open_store: Any, db_path: str) -> None:
     conn.close()
 
 
-@pytest.mark.parametrize("trigger", ["checkpoints_thread_runs", "writes_thread_runs_update"])
+@pytest.mark.parametrize(
+    "trigger",
+    ["checkpoints_thread_runs", "writes_thread_runs_update", "checkpoints_thread_tags_delete"],
+)
 def test_a_file_that_lost_a_trigger_is_refused_unchanged(db_path: str, trigger: str) -> None:
     """Without its triggers a file would let `delete_for_runs` miss a run's rows."""
     with FencedSqliteSaver(db_path) as store:
