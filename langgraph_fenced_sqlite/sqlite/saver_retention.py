@@ -16,9 +16,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..clock import read_now
+from ..core.claims import claim_live
 from ..core.maintenance import RepackReport, VacuumReport
 from ..core.repack import Rewrite, repack_threads
-from ..core.retention import PruneResult, RetentionPolicy, Retraction
+from ..core.retention import Expired, PruneResult, RetentionPolicy, Retraction, ThreadTTL
 from ..core.saver_retention import RemovalsBase
 from ..core.twins import async_twin
 from ..core.validation import check_bool
@@ -147,6 +148,42 @@ class RetentionAPI(RemovalsBase):
             )
 
         return self._engine.write("sweep", job)
+
+    # --- thread expiry (`maintenance.py`) ------------------------------------------------
+
+    def _set_thread_ttl(self, thread_id: str, ttl: float | None, strategy: str | None) -> None:
+        self._engine.write(
+            "set_thread_ttl", lambda c: maintenance.set_thread_ttl_txn(c, thread_id, ttl, strategy)
+        )
+
+    def _thread_ttl(self, thread_id: str) -> tuple[Any, Any] | None:
+        return self._engine.read("thread_ttl", maintenance.thread_ttl, thread_id)
+
+    def _unseen_ttl_threads(self, with_default: bool, limit: int) -> _list[str]:
+        return self._engine.read("expire", maintenance.unseen_ttl_threads, with_default, limit)
+
+    def _see_threads(self, thread_ids: _list[str], default: ThreadTTL | None) -> int:
+        now = read_now(self._engine.clock)
+        return self._engine.write(
+            "expire", lambda c: maintenance.see_threads_txn(c, thread_ids, default, now)
+        )
+
+    def _due_ttl_threads(self, default: ThreadTTL | None) -> tuple[_list[str], _list[str]]:
+        now = read_now(self._engine.clock)
+        seconds = None if default is None else default.seconds
+        rows = self._engine.read("expire", maintenance.due_ttl_threads, now, seconds)
+        due = [t for t, token, until in rows if not claim_live(token, until, now)]
+        return due, [t for t, token, until in rows if claim_live(token, until, now)]
+
+    def _expire_thread(self, thread_id: str, default: ThreadTTL | None) -> Expired | str | None:
+        def job(conn: Any) -> Expired | str | None:
+            now = read_now(self._engine.clock)
+            return maintenance.expire_thread_txn(conn, thread_id, default, now)
+
+        done = self._engine.write("expire", job)
+        if isinstance(done, Expired):
+            self._value_cache.forget_thread(thread_id)
+        return done
 
     def repack(self, *, dry_run: bool = False) -> RepackReport:
         """Move the values of checkpoints written before the value table into it.
