@@ -10,7 +10,15 @@ from .core.claims import TOKEN_KEY, Claim, claim_live
 from .core.events import Event
 from .core.lease import AsyncLease, Lease
 from .core.maintenance import SweepResult, VacuumReport
-from .core.retention import PruneResult, RetentionPolicy, Retraction
+from .core.retention import (
+    Expired,
+    Expiry,
+    ExpiryReport,
+    PruneResult,
+    RetentionPolicy,
+    Retraction,
+    ThreadTTL,
+)
 from .core.serde import DataOnlySerializer
 from .core.state_view import ChannelChange, CheckpointDiff, Message, ToolCall, diff_channels
 from .core.status import THREAD_STATES, Failure, ThreadStatus, Waiting
@@ -62,6 +70,9 @@ __all__ = [
     "Diagnosis",
     "Event",
     "EventWatch",
+    "Expired",
+    "Expiry",
+    "ExpiryReport",
     "Failure",
     "FencedRunner",
     "FencedSqliteError",
@@ -87,6 +98,7 @@ __all__ = [
     "SystemClock",
     "TenantMismatch",
     "ThreadBusy",
+    "ThreadTTL",
     "ThreadStatus",
     "ToolCall",
     "UndecodableRow",

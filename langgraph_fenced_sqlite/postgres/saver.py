@@ -33,6 +33,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ..clock import Clock, read_now, to_seconds
 from ..core import checkpoints as cps
 from ..core.fenced_store import FencedStore
+from ..core.retention import Expiry, check_expiry
 from ..core.saver import next_cursor, page_args, store_options
 from ..core.serde import TypeKey
 from ..core.validation import check_name, config_target
@@ -58,6 +59,7 @@ _OPTIONS = (
     "notify",
     "poll_interval",
     "readonly",
+    "expiry",
 )
 _list = builtins.list
 _Key = tuple[str, str, str]  # (thread_id, checkpoint_ns, checkpoint_id)
@@ -113,6 +115,7 @@ class FencedPostgresSaver(  # type: ignore[misc]
         notify: bool = True,
         poll_interval: float | timedelta = 1.0,
         readonly: bool = False,
+        expiry: Expiry | None = None,
         _owned: bool = False,
     ) -> None:
         """Use `conn`, a `psycopg.Connection` or a `psycopg_pool.ConnectionPool`.
@@ -141,6 +144,11 @@ class FencedPostgresSaver(  # type: ignore[misc]
                 transaction is READ ONLY in the server, and `setup()` only
                 checks the schema. Checks the schema now, as a read-only
                 SQLite store checks its file.
+            expiry: Thread expiry: a default TTL for threads without their
+                own (`set_thread_ttl`), and, with `sweep_every`, a sweeper
+                thread that runs `expire()` until `close()` (see `Expiry`).
+                Give a pool (or a connection of its own) to a store that
+                sweeps: on one connection a pass takes turns with its calls.
 
         Raises:
             InvalidArgument: `conn` is not a connection or pool, or another
@@ -150,6 +158,7 @@ class FencedPostgresSaver(  # type: ignore[misc]
                 migrating) or newer.
             StoreError: `readonly`, and the schema could not be read.
         """
+        expiry = check_expiry(expiry, readonly)
         serde = store_options(serde, allowed_types, allowed_modules, clock, require_claim)
         super().__init__(serde=serde)
         if not isinstance(notify, bool):
@@ -169,6 +178,7 @@ class FencedPostgresSaver(  # type: ignore[misc]
         self._value_cache = ValueCache()
         if readonly:
             self._check_schema("open")
+        self._start_expiry(expiry)
 
     # Channel values live in the value table, `lgfs_blobs` (migration 11).
     _value_table = True
@@ -301,7 +311,9 @@ class FencedPostgresSaver(  # type: ignore[misc]
         return await self._engine.arun(self.setup)
 
     def close(self) -> None:
-        """Stop using the connection; close it if `from_conn_string` opened it. Twice is fine."""
+        """Stop the sweeper; stop using the connection (closed if `from_conn_string`
+        opened it). Twice is fine."""
+        self._stop_sweeper()
         self._engine.close()
 
     async def aclose(self) -> None:

@@ -83,6 +83,12 @@ PG_CASES: tuple[str, ...] = (
     "33-an_accepted_special_write_after_expiry_is_what_readers_see",
     "34-a_damaged_value_row_is_undecodable_naming_its_channel",
     "35-wrong_shape_arguments_are_invalid_argument_and_change_nothing",
+    "38-a_threads_ttl_is_stored_in_the_file_and_read_back",
+    "38-an_idle_thread_expires_by_its_strategy",
+    "38-a_thread_written_or_claimed_is_not_expired",
+    "38-stores_expiring_at_once_remove_each_thread_once",
+    "38-nothing_due_commits_nothing",
+    "38-the_sweeper_runs_by_itself_and_stops_on_close",
 )
 
 

@@ -141,7 +141,7 @@ def test_a_database_set_up_before_the_value_table_migrates_and_goes_on(pg_dsn: s
             put_inline(saver, conf, tup.checkpoint, tup.metadata)
             parent = tup.checkpoint["id"]
         saver.setup()
-        assert saver.stats()["schema_version"] == sql.SCHEMA_VERSION == 12
+        assert saver.stats()["schema_version"] == sql.SCHEMA_VERSION == 13
         assert history(chat_graph(saver), "t") == history(memory, "t")
         for graph in (memory, chat_graph(saver)):
             chat(graph, "t", 2, start=3)
