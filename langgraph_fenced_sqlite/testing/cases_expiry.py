@@ -24,7 +24,7 @@ def _threads(store: Any) -> set[str]:
 
 @contract_case(38)
 def case_a_threads_ttl_is_stored_in_the_file_and_read_back(env: ContractEnv) -> None:
-    """set_thread_ttl is read back by every store on the file; None clears it; bad input is refused."""
+    """A TTL set is read back by every store on the file; None clears it; bad input is refused."""
     store = env.open()
     other = env.open()
     assert store.thread_ttl("t") is None
