@@ -28,6 +28,7 @@ from .retention import (
     RetentionPolicy,
     Retraction,
     ThreadTTL,
+    check_expiry,
     check_strategy,
 )
 from .saver_threads import inactive_for_seconds
@@ -335,7 +336,7 @@ class RemovalsBase(UsesStore):
 
     athread_ttl = async_twin(thread_ttl)
 
-    def expire(self) -> ExpiryReport:
+    def expire(self, expiry: Expiry | None = None) -> ExpiryReport:
         """Expire every thread idle longer than its TTL, one transaction per thread.
 
         A thread's TTL is its own (`set_thread_ttl`) or the store's default
@@ -352,6 +353,10 @@ class RemovalsBase(UsesStore):
         nothing is written. The sweeper (`Expiry.sweep_every`, or `lgfs
         sweep --every`) calls this.
 
+        Args:
+            expiry: The default TTL and callback to apply (its `sweep_every`
+                is ignored); None: the saver's `expiry` option.
+
         Returns:
             What was expired, what was left under a live claim, and what does
             not decode; `Expiry.on_expire` is called with each expired thread.
@@ -359,17 +364,20 @@ class RemovalsBase(UsesStore):
         Raises:
             ReadOnlyStore: the store was opened with `readonly=True`.
         """
-        return self._expire_pass(lambda: False)
+        expiry = check_expiry(expiry, False)
+        return self._expire_pass(lambda: False, expiry)
 
     aexpire = async_twin(
         expire, "Async twin of `expire` (`on_expire` runs on the store's worker thread)."
     )
 
-    def _expire_pass(self, stopped: Callable[[], bool]) -> ExpiryReport:
+    def _expire_pass(
+        self, stopped: Callable[[], bool], expiry: Expiry | None = None
+    ) -> ExpiryReport:
         """One `expire` pass, ending early (between two transactions) once `stopped()`."""
         if self._engine.readonly:
             raise ReadOnlyStore("expire", self._engine.path)
-        option = self._expiry
+        option = self._expiry if expiry is None else expiry
         default = None if option is None else option.default
         report = ExpiryReport()
         scheduled = 0

@@ -29,9 +29,10 @@ class Sweeper:
 
     def __init__(self, saver: Any, every: float) -> None:
         """Start sweeping `saver` (held weakly) every `every` seconds."""
-        self._saver = weakref.ref(saver)
-        self._every = every
         self._stop = threading.Event()
+        # Collected unclosed: the thread ends at once instead of at its next pass.
+        self._saver = weakref.ref(saver, lambda _ref: self._stop.set())
+        self._every = every
         self.passes = 0
         self._thread = threading.Thread(target=self._run, name="lgfs-sweeper", daemon=True)
         self._thread.start()
