@@ -121,6 +121,14 @@ EXPECTED = {
         "runs.wait less the queue wait",
         "result",
     ],
+    "bench_sweeper.py": [
+        "SWEEPER: 200 due threads expired while 4 writers",
+        "worst writer p99 ratio",
+        "StoreBusy",
+        "SQLite",
+        "PostgreSQL",
+        "result",
+    ],
     "bench_syncs.py": [
         "ours syncs",
         "stock syncs",
