@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import pytest
+from support.postgres import as_url
 from support.processes import lgfs, run_together, start
 
 from langgraph_fenced_sqlite.testing._helpers import put_chain
@@ -44,6 +45,7 @@ print(json.dumps({"expired": [e.thread_id for e in report.expired], "busy": repo
 
 
 def _open(target: str) -> Any:
+    assert not target.startswith("user="), "a key=value DSN would name a file"
     if target.startswith("postgresql://"):
         from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
 
@@ -59,7 +61,8 @@ def _open(target: str) -> Any:
 def target(request: Any, tmp_path: Any) -> str:
     if request.param == "sqlite":
         return str(tmp_path / "expiry.db")
-    return str(request.getfixturevalue("pg_dsn"))
+    # A URL, as users pass one (and as `lgfs` tells a database from a file by).
+    return as_url(str(request.getfixturevalue("pg_dsn")))
 
 
 @pytest.mark.parametrize("strategy", ["delete", "keep_latest"])
@@ -84,6 +87,8 @@ def test_four_sweeper_processes_expire_each_thread_once(
         assert all(r["errors"] == [] for r in reports)
         assert any("held" in r["busy"] for r in reports)
         assert len(store.history("held", limit=10)) == 2
+        pg = target.startswith("postgresql://")
+        assert (type(store).__name__ == "FencedPostgresSaver") == pg  # a database, not a file
         left = {t["thread_id"] for t in store.threads()}
         if strategy == "delete":
             assert left == {"held"}
