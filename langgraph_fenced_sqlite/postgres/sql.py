@@ -167,19 +167,23 @@ MIGRATIONS: list[str] = [
     # own TTL (`ttl`, `ttl_strategy`) and the sweepers' bookkeeping
     # `ttl_seen` (the activity a sweep last saw, a lower bound; NULL: not
     # seen; 'Infinity': parked, nothing left to expire), with the indexes a
-    # sweep finds due threads through. Every commit already updates its
+    # sweep finds due threads through (idempotent, as the migrations before
+    # it: run again, it changes nothing). Every commit already updates its
     # thread's row (`next_seq`); the trigger un-parks a parked thread there,
     # and leaves every other update as it was (heap-only: no indexed column
     # changes).
     """
-    ALTER TABLE lgfs_threads ADD COLUMN ttl double precision,
-        ADD COLUMN ttl_strategy text, ADD COLUMN ttl_seen double precision;
-    CREATE INDEX lgfs_threads_ttl_seen ON lgfs_threads (ttl_seen);
-    CREATE INDEX lgfs_threads_ttl_due ON lgfs_threads ((ttl_seen + ttl)) WHERE ttl IS NOT NULL;
-    CREATE INDEX lgfs_threads_ttl_unseen ON lgfs_threads (thread_id)
+    ALTER TABLE lgfs_threads ADD COLUMN IF NOT EXISTS ttl double precision,
+        ADD COLUMN IF NOT EXISTS ttl_strategy text,
+        ADD COLUMN IF NOT EXISTS ttl_seen double precision;
+    CREATE INDEX IF NOT EXISTS lgfs_threads_ttl_seen ON lgfs_threads (ttl_seen);
+    CREATE INDEX IF NOT EXISTS lgfs_threads_ttl_due ON lgfs_threads ((ttl_seen + ttl))
+        WHERE ttl IS NOT NULL;
+    CREATE INDEX IF NOT EXISTS lgfs_threads_ttl_unseen ON lgfs_threads (thread_id)
         WHERE ttl_seen IS NULL AND ttl IS NOT NULL;
-    CREATE FUNCTION lgfs_unpark_ttl() RETURNS trigger LANGUAGE plpgsql AS $$
+    CREATE OR REPLACE FUNCTION lgfs_unpark_ttl() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN NEW.ttl_seen := NULL; RETURN NEW; END $$;
+    DROP TRIGGER IF EXISTS lgfs_threads_unpark_ttl ON lgfs_threads;
     CREATE TRIGGER lgfs_threads_unpark_ttl BEFORE UPDATE OF next_seq ON lgfs_threads
         FOR EACH ROW WHEN (OLD.ttl_seen = 'Infinity'::float8 AND NEW.next_seq > OLD.next_seq)
         EXECUTE FUNCTION lgfs_unpark_ttl();
