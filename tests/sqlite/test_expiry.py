@@ -196,3 +196,31 @@ def test_close_from_async_code_stops_the_sweeper(db_path: str) -> None:
 
     sweeper = asyncio.run(main())
     assert sweeper is not None and not sweeper.alive and sweeper.passes >= 1
+
+
+def test_a_failed_pass_is_logged_and_the_sweeper_goes_on(
+    db_path: str, clock: ManualClock, caplog: Any
+) -> None:
+    import logging
+    import time
+
+    calls: list[str] = []
+
+    def flaky(expired: Any) -> None:
+        calls.append(expired.thread_id)
+        if len(calls) == 1:
+            raise RuntimeError("the callback failed")
+
+    expiry = Expiry(default_ttl=10, sweep_every=0.01, on_expire=flaky)
+    with caplog.at_level(logging.ERROR, logger="langgraph_fenced_sqlite.sweeper"):
+        with FencedSqliteSaver(db_path, clock=clock, expiry=expiry) as store:
+            put_chain(store, "a", 1)
+            put_chain(store, "b", 1)
+            clock.advance(20)
+            deadline = time.monotonic() + 20
+            while len(calls) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            sweeper = store._sweeper
+            assert sweeper is not None and sweeper.alive
+    assert sorted(calls) == ["a", "b"], calls  # the second pass expired the other thread
+    assert "expire pass failed" in caplog.text and "the callback failed" in caplog.text
