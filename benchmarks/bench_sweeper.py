@@ -10,7 +10,7 @@ workers would be) invoke a 3-node graph on threads of their own, with
 `durability="sync"`, and time every `put` (a commit). The run has three
 phases of the same writers:
 
-- `before`: the writers alone, for a few seconds;
+- `before`: the writers alone, for 20 seconds (1 with `--quick`);
 - `sweeping`: a saver opened with the expiry option in this process; its
   sweeper thread (the saver's own, started by the option) expires the `N`
   due threads, one transaction per thread, while the writers go on; the
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args("the sweeper under 4 writers", argv, extra)
     n = args.threads or (200 if args.quick else 10_000)
-    hold = 1.0 if args.quick else 5.0
+    hold = 1.0 if args.quick else 20.0
     tmp = tempfile.mkdtemp(prefix="lgfs-sweeper-")
     stores: list[tuple[str, Any]] = [("SQLite", lambda: os.path.join(tmp, "sweeper.db"))]
     server = None
