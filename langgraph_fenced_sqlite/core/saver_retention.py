@@ -349,8 +349,10 @@ class RemovalsBase(UsesStore):
         own transaction, so a thread written or claimed meanwhile, or expired
         by another process's sweep, is left alone: a thread under a live
         claim is never touched, and several processes expiring at once
-        remove each thread once. When nothing is due (and no thread is new),
-        nothing is written. The sweeper (`Expiry.sweep_every`, or `lgfs
+        remove each thread once. No transaction holds the write lock longer
+        than one thread's removal (on SQLite, the lock is then left free as
+        long again, for other writers). When nothing is due (and no thread
+        is new), nothing is written. The sweeper (`Expiry.sweep_every`, or `lgfs
         sweep --every`) calls this.
 
         Args:
