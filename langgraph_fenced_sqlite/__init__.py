@@ -11,7 +11,15 @@ from .core.encryption import Encryption
 from .core.events import Event
 from .core.lease import AsyncLease, Lease
 from .core.maintenance import SweepResult, VacuumReport
-from .core.retention import PruneResult, RetentionPolicy, Retraction
+from .core.retention import (
+    Expired,
+    Expiry,
+    ExpiryReport,
+    PruneResult,
+    RetentionPolicy,
+    Retraction,
+    ThreadTTL,
+)
 from .core.serde import DataOnlySerializer
 from .core.state_view import ChannelChange, CheckpointDiff, Message, ToolCall, diff_channels
 from .core.status import THREAD_STATES, Failure, ThreadStatus, Waiting
@@ -64,6 +72,9 @@ __all__ = [
     "Diagnosis",
     "Event",
     "EventWatch",
+    "Expired",
+    "Expiry",
+    "ExpiryReport",
     "Failure",
     "FencedRunner",
     "FencedSqliteError",
@@ -89,6 +100,7 @@ __all__ = [
     "SystemClock",
     "TenantMismatch",
     "ThreadBusy",
+    "ThreadTTL",
     "ThreadStatus",
     "ToolCall",
     "UndecodableRow",

@@ -26,6 +26,7 @@ ORDER = (
     "claims",
     "events",
     "prune",
+    "sweep",
     "compact",
     "retract",
     "delete",

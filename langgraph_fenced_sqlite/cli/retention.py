@@ -1,23 +1,28 @@
-"""`lgfs prune` and `lgfs vacuum`: retention an operator can run.
+"""`lgfs prune`, `lgfs sweep` and `lgfs vacuum`: retention an operator can run.
 
 Invariant: as in `main.py`, nothing here judges: which checkpoints go is
-`prune`'s / `sweep`'s, and whether a vacuum may run is `vacuum`'s. A command
-that removes data first reports the real operation's dry run, and does it
-only with `--yes` (or a yes at a terminal).
+`prune`'s / `sweep`'s, which threads expire is `expire`'s, and whether a
+vacuum may run is `vacuum`'s. A command that removes data first reports the
+real operation's dry run, and does it only with `--yes` (or a yes at a
+terminal); `lgfs sweep` applies TTLs that were set beforehand, as the
+saver's own sweeper does, so it asks nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Sequence
+import signal
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
 
-from ..core.retention import PruneResult, RetentionPolicy
+from ..core.retention import TTL_STRATEGIES, Expiry, PruneResult, RetentionPolicy
 from .commands import arg, command, path_only, yes
 from .io import CliError, Out, confirm, count, duration, find_thread, plural
 from .stores import open_store
 
-__all__ = ["cmd_prune", "cmd_rekey", "cmd_repack", "cmd_vacuum"]
+__all__ = ["cmd_prune", "cmd_rekey", "cmd_repack", "cmd_sweep", "cmd_vacuum"]
 
 
 @command(
@@ -123,6 +128,75 @@ def _sweep(args: argparse.Namespace, out: Out, policy: RetentionPolicy) -> int:
 
     out.document(doc, text)
     return 1 if done.errors else 0
+
+
+@command(
+    "sweep",
+    "expire threads idle past their TTL, once or --every DURATION",
+    path_only,
+    arg(
+        "--default-ttl",
+        type=duration,
+        metavar="DURATION",
+        help="the TTL of threads without their own, e.g. 30d (default: only those)",
+    ),
+    arg(
+        "--strategy",
+        choices=TTL_STRATEGIES,
+        default="delete",
+        help="what the default TTL does (default: delete)",
+    ),
+    arg("--every", type=duration, metavar="DURATION", help="sweep again every DURATION, e.g. 10m"),
+    arg("--passes", type=count(1), metavar="N", help="with --every: stop after N passes"),
+    streams=True,
+)
+def cmd_sweep(args: argparse.Namespace, out: Out) -> int:
+    """`sweep`: expire due threads (one pass, or one every `--every` until interrupted)."""
+    if args.passes is not None and args.every is None:
+        raise CliError("usage", "sweep: --passes counts the passes of --every")
+    expiry = Expiry(default_ttl=args.default_ttl, strategy=args.strategy)
+    with open_store(args.path) as saver:
+        if args.every is not None:
+            signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            out.stream(_passes(saver, expiry, args.every, args.passes), _pass_line)
+        except KeyboardInterrupt:
+            pass  # the normal way to stop a sweeper
+    return 0
+
+
+def _passes(
+    saver: Any, expiry: Expiry, every: float | None, passes: int | None
+) -> Iterator[dict[str, Any]]:
+    """Yield each pass's report (`expire`), waiting `every` seconds between them."""
+    done = 0
+    while True:
+        started = time.monotonic()
+        report = saver.expire(expiry)
+        done += 1
+        yield {
+            "pass": done,
+            "expired": [dataclasses.asdict(e) for e in report.expired],
+            "busy": report.busy,
+            "errors": report.errors,
+            "scheduled": report.scheduled,
+        }
+        if every is None or (passes is not None and done >= passes):
+            return
+        time.sleep(max(0.0, every - (time.monotonic() - started)))
+
+
+def _pass_line(doc: dict[str, Any]) -> str:
+    gone = [f"{e['thread_id']} ({e['strategy']})" for e in doc["expired"]]
+    line = f"pass {doc['pass']}: expired {plural(len(gone), 'thread')}"
+    line += f": {', '.join(gone)}" if gone else ""
+    if doc["busy"]:
+        line += f"; left alone under a live claim: {', '.join(doc['busy'])}"
+    return line + "".join(f"\nskipped (does not decode): {e['message']}" for e in doc["errors"])
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 @command(

@@ -12,7 +12,7 @@ from typing import Any
 
 from .retention import PruneResult
 
-__all__ = ["SweepResult", "VacuumReport", "file_bytes", "is_inactive"]
+__all__ = ["SweepResult", "VacuumReport", "file_bytes"]
 
 
 @dataclass(frozen=True)
@@ -71,11 +71,6 @@ class RepackReport:
     stored_bytes: int = 0
     skipped: list[dict[str, Any]] = field(default_factory=list)
     dry_run: bool = False
-
-
-def is_inactive(activity: float, now: float, idle_for: float) -> bool:
-    """Whether a thread last written at `activity` has been idle `idle_for` seconds at `now`."""
-    return activity <= now - idle_for
 
 
 def file_bytes(path: str) -> int:

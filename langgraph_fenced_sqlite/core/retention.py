@@ -1,15 +1,16 @@
-"""Removing history, decided once: retention policies, what a prune keeps, retraction.
+"""Removing history, decided once: retention policies, what a prune keeps, retraction, expiry.
 
 Invariant: a prune keeps the latest checkpoint of every namespace and every
 ancestor a kept checkpoint still needs (the parent chain back to a delta
 snapshot) (`plan_prune`); a retraction removes one run's checkpoints and
-writes, nothing committed before it began (`plan_retraction`). Both stores
-apply these plans in their own fenced transactions.
+writes, nothing committed before it began (`plan_retraction`); a thread
+expires once idle its TTL, never under a live claim (`judge_expiry`). Both
+stores apply these plans in their own transactions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
@@ -17,8 +18,20 @@ from typing import Any, Protocol
 from ..clock import to_seconds
 from ..errors import bad_argument
 from . import events
+from .activity import last_activity
 
-__all__ = ["PruneResult", "RetentionPolicy", "Retraction", "plan_prune", "plan_retraction"]
+__all__ = [
+    "Expired",
+    "Expiry",
+    "ExpiryReport",
+    "PruneResult",
+    "RetentionPolicy",
+    "Retraction",
+    "ThreadTTL",
+    "judge_expiry",
+    "plan_prune",
+    "plan_retraction",
+]
 
 
 @dataclass(frozen=True)
@@ -257,3 +270,188 @@ def retracted_event(
     """The `retracted` event of a retraction that removed `removed` and `writes` writes."""
     data = {"run_id": run_id, "checkpoints": [list(k) for k in removed], "writes": writes}
     return events.NewEvent("retracted", data)
+
+
+# --- thread expiry (time to live) ------------------------------------------------------
+
+TTL_STRATEGIES = ("delete", "keep_latest")
+# `ttl_seen` of a thread that holds nothing left to expire (bare, deleted, or
+# trimmed to its latest): no sweep looks at it until it is written again (a
+# commit sets it back to NULL, "not seen": the stores' unpark trigger).
+PARKED = float("inf")
+
+
+def check_strategy(strategy: Any, name: str = "strategy") -> str:
+    """Return `strategy` if it is one of `TTL_STRATEGIES`, else raise `InvalidArgument`."""
+    if not isinstance(strategy, str) or strategy not in TTL_STRATEGIES:
+        raise bad_argument(name, f"expected 'delete' or 'keep_latest', got {strategy!r}")
+    return strategy
+
+
+@dataclass(frozen=True)
+class ThreadTTL:
+    """A thread's time to live: what happens to it once idle `ttl` seconds.
+
+    Attributes:
+        ttl: Seconds (or a timedelta) since the thread's last activity (its
+            newest checkpoint or event, as `threads(inactive_for=)` counts it).
+        strategy: `"delete"` (the whole thread, as `delete_thread`) or
+            `"keep_latest"` (its history trimmed to the latest checkpoint of
+            each namespace, as `prune(strategy="keep_latest")`).
+    """
+
+    ttl: float | timedelta
+    strategy: str = "delete"
+
+    def __post_init__(self) -> None:
+        to_seconds(self.ttl, "ttl")
+        check_strategy(self.strategy)
+
+    @property
+    def seconds(self) -> float:
+        """`ttl` in seconds."""
+        return to_seconds(self.ttl, "ttl")
+
+
+@dataclass(frozen=True)
+class Expiry:
+    """A saver's expiry option: the store-wide default TTL, and the sweeper that applies TTLs.
+
+    Attributes:
+        default_ttl: The TTL of every thread that has none of its own
+            (`set_thread_ttl`); None: only threads with their own TTL expire.
+        strategy: The default TTL's strategy (`"delete"` or `"keep_latest"`).
+        sweep_every: Start a sweeper with the saver that runs `expire()` this
+            often (seconds or timedelta), stopped by `close()`; None: none
+            (call `expire()` yourself, or run `lgfs sweep --every`).
+        on_expire: Called with each `Expired` thread, after its transaction,
+            by whoever expires it (the sweeper, or `expire()`'s caller).
+    """
+
+    default_ttl: float | timedelta | None = None
+    strategy: str = "delete"
+    sweep_every: float | timedelta | None = None
+    on_expire: Callable[[Expired], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.default_ttl is not None:
+            to_seconds(self.default_ttl, "default_ttl")
+        check_strategy(self.strategy)
+        if self.sweep_every is not None:
+            to_seconds(self.sweep_every, "sweep_every")
+        if self.on_expire is not None and not callable(self.on_expire):
+            raise bad_argument("on_expire", "expected a callable or None")
+
+    @property
+    def default(self) -> ThreadTTL | None:
+        """The default TTL as a `ThreadTTL`, or None."""
+        if self.default_ttl is None:
+            return None
+        return ThreadTTL(to_seconds(self.default_ttl, "default_ttl"), self.strategy)
+
+
+def check_expiry(expiry: Any, readonly: bool) -> Expiry | None:
+    """Check a saver's `expiry` option (before the store is touched) and return it.
+
+    Raises:
+        InvalidArgument: not an `Expiry` or None, or a sweeper on a read-only store.
+    """
+    if expiry is None:
+        return None
+    if not isinstance(expiry, Expiry):
+        raise bad_argument("expiry", f"expected an Expiry or None, got {expiry!r}")
+    if readonly and expiry.sweep_every is not None:
+        raise bad_argument("expiry", "a read-only store cannot sweep (sweep_every is set)")
+    return expiry
+
+
+@dataclass(frozen=True)
+class Expired:
+    """One thread a sweep expired.
+
+    Attributes:
+        thread_id: The thread.
+        strategy: `"delete"` or `"keep_latest"`.
+        ttl: The TTL applied (seconds): the thread's own, or the default.
+        last_activity: When the thread was last written (store clock).
+        checkpoints: `(checkpoint_ns, checkpoint_id)` removed (`keep_latest`;
+            empty for `delete`, which removed everything).
+        seq: The seq of the `pruned` event logged (`keep_latest` that removed
+            something); None for `delete`: the log went with the thread, whose
+            readers learn it from `ReplayUnavailable` (a new incarnation).
+    """
+
+    thread_id: str
+    strategy: str
+    ttl: float
+    last_activity: float
+    checkpoints: list[tuple[str, str]] = field(default_factory=list)
+    seq: int | None = None
+
+
+@dataclass(frozen=True)
+class ExpiryReport:
+    """What one `expire()` pass did.
+
+    Attributes:
+        expired: The threads expired, in the order done.
+        busy: Due threads left alone because a live claim holds them (a later
+            pass expires them once the claim ends, if still idle).
+        errors: Due threads left alone because a row of theirs does not decode.
+        scheduled: Threads whose next due time this pass (re)computed: new
+            threads, and due-looking ones written since they were last seen.
+    """
+
+    expired: list[Expired] = field(default_factory=list)
+    busy: list[str] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    scheduled: int = 0
+
+
+@dataclass(frozen=True)
+class ExpiryFacts:
+    """What one thread's expiry is judged on, read inside its transaction.
+
+    Attributes:
+        ttl, strategy: The thread's own TTL (None: none).
+        seen: The activity a sweep last saw (None: not seen; `PARKED`).
+        last_checkpoint_at, last_event_at: The thread's newest cells (None:
+            none).
+        live: Whether a live claim holds it.
+    """
+
+    ttl: float | None
+    strategy: str | None
+    seen: float | None
+    last_checkpoint_at: Any
+    last_event_at: Any
+    live: bool
+
+
+def judge_expiry(
+    facts: ExpiryFacts, default: ThreadTTL | None, now: float
+) -> tuple[str, ThreadTTL | None, float]:
+    """Decide one thread's expiry (the rule of both stores and every sweeper).
+
+    Returns:
+        `(verdict, rule, activity)`: verdict `"skip"` (no TTL applies, or
+        another sweep finished it), `"park"` (it holds nothing: no checkpoint,
+        no event), `"schedule"` (not due: remember `activity`, the lower bound
+        the next due time is computed from), `"busy"` (due, under a live
+        claim), `"expire"` (due: apply `rule`).
+    """
+    if facts.seen == PARKED:
+        return "skip", None, 0.0
+    rule = default
+    if facts.ttl is not None and facts.strategy in TTL_STRATEGIES:
+        rule = ThreadTTL(float(facts.ttl), facts.strategy)
+    if rule is None:
+        return "skip", None, 0.0
+    if facts.last_checkpoint_at is None and facts.last_event_at is None:
+        return "park", rule, 0.0
+    activity = last_activity(facts.last_checkpoint_at, facts.last_event_at)
+    if activity + rule.seconds > now:
+        return ("skip" if facts.seen == activity else "schedule"), rule, activity
+    if facts.live:
+        return "busy", rule, activity
+    return "expire", rule, activity

@@ -1,4 +1,4 @@
-"""Deletion, copying and pruning as both stores offer them, over a few primitives.
+"""Deletion, copying, pruning and expiry as both stores offer them, over a few primitives.
 
 Invariant: every public method here checks its arguments (the same checks and
 errors on either store) before the store is touched, then calls one store
@@ -16,11 +16,24 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
+from ..clock import to_seconds
 from ..errors import ReadOnlyStore, UndecodableRow, bad_argument
 from .maintenance import SweepResult
-from .retention import PruneResult, RetentionPolicy, Retraction
+from .retention import (
+    TTL_STRATEGIES,
+    Expired,
+    Expiry,
+    ExpiryReport,
+    PruneResult,
+    RetentionPolicy,
+    Retraction,
+    ThreadTTL,
+    check_expiry,
+    check_strategy,
+)
 from .saver_threads import inactive_for_seconds
 from .store import UsesStore
+from .sweeper import Sweeper
 from .twins import async_twin
 from .validation import check_bool, check_int, check_iterable, check_name
 
@@ -28,6 +41,9 @@ __all__ = ["RemovalsBase"]
 
 # `list` is not shadowed here, but the signatures match the saver's.
 _list = builtins.list
+# Threads whose activity one short transaction remembers (a handful of key
+# lookups and updates: well under one thread's removal).
+_SEE_BATCH = 32
 
 
 class RemovalsBase(UsesStore):
@@ -258,6 +274,141 @@ class RemovalsBase(UsesStore):
 
     aretract_turn = async_twin(retract_turn)
 
+    # --- thread expiry ---------------------------------------------------------------------
+
+    _expiry: Expiry | None = None
+    _sweeper: Sweeper | None = None
+
+    def _start_expiry(self, expiry: Expiry | None) -> None:
+        """Keep the saver's (checked: `check_expiry`) `expiry` option; start its sweeper."""
+        self._expiry = expiry
+        if expiry is not None and expiry.sweep_every is not None:
+            self._sweeper = Sweeper(self, to_seconds(expiry.sweep_every, "sweep_every"))
+
+    @property
+    def expiry(self) -> Expiry | None:
+        """The saver's `expiry` option (None: no default TTL, no sweeper)."""
+        return self._expiry
+
+    def _stop_sweeper(self) -> None:
+        """Stop the sweeper (if any) and wait for it: it ends between two threads' transactions."""
+        sweeper, self._sweeper = self._sweeper, None
+        if sweeper is not None:
+            sweeper.stop()
+
+    def set_thread_ttl(
+        self, thread_id: str, ttl: float | timedelta | None, *, strategy: str = "delete"
+    ) -> None:
+        """Give a thread its own time to live, or clear it (`ttl=None`).
+
+        Once the thread has been idle `ttl` (no checkpoint, no event, by the
+        store's clock), a sweep expires it by `strategy` (see `expire`),
+        unless a live claim holds it. Stored in the file: every store and
+        process sees it; it overrides the store-wide default
+        (`Expiry.default_ttl`), and `delete_thread` removes it with the
+        thread. Needs no claim and logs no event; a thread not written yet
+        may be given one (a run sets it as it starts).
+
+        Args:
+            thread_id: The thread.
+            ttl: Seconds or a timedelta; None clears it (the default applies).
+            strategy: `"delete"` or `"keep_latest"` (ignored when clearing).
+
+        Raises:
+            ReadOnlyStore: the store was opened with `readonly=True`.
+        """
+        check_name(thread_id, "thread_id")
+        seconds = None if ttl is None else to_seconds(ttl, "ttl")
+        check_strategy(strategy)
+        self._set_thread_ttl(thread_id, seconds, None if seconds is None else strategy)
+
+    aset_thread_ttl = async_twin(set_thread_ttl)
+
+    def thread_ttl(self, thread_id: str) -> ThreadTTL | None:
+        """Return the thread's own TTL (as `set_thread_ttl` set it), or None if it has none."""
+        check_name(thread_id, "thread_id")
+        cells = self._thread_ttl(thread_id)
+        if cells is None or not isinstance(cells[0], (int, float)):
+            return None
+        if cells[1] not in TTL_STRATEGIES:
+            return None
+        return ThreadTTL(float(cells[0]), cells[1])
+
+    athread_ttl = async_twin(thread_ttl)
+
+    def expire(self, expiry: Expiry | None = None) -> ExpiryReport:
+        """Expire every thread idle longer than its TTL, one transaction per thread.
+
+        A thread's TTL is its own (`set_thread_ttl`) or the store's default
+        (the `expiry` option's `default_ttl`); `"delete"` removes the thread
+        as `delete_thread` does (its log goes with it: a reader learns it
+        from `ReplayUnavailable`), `"keep_latest"` trims it to the latest
+        checkpoint of each namespace and logs a `pruned` event (its data has
+        `strategy`, `checkpoints`, `writes`, `ttl`, `last_activity`). Due
+        threads are found through an index; each is judged again inside its
+        own transaction, so a thread written or claimed meanwhile, or expired
+        by another process's sweep, is left alone: a thread under a live
+        claim is never touched, and several processes expiring at once
+        remove each thread once. No transaction holds the write lock longer
+        than one thread's removal (on SQLite, the lock is then left free as
+        long again, for other writers). When nothing is due (and no thread
+        is new), nothing is written. The sweeper (`Expiry.sweep_every`, or `lgfs
+        sweep --every`) calls this.
+
+        Args:
+            expiry: The default TTL and callback to apply (its `sweep_every`
+                is ignored); None: the saver's `expiry` option.
+
+        Returns:
+            What was expired, what was left under a live claim, and what does
+            not decode; `Expiry.on_expire` is called with each expired thread.
+
+        Raises:
+            ReadOnlyStore: the store was opened with `readonly=True`.
+        """
+        expiry = check_expiry(expiry, False)
+        return self._expire_pass(lambda: False, expiry)
+
+    aexpire = async_twin(
+        expire, "Async twin of `expire` (`on_expire` runs on the store's worker thread)."
+    )
+
+    def _expire_pass(
+        self, stopped: Callable[[], bool], expiry: Expiry | None = None
+    ) -> ExpiryReport:
+        """One `expire` pass, ending early (between two transactions) once `stopped()`."""
+        if self._engine.readonly:
+            raise ReadOnlyStore("expire", self._engine.path)
+        option = self._expiry if expiry is None else expiry
+        default = None if option is None else option.default
+        report = ExpiryReport()
+        scheduled = 0
+        while not stopped():
+            unseen = self._unseen_ttl_threads(default is not None, _SEE_BATCH)
+            seen = self._see_threads(unseen, default) if unseen else 0
+            scheduled += seen
+            if not seen:
+                break
+        due, busy = self._due_ttl_threads(default)
+        report.busy.extend(busy)
+        for thread_id in due:
+            if stopped():
+                break
+            try:
+                done = self._expire_thread(thread_id, default)
+            except UndecodableRow as exc:
+                report.errors.append(exc.to_dict())
+                continue
+            if done == "busy":
+                report.busy.append(thread_id)
+            elif done == "scheduled":
+                scheduled += 1
+            elif isinstance(done, Expired):
+                report.expired.append(done)
+                if option is not None and option.on_expire is not None:
+                    option.on_expire(done)
+        return ExpiryReport(report.expired, report.busy, report.errors, scheduled)
+
     # --- the store's primitives: checked arguments in ------------------------------------
 
     def _delete_thread(self, thread_id: str) -> None:
@@ -289,4 +440,27 @@ class RemovalsBase(UsesStore):
         raise NotImplementedError
 
     def _retract_turn(self, thread_id: str, token: int, run_id: str | None) -> Retraction:
+        raise NotImplementedError
+
+    def _set_thread_ttl(self, thread_id: str, ttl: float | None, strategy: str | None) -> None:
+        raise NotImplementedError
+
+    def _thread_ttl(self, thread_id: str) -> tuple[Any, Any] | None:
+        """The thread's `(ttl, strategy)` cells, or None for an unknown thread."""
+        raise NotImplementedError
+
+    def _unseen_ttl_threads(self, with_default: bool, limit: int) -> _list[str]:
+        """Up to `limit` threads no sweep has seen (all with a default, else those with a TTL)."""
+        raise NotImplementedError
+
+    def _see_threads(self, thread_ids: _list[str], default: ThreadTTL | None) -> int:
+        """Remember those threads' activity in one short transaction; return how many."""
+        raise NotImplementedError
+
+    def _due_ttl_threads(self, default: ThreadTTL | None) -> tuple[_list[str], _list[str]]:
+        """Due-looking threads through the indexes: `(unclaimed, under a live claim)`."""
+        raise NotImplementedError
+
+    def _expire_thread(self, thread_id: str, default: ThreadTTL | None) -> Expired | str | None:
+        """One thread's expiry in its own transaction (`judge_expiry` inside it)."""
         raise NotImplementedError

@@ -18,7 +18,7 @@ from typing import Any
 from ..clock import to_seconds
 from ..errors import UndecodableRow, bad_argument
 from . import status
-from .maintenance import is_inactive
+from .activity import is_inactive, last_activity
 from .saver_inspect import decode_values, decode_writes
 from .status import ThreadStatus
 from .store import UsesStore
@@ -266,15 +266,6 @@ class ThreadsBase(UsesStore):
 
 # `list` is a method of the saver this class is mixed into.
 _list = builtins.list
-
-
-def last_activity(last_checkpoint_at: Any, last_event_at: Any) -> float:
-    """Return when a thread was last written: its newest checkpoint or event (0.0 if never).
-
-    The one definition of activity, for `threads(inactive_for=...)` and for
-    `sweep(inactive_for=...)`; a damaged (non-numeric) cell counts as never.
-    """
-    return max((x for x in (last_checkpoint_at, last_event_at, 0.0) if _number(x)), default=0.0)
 
 
 def inactive_for_seconds(inactive_for: float | timedelta | None) -> float | None:

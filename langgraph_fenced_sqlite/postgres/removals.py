@@ -1,5 +1,5 @@
 """The PostgreSQL store's removals and copies: delete_thread, delete_for_runs, copy_thread,
-prune (LangGraph's strategies and retention policies), sweep, retract_turn.
+prune (LangGraph's strategies and retention policies), sweep, expiry, retract_turn.
 
 Invariant: as in `txns` (the store's other transactions), a removal or copy
 that writes a thread fences it first (`txns.fence`: the thread's row lock,
@@ -15,19 +15,23 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from ..core.activity import is_inactive, last_activity
 from ..core.claims import claim_live
 from ..core.events import NewEvent
-from ..core.maintenance import is_inactive
 from ..core.retention import (
+    PARKED,
+    Expired,
+    ExpiryFacts,
     PruneResult,
     RetentionPolicy,
     Retraction,
+    ThreadTTL,
+    judge_expiry,
     plan_prune,
     plan_retraction,
     retracted_event,
     skeleton_node,
 )
-from ..core.saver_threads import last_activity
 from ..core.subgraph_runs import parents_of, past_namespaces_by
 from ..errors import CheckpointConflict
 from . import sql
@@ -50,6 +54,7 @@ def delete_thread(cur: Cursor, thread_id: str) -> None:
     cur.execute(sql.DELETE_THREAD_CHECKPOINTS, params)
     delete_all(cur, thread_id)
     cur.execute(sql.DELETE_THREAD_EVENTS, params)
+    cur.execute(sql.FORGET_THREAD_TTL, params)
 
 
 def delete_for_runs(
@@ -159,6 +164,7 @@ def prune(
     now: float | None,
     require_claim: bool,
     notify: bool = True,
+    note: dict[str, Any] | None = None,
 ) -> PruneResult:
     """LangGraph's prune, with the SQLite store's results (`retention.keep_latest_txn`,
     `retention.delete_all_checkpoints_txn`), fenced like a write on the thread.
@@ -205,7 +211,7 @@ def prune(
     if removed or writes or orphans or floor > before:
         done = writes if strategy == "delete" else orphans
         data = {"strategy": strategy, "checkpoints": [list(k) for k in removed], "writes": done}
-        new.append(NewEvent("pruned", data))
+        new.append(NewEvent("pruned", {**data, **(note or {})}))
     append(cur, thread_id, position, new, token=token, now=now, notify=notify)
     return PruneResult(thread_id, removed, floor, floor - before, orphans)
 
@@ -307,6 +313,85 @@ def sweep_thread(
     if claim_live(token, expires_at, clock):
         return "busy"  # idle, yet claimed: someone may be about to write
     return prune_policy(cur, thread_id, policy, None, now=now)
+
+
+# --- thread expiry (the SQLite store's `maintenance.expire_thread_txn`) -------------------
+
+
+def _expiry_facts(
+    cur: Cursor, thread_id: str, now: float | None
+) -> tuple[ExpiryFacts, float] | None:
+    """Lock the thread's row; return its expiry facts and the time judged at (`now`, or the
+    database's clock read after the lock was had)."""
+    cur.execute(sql.TTL_FACTS, {"thread_id": thread_id, "now": now})
+    row = cur.fetchone()
+    if row is None:
+        return None
+    ttl, strategy, seen, token, expires_at, last_cp, last_ev, at = row
+    live = bool(claim_live(token, expires_at, float(at)))
+    return ExpiryFacts(ttl, strategy, seen, last_cp, last_ev, live), float(at)
+
+
+def see_threads(
+    cur: Cursor, thread_ids: list[str], default: ThreadTTL | None, now: float | None
+) -> int:
+    """Remember the activity of threads no sweep has seen (park those holding nothing).
+
+    Returns:
+        How many were scheduled or parked.
+    """
+    done = 0
+    for thread_id in sorted(thread_ids):  # id order: two sweeps lock rows alike
+        found = _expiry_facts(cur, thread_id, now)
+        if found is None or found[0].seen is not None:
+            continue  # gone, or seen by another sweep meanwhile
+        verdict, _rule, activity = judge_expiry(found[0], default, found[1])
+        if verdict == "skip":
+            continue
+        seen = PARKED if verdict == "park" else activity
+        cur.execute(sql.SET_TTL_SEEN, {"thread_id": thread_id, "seen": seen})
+        done += 1
+    return done
+
+
+def expire_thread(
+    cur: Cursor,
+    thread_id: str,
+    default: ThreadTTL | None,
+    *,
+    now: float | None,
+    notify: bool = True,
+) -> Expired | str | None:
+    """Expire one due-looking thread if it still is due, judged on its locked row.
+
+    Returns:
+        What was expired; `"busy"`, `"scheduled"`, or None (as SQLite's).
+    """
+    found = _expiry_facts(cur, thread_id, now)
+    if found is None:
+        return None
+    verdict, rule, activity = judge_expiry(found[0], default, found[1])
+    if verdict in ("skip", "busy"):
+        return None if verdict == "skip" else "busy"
+    if verdict in ("park", "schedule"):
+        seen = PARKED if verdict == "park" else activity
+        cur.execute(sql.SET_TTL_SEEN, {"thread_id": thread_id, "seen": seen})
+        return None if verdict == "park" else "scheduled"
+    assert rule is not None
+    if rule.strategy == "delete":
+        delete_thread(cur, thread_id)  # parks it (FORGET_THREAD_TTL)
+        return Expired(thread_id, "delete", rule.seconds, activity)
+    note = {"ttl": rule.seconds, "last_activity": activity}
+    result = prune(
+        cur, thread_id, "keep_latest", None, now=now, require_claim=False, notify=notify, note=note
+    )
+    seq = None
+    if result.checkpoints or result.writes_removed:
+        cur.execute(sql.GET_NEXT_SEQ, {"thread_id": thread_id})
+        seq = int(cur.fetchone()[0]) - 1
+    # Trimmed to its latest: nothing left to expire until it is written again.
+    cur.execute(sql.SET_TTL_SEEN, {"thread_id": thread_id, "seen": PARKED})
+    return Expired(thread_id, "keep_latest", rule.seconds, activity, result.checkpoints, seq)
 
 
 class _TurnRow(NamedTuple):

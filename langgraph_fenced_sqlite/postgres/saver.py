@@ -34,6 +34,7 @@ from ..clock import Clock, read_now, to_seconds
 from ..core import checkpoints as cps
 from ..core.encryption import Encryption, encryption_of
 from ..core.fenced_store import FencedStore
+from ..core.retention import Expiry, check_expiry
 from ..core.run_fence import RunFences
 from ..core.saver import next_cursor, page_args, store_options
 from ..core.serde import TypeKey
@@ -62,6 +63,7 @@ _OPTIONS = (
     "notify",
     "poll_interval",
     "readonly",
+    "expiry",
 )
 _list = builtins.list
 _Key = tuple[str, str, str]  # (thread_id, checkpoint_ns, checkpoint_id)
@@ -119,6 +121,7 @@ class FencedPostgresSaver(  # type: ignore[misc]
         notify: bool = True,
         poll_interval: float | timedelta = 1.0,
         readonly: bool = False,
+        expiry: Expiry | None = None,
         _owned: bool = False,
     ) -> None:
         """Use `conn`, a `psycopg.Connection` or a `psycopg_pool.ConnectionPool`.
@@ -155,6 +158,11 @@ class FencedPostgresSaver(  # type: ignore[misc]
                 transaction is READ ONLY in the server, and `setup()` only
                 checks the schema. Checks the schema now, as a read-only
                 SQLite store checks its file.
+            expiry: Thread expiry: a default TTL for threads without their
+                own (`set_thread_ttl`), and, with `sweep_every`, a sweeper
+                thread that runs `expire()` until `close()` (see `Expiry`).
+                Give a pool (or a connection of its own) to a store that
+                sweeps: on one connection a pass takes turns with its calls.
 
         Raises:
             InvalidArgument: `conn` is not a connection or pool, or another
@@ -164,6 +172,7 @@ class FencedPostgresSaver(  # type: ignore[misc]
                 migrating) or newer.
             StoreError: `readonly`, and the schema could not be read.
         """
+        expiry = check_expiry(expiry, readonly)
         serde = store_options(
             serde, allowed_types, allowed_modules, clock, require_claim, encryption
         )
@@ -187,6 +196,7 @@ class FencedPostgresSaver(  # type: ignore[misc]
         self._value_cache = ValueCache()
         if readonly:
             self._check_schema("open")
+        self._start_expiry(expiry)
 
     # Channel values live in the value table, `lgfs_blobs` (migration 11).
     _value_table = True
@@ -319,7 +329,9 @@ class FencedPostgresSaver(  # type: ignore[misc]
         return await self._engine.arun(self.setup)
 
     def close(self) -> None:
-        """Stop using the connection; close it if `from_conn_string` opened it. Twice is fine."""
+        """Stop the sweeper; stop using the connection (closed if `from_conn_string`
+        opened it). Twice is fine."""
+        self._stop_sweeper()
         self._engine.close()
 
     async def aclose(self) -> None:

@@ -15,11 +15,12 @@ import builtins
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..core.claims import claim_live
 from ..core.encryption import encryption_of
 from ..core.maintenance import RepackReport, VacuumReport
 from ..core.rekey import CellKeys, RekeyReport, Reseal, rekey_options, rekey_threads
 from ..core.repack import Rewrite, repack_threads
-from ..core.retention import PruneResult, RetentionPolicy, Retraction
+from ..core.retention import Expired, PruneResult, RetentionPolicy, Retraction, ThreadTTL
 from ..core.saver_retention import RemovalsBase
 from ..core.twins import async_twin
 from ..core.validation import check_bool
@@ -144,6 +145,61 @@ class PgRetentionAPI(PgHalf, RemovalsBase):
             "sweep",
             lambda cur: removals.sweep_thread(cur, thread_id, policy, now=now, idle_for=idle_for),
         )
+        return done
+
+    # --- thread expiry (`removals.py`) ----------------------------------------------------
+
+    def _set_thread_ttl(self, thread_id: str, ttl: float | None, strategy: str | None) -> None:
+        params = {"thread_id": thread_id, "ttl": ttl, "strategy": strategy}
+        self._engine.run("set_thread_ttl", lambda cur: cur.execute(sql.SET_THREAD_TTL, params))
+
+    def _thread_ttl(self, thread_id: str) -> tuple[Any, Any] | None:
+        row = self._engine.run(
+            "thread_ttl",
+            lambda cur: cur.execute(sql.GET_THREAD_TTL, {"thread_id": thread_id}).fetchone(),
+            read_only=True,
+        )
+        return None if row is None else (row[0], row[1])
+
+    def _unseen_ttl_threads(self, with_default: bool, limit: int) -> _list[str]:
+        query = sql.TTL_UNSEEN if with_default else sql.TTL_UNSEEN_OWN
+        rows = self._engine.run(
+            "expire", lambda cur: cur.execute(query, {"limit": limit}).fetchall(), read_only=True
+        )
+        return [r[0] for r in rows]
+
+    def _see_threads(self, thread_ids: _list[str], default: ThreadTTL | None) -> int:
+        now = self._now()
+        done: int = self._engine.run(
+            "expire", lambda cur: removals.see_threads(cur, thread_ids, default, now)
+        )
+        return done
+
+    def _due_ttl_threads(self, default: ThreadTTL | None) -> tuple[_list[str], _list[str]]:
+        def job(cur: Any) -> tuple[float, _list[Any]]:
+            now = self._now()
+            if now is None:
+                now = float(cur.execute(sql.GET_NOW, {"now": None}).fetchone()[0])
+            rows = cur.execute(sql.TTL_DUE_OWN, {"now": now}).fetchall()
+            if default is not None:
+                before = now - default.seconds
+                rows += cur.execute(sql.TTL_DUE_DEFAULT, {"before": before}).fetchall()
+            return now, rows
+
+        now, rows = self._engine.run("expire", job, read_only=True)
+        due = [t for t, token, until in rows if not claim_live(token, until, now)]
+        return due, [t for t, token, until in rows if claim_live(token, until, now)]
+
+    def _expire_thread(self, thread_id: str, default: ThreadTTL | None) -> Expired | str | None:
+        now = self._now()
+        done: Expired | str | None = self._engine.run(
+            "expire",
+            lambda cur: removals.expire_thread(
+                cur, thread_id, default, now=now, notify=self._notify
+            ),
+        )
+        if isinstance(done, Expired):
+            self._value_cache.forget_thread(thread_id)
         return done
 
     def vacuum(self, *, force: bool = False) -> VacuumReport:

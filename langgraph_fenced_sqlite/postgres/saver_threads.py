@@ -19,10 +19,10 @@ from datetime import timedelta
 from typing import Any
 
 from ..core import status as st
+from ..core.activity import is_inactive
 from ..core.claims import ThreadRow
 from ..core.encryption import Encryption, encryption_of
 from ..core.events import decode_event
-from ..core.maintenance import is_inactive
 from ..core.run_fence import RUN_HOLDER
 from ..core.saver_threads import ThreadsBase, _summaries, inactive_for_seconds
 from ..core.status import ThreadStatus, check_states

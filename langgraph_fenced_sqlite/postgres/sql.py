@@ -173,6 +173,31 @@ MIGRATIONS: list[str] = [
     # 12: thread search's index of each thread's latest root metadata,
     # `lgfs_thread_tags`, kept by triggers (`sql_functions.THREAD_TAGS`).
     THREAD_TAGS,
+    # 13: thread expiry, as the SQLite store's migration 6 -> 7: a thread's
+    # own TTL (`ttl`, `ttl_strategy`) and the sweepers' bookkeeping
+    # `ttl_seen` (the activity a sweep last saw, a lower bound; NULL: not
+    # seen; 'Infinity': parked, nothing left to expire), with the indexes a
+    # sweep finds due threads through (idempotent, as the migrations before
+    # it: run again, it changes nothing). Every commit already updates its
+    # thread's row (`next_seq`); the trigger un-parks a parked thread there,
+    # and leaves every other update as it was (heap-only: no indexed column
+    # changes).
+    """
+    ALTER TABLE lgfs_threads ADD COLUMN IF NOT EXISTS ttl double precision,
+        ADD COLUMN IF NOT EXISTS ttl_strategy text,
+        ADD COLUMN IF NOT EXISTS ttl_seen double precision;
+    CREATE INDEX IF NOT EXISTS lgfs_threads_ttl_seen ON lgfs_threads (ttl_seen);
+    CREATE INDEX IF NOT EXISTS lgfs_threads_ttl_due ON lgfs_threads ((ttl_seen + ttl))
+        WHERE ttl IS NOT NULL;
+    CREATE INDEX IF NOT EXISTS lgfs_threads_ttl_unseen ON lgfs_threads (thread_id)
+        WHERE ttl_seen IS NULL AND ttl IS NOT NULL;
+    CREATE OR REPLACE FUNCTION lgfs_unpark_ttl() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN NEW.ttl_seen := NULL; RETURN NEW; END $$;
+    DROP TRIGGER IF EXISTS lgfs_threads_unpark_ttl ON lgfs_threads;
+    CREATE TRIGGER lgfs_threads_unpark_ttl BEFORE UPDATE OF next_seq ON lgfs_threads
+        FOR EACH ROW WHEN (OLD.ttl_seen = 'Infinity'::float8 AND NEW.next_seq > OLD.next_seq)
+        EXECUTE FUNCTION lgfs_unpark_ttl();
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -1079,6 +1104,43 @@ SWEEP_THREAD = (
     "WHERE c.thread_id = t.thread_id), (SELECT max(e.ts) FROM lgfs_events e "
     "WHERE e.thread_id = t.thread_id) FROM lgfs_threads t WHERE t.thread_id = %(thread_id)s "
     "FOR UPDATE"
+)
+# --- thread expiry (migration 12; `removals.py`) ---------------------------------------
+
+# A thread's own TTL, set or cleared on its (created if need be) locked row.
+SET_THREAD_TTL = (
+    "INSERT INTO lgfs_threads AS t (thread_id, ttl, ttl_strategy) "
+    "VALUES (%(thread_id)s, %(ttl)s, %(strategy)s) ON CONFLICT (thread_id) DO UPDATE "
+    "SET ttl = %(ttl)s, ttl_strategy = %(strategy)s, ttl_seen = NULL"
+)
+GET_THREAD_TTL = "SELECT ttl, ttl_strategy FROM lgfs_threads WHERE thread_id = %(thread_id)s"
+SET_TTL_SEEN = "UPDATE lgfs_threads SET ttl_seen = %(seen)s WHERE thread_id = %(thread_id)s"
+GET_NEXT_SEQ = "SELECT next_seq FROM lgfs_threads WHERE thread_id = %(thread_id)s"
+FORGET_THREAD_TTL = (
+    "UPDATE lgfs_threads SET ttl = NULL, ttl_strategy = NULL, ttl_seen = 'Infinity' "
+    "WHERE thread_id = %(thread_id)s"
+)
+TTL_UNSEEN = "SELECT thread_id FROM lgfs_threads WHERE ttl_seen IS NULL LIMIT %(limit)s"
+TTL_UNSEEN_OWN = (
+    "SELECT thread_id FROM lgfs_threads WHERE ttl_seen IS NULL AND ttl IS NOT NULL LIMIT %(limit)s"
+)
+# Due-looking threads, each through its index (the expression `ttl_seen +
+# ttl`; `ttl_seen` against now minus the default TTL), with their claims.
+TTL_DUE_OWN = (
+    "SELECT thread_id, token, expires_at FROM lgfs_threads "
+    "WHERE ttl IS NOT NULL AND ttl_seen + ttl <= %(now)s::float8"
+)
+TTL_DUE_DEFAULT = (
+    "SELECT thread_id, token, expires_at FROM lgfs_threads "
+    "WHERE ttl IS NULL AND ttl_seen <= %(before)s::float8"
+)
+# One thread's expiry facts, its row locked (it waits for the thread's
+# writers, and they for it), and the time judged at.
+TTL_FACTS = (
+    "SELECT t.ttl, t.ttl_strategy, t.ttl_seen, t.token, t.expires_at, "
+    "(SELECT max(c.created_at) FROM lgfs_checkpoints c WHERE c.thread_id = t.thread_id), "
+    f"(SELECT max(e.ts) FROM lgfs_events e WHERE e.thread_id = t.thread_id), {NOW} "
+    "FROM lgfs_threads t WHERE t.thread_id = %(thread_id)s FOR UPDATE"
 )
 CHECKPOINT_PARENTS = (
     "SELECT metadata::json -> 'parents' FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s "

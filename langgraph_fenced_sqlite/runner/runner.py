@@ -35,6 +35,7 @@ from ..clock import to_seconds
 from ..core.claims import Claim
 from ..core.fenced_store import FencedStore
 from ..core.lease import Outcome, RunLease, RunRenewer, judge_end, raise_for
+from ..core.retention import ThreadTTL
 from ..core.runs import RUN_STRATEGIES
 from ..core.validation import check_name, config_target
 from ..errors import FencedSqliteError, StaleClaim, ThreadBusy, bad_argument
@@ -94,6 +95,7 @@ class FencedRunner:
         renew_every: float | timedelta | None = None,
         tenant: str | None = None,
         principal: str | None = None,
+        thread_ttl: ThreadTTL | None = None,
     ) -> None:
         """Wrap `graph`, whose checkpointer must be `saver` (or unset).
 
@@ -118,6 +120,10 @@ class FencedRunner:
                 becomes this tenant's. None (default): any thread.
             principal: Who runs act for (a user, a service), named in their
                 events; each call may name another.
+            thread_ttl: A time to live every run gives its thread as it
+                starts (`saver.set_thread_ttl`, right after the run's claim is
+                granted, so no sweep expires the thread meanwhile); None:
+                threads keep theirs (or the store's default).
 
         Raises:
             InvalidArgument: (a `ValueError`) the graph is compiled with
@@ -153,6 +159,9 @@ class FencedRunner:
         )
         self.tenant = _optional_name(tenant, "tenant")
         self.principal = _optional_name(principal, "principal")
+        if thread_ttl is not None and not isinstance(thread_ttl, ThreadTTL):
+            raise bad_argument("thread_ttl", f"expected a ThreadTTL or None, got {thread_ttl!r}")
+        self.thread_ttl = thread_ttl
         self._renewer = RunRenewer(saver, self.ttl, self.renew_every)
         self._queue_path = os.path.realpath(saver.path)
 
@@ -402,6 +411,13 @@ class FencedRunner:
             principal=call.principal,
         )
         run = RunLease(claim, call.run_id, call.control or RunControl(), call.timeout)
+        if self.thread_ttl is not None:
+            try:
+                ttl = self.thread_ttl
+                self.saver.set_thread_ttl(call.thread_id, ttl.seconds, strategy=ttl.strategy)
+            except BaseException:
+                self.saver.release(call.thread_id, claim.token)
+                raise
         if renew:
             self._renewer.add(run)
         return run

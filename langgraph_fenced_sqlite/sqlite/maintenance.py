@@ -1,9 +1,11 @@
-"""An operator's maintenance on SQLite: sweeping idle threads, reclaiming the file's free space.
+"""An operator's maintenance on SQLite: sweeping idle threads, expiring them by their TTL,
+reclaiming the file's free space.
 
 Invariant: a sweep is one transaction per thread, each deciding inside itself
 whether its thread still qualifies (no live claim, idle long enough), so a
 sweep never holds the write lock longer than one thread's prune and never
-prunes a thread that a run claimed meanwhile. `vacuum` runs with no
+prunes a thread that a run claimed meanwhile; expiry likewise, one thread per
+transaction, judged again inside it (`retention.judge_expiry`). `vacuum` runs with no
 transaction of its own (SQLite's VACUUM cannot run in one) and, unless
 forced, refuses while a writer is active: a live claim anywhere in the file,
 or another connection holding the write lock.
@@ -15,17 +17,33 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from ..core.activity import is_inactive, last_activity
 from ..core.encryption import Encryption
-from ..core.maintenance import VacuumReport, file_bytes, is_inactive
+from ..core.maintenance import VacuumReport, file_bytes
 from ..core.rekey import CellKeys, Reseal, ThreadCells
 from ..core.repack import Rewrite, RowChanged
-from ..core.retention import PruneResult, RetentionPolicy
-from ..core.saver_threads import last_activity
+from ..core.retention import (
+    PARKED,
+    Expired,
+    ExpiryFacts,
+    PruneResult,
+    RetentionPolicy,
+    ThreadTTL,
+    judge_expiry,
+)
 from ..errors import StoreBusy, ThreadBusy
 from . import checkpoints, claims, retention, schema
 from .connection import is_busy
 
-__all__ = ["repack_read", "repack_txn", "sweep_thread_txn", "vacuum_job"]
+__all__ = [
+    "expire_thread_txn",
+    "repack_read",
+    "repack_txn",
+    "see_threads_txn",
+    "set_thread_ttl_txn",
+    "sweep_thread_txn",
+    "vacuum_job",
+]
 
 
 def repack_read(
@@ -100,6 +118,122 @@ def sweep_thread_txn(
     if row.live(now):
         return "busy"  # idle, yet claimed: someone may be about to write
     return retention.prune_txn(conn, thread_id, policy, now=now, dry_run=dry_run)
+
+
+# --- thread expiry --------------------------------------------------------------------
+
+
+def set_thread_ttl_txn(
+    conn: sqlite3.Connection, thread_id: str, ttl: float | None, strategy: str | None
+) -> None:
+    """Set (or, with None, clear) a thread's own TTL; a sweep then looks at it afresh."""
+    conn.execute(schema.ENSURE_THREAD, (thread_id,))
+    conn.execute(schema.SET_THREAD_TTL, (ttl, strategy, thread_id))
+
+
+def thread_ttl(conn: sqlite3.Connection, thread_id: str) -> tuple[Any, Any] | None:
+    """Return a thread's own `(ttl, strategy)` cells, or None for an unknown thread."""
+    row = conn.execute(schema.GET_THREAD_TTL, (thread_id,)).fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def unseen_ttl_threads(conn: sqlite3.Connection, with_default: bool, limit: int) -> list[str]:
+    """Return up to `limit` threads no sweep has seen (all, or only those with their own TTL)."""
+    sql = schema.TTL_UNSEEN if with_default else schema.TTL_UNSEEN_OWN
+    return [r[0] for r in conn.execute(sql, (limit,))]
+
+
+def due_ttl_threads(
+    conn: sqlite3.Connection, now: float, default_ttl: float | None
+) -> list[tuple[str, Any, Any]]:
+    """Return `(thread_id, token, expires_at)` of every due-looking thread (indexed reads)."""
+    rows = conn.execute(schema.TTL_DUE_OWN, (now,)).fetchall()
+    if default_ttl is not None:
+        rows += conn.execute(schema.TTL_DUE_DEFAULT, (now - default_ttl,)).fetchall()
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+def _facts(conn: sqlite3.Connection, thread_id: str, now: float) -> ExpiryFacts | None:
+    row = conn.execute(schema.TTL_FACTS, (thread_id,)).fetchone()
+    if row is None:
+        return None
+    claim = claims.read_thread(conn, thread_id)
+    live = claim is not None and claim.live(now)
+    ttl = row[0] if isinstance(row[0], (int, float)) else None
+    strategy = row[1] if isinstance(row[1], str) else None
+    seen = row[2] if isinstance(row[2], (int, float)) else None
+    return ExpiryFacts(ttl, strategy, seen, row[3], row[4], live)
+
+
+def see_threads_txn(
+    conn: sqlite3.Connection, thread_ids: Sequence[str], default: ThreadTTL | None, now: float
+) -> int:
+    """Remember the activity of threads no sweep has seen (park those holding nothing).
+
+    A due one is only scheduled here (its activity remembered): the pass's
+    due read then expires it in a transaction of its own.
+
+    Returns:
+        How many were scheduled or parked.
+    """
+    done = 0
+    for thread_id in thread_ids:
+        facts = _facts(conn, thread_id, now)
+        if facts is None or facts.seen is not None:
+            continue  # gone, or seen by another sweep meanwhile
+        verdict, _rule, activity = judge_expiry(facts, default, now)
+        if verdict == "park":
+            conn.execute(schema.SET_TTL_SEEN, (PARKED, thread_id))
+        elif verdict != "skip":
+            conn.execute(schema.SET_TTL_SEEN, (activity, thread_id))
+        else:
+            continue
+        done += 1
+    return done
+
+
+def expire_thread_txn(
+    conn: sqlite3.Connection, thread_id: str, default: ThreadTTL | None, now: float
+) -> Expired | str | None:
+    """Expire one due-looking thread, if it still is due, inside its own transaction.
+
+    Judged again here (`retention.judge_expiry`), so that two sweepers, or a
+    writer or claimant meanwhile, are seen: a thread another sweep expired
+    is parked, one written since is only rescheduled.
+
+    Returns:
+        What was expired; `"busy"` (a live claim holds it), `"scheduled"`
+        (written since it was seen), or None (nothing to do).
+
+    Raises:
+        UndecodableRow: a row of the thread is damaged (nothing changes).
+    """
+    facts = _facts(conn, thread_id, now)
+    if facts is None:
+        return None
+    verdict, rule, activity = judge_expiry(facts, default, now)
+    if verdict in ("skip", "busy"):
+        return None if verdict == "skip" else "busy"
+    if verdict == "park":
+        conn.execute(schema.SET_TTL_SEEN, (PARKED, thread_id))
+        return None
+    if verdict == "schedule":
+        conn.execute(schema.SET_TTL_SEEN, (activity, thread_id))
+        return "scheduled"
+    assert rule is not None
+    if rule.strategy == "delete":
+        retention.delete_thread_txn(conn, thread_id)  # parks it (FORGET_THREAD_TTL)
+        return Expired(thread_id, "delete", rule.seconds, activity)
+    note = {"ttl": rule.seconds, "last_activity": activity}
+    result = retention.keep_latest_txn(
+        conn, thread_id, None, now=now, require_claim=False, note=note
+    )
+    seq = None
+    if result.checkpoints or result.writes_removed:
+        seq = int(conn.execute(schema.GET_FLOOR, (thread_id,)).fetchone()[1]) - 1
+    # Trimmed to its latest: nothing left to expire until it is written again.
+    conn.execute(schema.SET_TTL_SEEN, (PARKED, thread_id))
+    return Expired(thread_id, "keep_latest", rule.seconds, activity, result.checkpoints, seq)
 
 
 def refuse_if_writer(conn: sqlite3.Connection, path: str, now: float) -> None:

@@ -56,11 +56,15 @@ def keep_latest_txn(
     now: float,
     require_claim: bool,
     dry_run: bool = False,
+    note: dict[str, Any] | None = None,
 ) -> PruneResult:
     """LangGraph's `prune(strategy="keep_latest")`: fenced, then logged as `pruned`.
 
     Keeps the latest checkpoint of each namespace (and what it needs), as
     `prune_txn`; a live claim that is not `token`'s refuses it first.
+
+    Args:
+        note: More fields for the `pruned` event's data (an expiry's `ttl`).
     """
     if fence_existing(conn, thread_id, token, now=now, require_claim=require_claim) is None:
         return PruneResult(thread_id)
@@ -72,6 +76,7 @@ def keep_latest_txn(
             "strategy": "keep_latest",
             "checkpoints": [list(k) for k in result.checkpoints],
             "writes": result.writes_removed,
+            **(note or {}),
         }
         row = claims.read_thread(conn, thread_id)  # re-read: the floor may have moved
         assert row is not None
@@ -234,6 +239,7 @@ def delete_thread_txn(conn: sqlite3.Connection, thread_id: str) -> None:
     conn.execute(schema.DELETE_THREAD_WRITES, (thread_id,))
     conn.execute(schema.DELETE_THREAD_RUNS, (thread_id,))
     conn.execute(schema.DELETE_THREAD_EVENTS, (thread_id,))
+    conn.execute(schema.FORGET_THREAD_TTL, (thread_id,))
 
 
 def delete_for_runs_txn(

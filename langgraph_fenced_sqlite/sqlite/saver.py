@@ -28,6 +28,7 @@ from ..core import narrow_reads
 from ..core.checkpoints import step_role
 from ..core.encryption import Encryption, encryption_of
 from ..core.fenced_store import FencedStore
+from ..core.retention import Expiry, check_expiry
 from ..core.run_fence import RunFences
 from ..core.saver import store_options
 from ..core.serde import TypeKey
@@ -79,6 +80,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
         encryption: Encryption | None = None,
         poll_interval: float | timedelta = 0.05,
         readonly: bool = False,
+        expiry: Expiry | None = None,
     ) -> None:
         """Open (creating if missing) the checkpoint file at `path`.
 
@@ -111,6 +113,9 @@ class FencedSqliteSaver(  # type: ignore[misc]
             readonly: Open an existing, cleanly closed file for reading only,
                 also on a read-only file, directory or mount; every write
                 then raises `ReadOnlyStore`. The file is never modified.
+            expiry: Thread expiry: a default TTL for threads without their
+                own (`set_thread_ttl`), and, with `sweep_every`, a sweeper
+                thread that runs `expire()` until `close()` (see `Expiry`).
 
         Raises:
             StoreError: the file cannot be opened (missing directory...).
@@ -124,6 +129,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
         self._poll_interval = to_seconds(poll_interval, "poll_interval")
         if not isinstance(readonly, bool):
             raise bad_argument("readonly", "expected a bool")
+        expiry = check_expiry(expiry, readonly)
         serde = store_options(
             serde, allowed_types, allowed_modules, clock, require_claim, encryption
         )
@@ -133,6 +139,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
         self._run_fences = RunFences()
         self._engine = Engine(path, busy_timeout=busy, clock=clock, readonly=readonly)
         self._value_cache = ValueCache()
+        self._start_expiry(expiry)
 
     _value_table = True
 
@@ -159,6 +166,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
         encryption: Encryption | None = None,
         poll_interval: float | timedelta = 0.05,
         readonly: bool = False,
+        expiry: Expiry | None = None,
     ) -> _Opener:
         """Open a saver as a context manager, sync (`with`) or async (`async with`).
 
@@ -180,6 +188,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
             encryption: The keyring values are sealed with.
             poll_interval: How often `wait_events`/`watch` look for commits.
             readonly: Open an existing file for reading only.
+            expiry: Thread expiry and its sweeper (see `Expiry`).
 
         Raises:
             InvalidArgument: an argument that `__init__` does not take.
@@ -195,6 +204,7 @@ class FencedSqliteSaver(  # type: ignore[misc]
             "encryption": encryption,
             "poll_interval": poll_interval,
             "readonly": readonly,
+            "expiry": expiry,
         }
         return _Opener(cls, conn_string, options)
 
@@ -234,7 +244,8 @@ class FencedSqliteSaver(  # type: ignore[misc]
         return await self._engine.arun(self.setup)
 
     def close(self) -> None:
-        """Close the connection after the call in progress; twice is fine."""
+        """Stop the sweeper, close the connection after the call in progress; twice is fine."""
+        self._stop_sweeper()
         self._engine.close()
 
     async def aclose(self) -> None:

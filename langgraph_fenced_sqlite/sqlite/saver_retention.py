@@ -12,15 +12,17 @@ vacuum and retraction are this store's alone. Mixed into
 from __future__ import annotations
 
 import builtins
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..clock import read_now
+from ..core.claims import claim_live
 from ..core.encryption import encryption_of
 from ..core.maintenance import RepackReport, VacuumReport
 from ..core.rekey import CellKeys, RekeyReport, Reseal, rekey_options, rekey_threads
 from ..core.repack import Rewrite, repack_threads
-from ..core.retention import PruneResult, RetentionPolicy, Retraction
+from ..core.retention import Expired, PruneResult, RetentionPolicy, Retraction, ThreadTTL
 from ..core.saver_retention import RemovalsBase
 from ..core.twins import async_twin
 from ..core.validation import check_bool
@@ -35,6 +37,8 @@ __all__ = ["RetentionAPI"]
 
 # `list` is not shadowed here, but the signatures match the saver's.
 _list = builtins.list
+# The least time an expiry pass leaves the write lock free between two of its transactions.
+_MIN_GAP = 0.002
 
 
 class RetentionAPI(RemovalsBase):
@@ -149,6 +153,64 @@ class RetentionAPI(RemovalsBase):
             )
 
         return self._engine.write("sweep", job)
+
+    # --- thread expiry (`maintenance.py`) ------------------------------------------------
+
+    def _set_thread_ttl(self, thread_id: str, ttl: float | None, strategy: str | None) -> None:
+        self._engine.write(
+            "set_thread_ttl", lambda c: maintenance.set_thread_ttl_txn(c, thread_id, ttl, strategy)
+        )
+
+    def _thread_ttl(self, thread_id: str) -> tuple[Any, Any] | None:
+        return self._engine.read("thread_ttl", maintenance.thread_ttl, thread_id)
+
+    def _unseen_ttl_threads(self, with_default: bool, limit: int) -> _list[str]:
+        return self._engine.read("expire", maintenance.unseen_ttl_threads, with_default, limit)
+
+    def _see_threads(self, thread_ids: _list[str], default: ThreadTTL | None) -> int:
+        now = read_now(self._engine.clock)
+        return self._leaving_the_lock_free(
+            lambda c: maintenance.see_threads_txn(c, thread_ids, default, now)
+        )
+
+    def _due_ttl_threads(self, default: ThreadTTL | None) -> tuple[_list[str], _list[str]]:
+        now = read_now(self._engine.clock)
+        seconds = None if default is None else default.seconds
+        rows = self._engine.read("expire", maintenance.due_ttl_threads, now, seconds)
+        due = [t for t, token, until in rows if not claim_live(token, until, now)]
+        return due, [t for t, token, until in rows if claim_live(token, until, now)]
+
+    def _expire_thread(self, thread_id: str, default: ThreadTTL | None) -> Expired | str | None:
+        def job(conn: Any) -> Expired | str | None:
+            now = read_now(self._engine.clock)
+            return maintenance.expire_thread_txn(conn, thread_id, default, now)
+
+        done: Expired | str | None = self._leaving_the_lock_free(job)
+        if isinstance(done, Expired):
+            self._value_cache.forget_thread(thread_id)
+        return done
+
+    def _leaving_the_lock_free(self, job: Callable[[Any], Any]) -> Any:
+        """Run an expiry transaction, then leave the file's write lock free as long as it held it.
+
+        One write lock serves the whole file, and SQLite's busy handler polls
+        it with sleeps of up to 100 ms: a pass that took it back to back kept
+        every other writer out for seconds (benchmarks/bench_sweeper.py: puts
+        waited past busy_timeout). Free at least as long as it was held (from
+        the moment it was had to the end of the commit) and 2 ms, it is had by
+        a waiting writer's next poll; a pass waiting for busy writers waits
+        no longer on their account.
+        """
+        had: _list[float] = []
+
+        def timed(conn: Any) -> Any:
+            had.append(time.monotonic())
+            return job(conn)
+
+        done = self._engine.write("expire", timed)
+        if had:
+            time.sleep(max(_MIN_GAP, time.monotonic() - had[0]))
+        return done
 
     def repack(self, *, dry_run: bool = False) -> RepackReport:
         """Move the values of checkpoints written before the value table into it.

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..clock import read_now
 from ..core import status
+from ..core.activity import is_inactive
 from ..core.encryption import Encryption, encryption_of
-from ..core.maintenance import is_inactive
 from ..core.run_fence import RUN_HOLDER
 from ..core.saver_threads import (  # noqa: F401 (moved)
     ThreadsBase,

@@ -320,16 +320,39 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             SELECT c.thread_id, j.key, j.value FROM checkpoints c, json_each(
                 CASE WHEN json_valid(c.metadata) AND json_type(c.metadata) = 'object'
                 THEN c.metadata ELSE '{{}}' END) j
-            WHERE c.checkpoint_ns = '' AND c.rowid = (SELECT l.rowid FROM checkpoints l
-                WHERE l.thread_id = c.thread_id AND l.checkpoint_ns = ''
-                ORDER BY l.position DESC LIMIT 1)
+            WHERE c.checkpoint_ns = '' AND c.position = (SELECT max(l.position)
+                FROM checkpoints l WHERE l.thread_id = c.thread_id AND l.checkpoint_ns = '')
             AND {_TAGGED}""",
         f"""INSERT INTO thread_tag_sources (thread_id, tagged)
             SELECT c.thread_id, {_TAG_SOURCE.format(metadata="c.metadata")} FROM checkpoints c
-            WHERE c.checkpoint_ns = '' AND c.rowid = (SELECT l.rowid FROM checkpoints l
-                WHERE l.thread_id = c.thread_id AND l.checkpoint_ns = ''
-                ORDER BY l.position DESC LIMIT 1)
+            WHERE c.checkpoint_ns = '' AND c.position = (SELECT max(l.position)
+                FROM checkpoints l WHERE l.thread_id = c.thread_id AND l.checkpoint_ns = '')
             AND ({_TAG_SOURCE.format(metadata="c.metadata")}) IS NOT NULL""",
+    ),
+    # 6 -> 7: thread expiry (docs/semantics.md §6). `ttl`/`ttl_strategy` are a
+    # thread's own time to live (NULL: the sweeper's default applies);
+    # `ttl_seen` is the sweepers' bookkeeping: the thread's last activity as
+    # a sweep last saw it (a lower bound: activity only grows), so a thread
+    # is due no earlier than `ttl_seen + ttl`, found through an index with no
+    # look at the thread's own rows; NULL: not seen yet; 9e999 (infinity):
+    # parked, holding nothing left to expire. A commit does not write the
+    # thread's row (a page per commit), so a sweep re-reads a due-looking
+    # thread's activity before it acts, and the trigger below un-parks a
+    # parked thread when an event is appended to it (the WHEN finds the row
+    # through its key, on a page the commit's fence has just read; it writes
+    # only when the thread was parked).
+    (
+        "ALTER TABLE threads ADD COLUMN ttl REAL",
+        "ALTER TABLE threads ADD COLUMN ttl_strategy TEXT",
+        "ALTER TABLE threads ADD COLUMN ttl_seen REAL",
+        "CREATE INDEX threads_by_ttl_seen ON threads (ttl_seen)",
+        "CREATE INDEX threads_by_ttl_due ON threads (ttl_seen + ttl) WHERE ttl IS NOT NULL",
+        "CREATE INDEX threads_ttl_unseen ON threads (thread_id) "
+        "WHERE ttl_seen IS NULL AND ttl IS NOT NULL",
+        """CREATE TRIGGER events_unpark_ttl AFTER INSERT ON events
+            WHEN (SELECT ttl_seen FROM threads WHERE thread_id = NEW.thread_id) = 9e999 BEGIN
+            UPDATE threads SET ttl_seen = NULL WHERE thread_id = NEW.thread_id;
+        END""",
     ),
 )
 
@@ -1250,6 +1273,42 @@ THREAD_NAMESPACES = (
 THREAD_ACTIVITY = (
     "SELECT (SELECT max(created_at) FROM checkpoints WHERE thread_id = ?), "
     "(SELECT max(ts) FROM events WHERE thread_id = ?)"
+)
+# --- thread expiry (migration 5 -> 6; `maintenance.py`) ------------------------------
+
+# A thread's own TTL, set or cleared; a sweep then looks at it afresh.
+SET_THREAD_TTL = (
+    "UPDATE threads SET ttl = ?1, ttl_strategy = ?2, ttl_seen = NULL WHERE thread_id = ?3"
+)
+GET_THREAD_TTL = "SELECT ttl, ttl_strategy FROM threads WHERE thread_id = ?"
+# What a sweep remembers of a thread: the activity it saw, or 9e999 (parked).
+SET_TTL_SEEN = "UPDATE threads SET ttl_seen = ? WHERE thread_id = ?"
+# A deleted thread's TTL goes with it; the tombstone holds nothing (parked).
+FORGET_THREAD_TTL = (
+    "UPDATE threads SET ttl = NULL, ttl_strategy = NULL, ttl_seen = 9e999 WHERE thread_id = ?"
+)
+# Threads no sweep has seen: all (with a default TTL) or those with their own.
+TTL_UNSEEN = "SELECT thread_id FROM threads WHERE ttl_seen IS NULL LIMIT ?"
+TTL_UNSEEN_OWN = (
+    "SELECT thread_id FROM threads INDEXED BY threads_ttl_unseen "
+    "WHERE ttl_seen IS NULL AND ttl IS NOT NULL LIMIT ?"
+)
+# Due-looking threads, each through its index (`ttl_seen + ttl` for their own
+# TTL; `ttl_seen` against `now - default` for the others), with the claim a
+# sweep leaves alone without opening a write transaction.
+TTL_DUE_OWN = (
+    "SELECT thread_id, token, expires_at FROM threads INDEXED BY threads_by_ttl_due "
+    "WHERE ttl IS NOT NULL AND ttl_seen + ttl <= ?"
+)
+TTL_DUE_DEFAULT = (
+    "SELECT thread_id, token, expires_at FROM threads INDEXED BY threads_by_ttl_seen "
+    "WHERE ttl_seen <= ? AND ttl IS NULL"
+)
+# One thread's expiry facts (`retention.ExpiryFacts`), read in its transaction.
+TTL_FACTS = (
+    "SELECT ttl, ttl_strategy, ttl_seen, (SELECT max(created_at) FROM checkpoints "
+    "WHERE thread_id = ?1), (SELECT max(ts) FROM events WHERE thread_id = ?1) "
+    "FROM threads WHERE thread_id = ?1"
 )
 # Every listed thread's id, for a sweep (tombstones hold nothing to prune).
 THREAD_IDS = f"SELECT t.thread_id FROM threads t WHERE {_NOT_TOMBSTONE} ORDER BY t.thread_id"

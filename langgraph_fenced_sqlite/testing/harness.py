@@ -282,6 +282,7 @@ def _load_cases() -> None:
         cases_edges_store,
         cases_encryption,
         cases_events,
+        cases_expiry,
         cases_fencing,
         cases_history,
         cases_input,

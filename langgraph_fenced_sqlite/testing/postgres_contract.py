@@ -98,6 +98,12 @@ PG_CASES: tuple[str, ...] = (
     "40-search_matches_the_latest_root_checkpoints_metadata",
     "40-search_orders_and_pages_every_thread_once",
     "40-search_refuses_bad_arguments_naming_them",
+    "41-a_threads_ttl_is_stored_in_the_file_and_read_back",
+    "41-an_idle_thread_expires_by_its_strategy",
+    "41-a_thread_written_or_claimed_is_not_expired",
+    "41-stores_expiring_at_once_remove_each_thread_once",
+    "41-nothing_due_commits_nothing",
+    "41-the_sweeper_runs_by_itself_and_stops_on_close",
 )
 
 

@@ -138,6 +138,14 @@ EXPECTED = {
         "POSTGRESQL",
         "result",
     ],
+    "bench_sweeper.py": [
+        "SWEEPER: 200 due threads expired while 4 writers",
+        "worst writer p99 ratio",
+        "StoreBusy",
+        "SQLite",
+        "PostgreSQL",
+        "result",
+    ],
     "bench_syncs.py": [
         "ours syncs",
         "stock syncs",

@@ -30,8 +30,8 @@ from langgraph_fenced_sqlite import FencedSqliteSaver, ManualClock
 from langgraph_fenced_sqlite.cli.main import EXIT_CODES, build_parser
 
 COMMANDS = (
-    "threads history show diff claims events prune compact retract delete runs doctor migrate "
-    "repack rekey vacuum import-sqlitesaver import-postgressaver copy-to"
+    "threads history show diff claims events prune sweep compact retract delete runs doctor "
+    "migrate repack rekey vacuum import-sqlitesaver import-postgressaver copy-to"
 ).split()
 
 

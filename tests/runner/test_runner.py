@@ -1145,3 +1145,15 @@ def test_saver_run_lifecycle_is_two_commits_with_their_events(tmp_path: Any) -> 
         with pytest.raises(ThreadBusy):
             saver.delete_unclaimed_thread("t", "janitor")
         assert saver.events_after("t")  # nothing was deleted
+
+
+def test_a_runner_gives_each_runs_thread_its_ttl(store: Any) -> None:
+    """`thread_ttl=` sets the thread's TTL as its run starts, on either store."""
+    from langgraph_fenced_sqlite import ThreadTTL
+
+    runner = FencedRunner(build().compile(), store, thread_ttl=ThreadTTL(86400, "keep_latest"))
+    assert store.thread_ttl("t") is None
+    runner.invoke(inp("a"), config())
+    assert store.thread_ttl("t") == ThreadTTL(86400.0, "keep_latest")
+    with pytest.raises(ValueError, match="thread_ttl"):
+        FencedRunner(build().compile(), store, thread_ttl=86400)  # type: ignore[arg-type]
