@@ -35,6 +35,7 @@ import threading
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from .core.encryption import KEY_ENV, OLD_KEYS_ENV, Encryption
 from .core.serde import DataOnlySerializer
 from .core.user_types import ALLOW_ENV, parse_allow
 from .errors import FencedSqliteError, bad_argument
@@ -52,10 +53,15 @@ logger = logging.getLogger(__name__)
 PATH_ENV = "LGFS_PATH"  # the SQLite file, or a postgresql:// URL
 BUSY_TIMEOUT_ENV = "LGFS_BUSY_TIMEOUT"  # seconds (SQLite's busy_timeout)
 FENCE_RUNS_ENV = "LGFS_FENCE_RUNS"  # "true" (the default) or "false"
+# Encryption at rest, with the variables `lgfs` reads: LangGraph's key (its
+# presence turns encryption on), older keys, and reading cells in clear.
+ACCEPT_PLAINTEXT_ENV = "LGFS_ACCEPT_PLAINTEXT"  # "false" (the default) or "true"
 # Set by langgraph-api's `run_server` from langgraph.json's "graphs" (read, never set here).
 GRAPHS_ENV = "LANGSERVE_GRAPHS"
 # Every `LGFS_*` variable something reads; any other is a misspelling, refused.
-_KNOWN = frozenset({PATH_ENV, ALLOW_ENV, BUSY_TIMEOUT_ENV, FENCE_RUNS_ENV})
+_KNOWN = frozenset(
+    {PATH_ENV, ALLOW_ENV, BUSY_TIMEOUT_ENV, FENCE_RUNS_ENV, OLD_KEYS_ENV, ACCEPT_PLAINTEXT_ENV}
+)
 _BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 _MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
@@ -84,6 +90,10 @@ class Settings:
             None keeps the saver's default.
         fence_runs: Each run claims its thread with its first write, fencing
             off every earlier run (`$LGFS_FENCE_RUNS`, on unless "false").
+        keys: The encryption keyring, current key first (`$LANGGRAPH_AES_KEY`,
+            then `$LGFS_AES_OLD_KEYS`); empty: values are stored in clear.
+        accept_plaintext: Read values stored in clear, with a keyring
+            (`$LGFS_ACCEPT_PLAINTEXT`: while migrating a store to encryption).
     """
 
     location: str
@@ -91,6 +101,8 @@ class Settings:
     allowed_modules: tuple[str, ...] = ()
     busy_timeout: float | None = None
     fence_runs: bool = True
+    keys: tuple[str, ...] = dataclasses.field(default=(), repr=False)
+    accept_plaintext: bool = False
 
     @property
     def postgres(self) -> bool:
@@ -113,9 +125,10 @@ class Settings:
             InvalidArgument: naming the variable: `LGFS_PATH` unset, naming
                 a file in a missing directory or a libpq `key=value` string
                 (PostgreSQL is named by URL), a malformed `LGFS_ALLOW` or
-                `LGFS_BUSY_TIMEOUT`, `LGFS_FENCE_RUNS` not true or false, an
-                unknown `LGFS_*` variable (a misspelling), `LANGSERVE_GRAPHS`
-                not a JSON object.
+                `LGFS_BUSY_TIMEOUT`, `LGFS_FENCE_RUNS` or `LGFS_ACCEPT_PLAINTEXT`
+                not true or false, a key that is not 32 bytes, an unknown
+                `LGFS_*` variable (a misspelling), `LANGSERVE_GRAPHS` not a
+                JSON object.
         """
         env = os.environ if environ is None else environ
         unknown = sorted(k for k in env if k.startswith("LGFS_") and k not in _KNOWN)
@@ -152,6 +165,10 @@ class Settings:
             allowed_modules=tuple(sorted(set(modules) | set(graph_modules(graphs)))),
             busy_timeout=_seconds(env.get(BUSY_TIMEOUT_ENV), BUSY_TIMEOUT_ENV),
             fence_runs=_bool(env.get(FENCE_RUNS_ENV), FENCE_RUNS_ENV, default=True),
+            keys=_keys(env),
+            accept_plaintext=_bool(
+                env.get(ACCEPT_PLAINTEXT_ENV), ACCEPT_PLAINTEXT_ENV, default=False
+            ),
         )
         settings._check()
         return settings
@@ -174,6 +191,11 @@ class Settings:
             "allowed_modules": self.allowed_modules,
             "fence_runs": self.fence_runs,
         }
+        if self.keys:
+            current, *old = self.keys
+            options["encryption"] = Encryption(
+                current, old_keys=old, accept_plaintext=self.accept_plaintext
+            )
         if self.busy_timeout is not None:
             options["busy_timeout"] = self.busy_timeout
         return options
@@ -189,6 +211,16 @@ def _graphs(text: str | None) -> Mapping[str, Any]:
     if not isinstance(graphs, dict):
         raise bad_argument(GRAPHS_ENV, "expected a JSON object (langgraph.json's graphs)")
     return graphs
+
+
+def _keys(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The keyring the variables name (checked now, so a bad key stops the start)."""
+    if not env.get(KEY_ENV):
+        if env.get(OLD_KEYS_ENV):
+            raise bad_argument(OLD_KEYS_ENV, f"older keys need the current one in {KEY_ENV}")
+        return ()
+    Encryption.from_env(environ=env)  # InvalidArgument naming the variable
+    return (env[KEY_ENV], *(k for k in env.get(OLD_KEYS_ENV, "").split(",") if k))
 
 
 def _bool(text: str | None, variable: str, *, default: bool) -> bool:

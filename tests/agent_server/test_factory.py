@@ -25,10 +25,11 @@ from typing import Any
 import pytest
 from support.agent_server import GRAPH, GRAPH_MODULE
 
-from langgraph_fenced_sqlite import InvalidArgument, StoreClosed
+from langgraph_fenced_sqlite import FencedSqliteSaver, InvalidArgument, StoreClosed, UndecodableRow
 from langgraph_fenced_sqlite.agent_server import Settings, checkpointer, graph_modules
 
 CONFIG: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+KEY, OLD_KEY = "k" * 32, "o" * 32  # AES-256 keys, as LANGGRAPH_AES_KEY holds them
 
 
 def env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -76,6 +77,10 @@ def test_settings_read_the_store_and_the_allow_list(tmp_path: Path) -> None:
         ({"LGFS_BUSY_TIMEOUT": "inf"}, "LGFS_BUSY_TIMEOUT"),
         ({"LGFS_PATH": "postgresql://db/app", "LGFS_BUSY_TIMEOUT": "1"}, "LGFS_BUSY_TIMEOUT"),
         ({"LGFS_FENCE_RUNS": "maybe"}, "LGFS_FENCE_RUNS"),
+        ({"LANGGRAPH_AES_KEY": "short"}, "LANGGRAPH_AES_KEY"),
+        ({"LANGGRAPH_AES_KEY": KEY, "LGFS_AES_OLD_KEYS": "short"}, "LGFS_AES_OLD_KEYS"),
+        ({"LGFS_AES_OLD_KEYS": KEY}, "LGFS_AES_OLD_KEYS"),  # older keys, no current one
+        ({"LGFS_ACCEPT_PLAINTEXT": "sometimes"}, "LGFS_ACCEPT_PLAINTEXT"),
         ({"LGFS_PTAH": "x.db"}, "LGFS_PTAH"),  # a misspelling is never ignored
         ({"LANGSERVE_GRAPHS": "{not json"}, "LANGSERVE_GRAPHS"),
         ({"LANGSERVE_GRAPHS": "[]"}, "LANGSERVE_GRAPHS"),
@@ -89,6 +94,35 @@ def test_bad_settings_name_the_variable(
         Settings.from_env(given)
     assert caught.value.argument == variable
     assert str(caught.value).startswith(f"{variable}: ")
+
+
+async def test_a_key_in_the_environment_seals_what_the_factorys_saver_stores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LangGraph's `LANGGRAPH_AES_KEY` (and lgfs's older keys) turn encryption at rest on."""
+    monkeypatch.setenv("LGFS_PATH", str(tmp_path / "app.db"))
+    monkeypatch.setenv("LANGGRAPH_AES_KEY", KEY)
+    monkeypatch.setenv("LGFS_AES_OLD_KEYS", OLD_KEY)
+    settings = Settings.from_env()
+    assert settings.keys == (KEY, OLD_KEY) and KEY not in repr(settings)
+    checkpoint: Any = {
+        "v": 1,
+        "id": "1ef4f797-8335-6428-8001-8a1503f9b875",
+        "ts": "2024-07-31",
+        "channel_values": {"note": "private words " * 4},
+        "channel_versions": {"note": "1"},
+        "versions_seen": {},
+    }
+    async with checkpointer() as saver:
+        await saver.aput(CONFIG, checkpoint, {}, {"note": "1"})
+        found = await saver.aget_tuple(CONFIG)
+        assert found is not None and found.checkpoint["channel_values"]["note"].startswith("priv")
+        cells = await saver.acell_keys()
+        assert cells.clear == 0 and sum(cells.cells.values()) > 0, cells
+    with FencedSqliteSaver(str(tmp_path / "app.db")) as keyless:
+        with pytest.raises(UndecodableRow):
+            keyless.get_tuple(CONFIG)
+    assert b"private words" not in (tmp_path / "app.db").read_bytes()
 
 
 async def test_the_factory_reads_the_environment_and_refuses_before_opening(
