@@ -2,9 +2,9 @@
 
 Invariant: a thread's status is `status.judge`'s, applied by `_judge` to
 facts each store reads in one snapshot with the summary (its
-`_status_facts`); activity (`last_activity`) and a summary's shape
-(`_summaries`) are defined here once, for `threads(inactive_for=)` and for
-sweeps on either store. Each store's `saver_threads.py` reads; nothing there
+`_status_facts`); a summary's shape (`_summaries`) is defined here once,
+for `threads()` and searches on either store, with activity as
+`activity.last_activity` defines it. Each store's `saver_threads.py` reads; nothing there
 decides a state.
 """
 

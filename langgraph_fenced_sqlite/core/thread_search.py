@@ -4,7 +4,7 @@ Invariant: `search_threads` and `count_threads` (`saver_threads.ThreadsBase`)
 check every argument here before anything is read, and the rules a search
 applies are these: metadata is matched as `list(filter=...)` matches it
 (each store's SQL), on the thread's latest root checkpoint; `status` is
-`status.judge`'s, `inactive_for` is `saver_threads.last_activity`'s (the
+`status.judge`'s, `inactive_for` is `activity.last_activity`'s (the
 rules `threads()` applies), and the order is `SORT_BY`'s, ties broken by
 thread id, so paging with `offset` never skips nor repeats a thread of an
 unchanged store.
