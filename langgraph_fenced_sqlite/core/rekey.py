@@ -29,7 +29,7 @@ from .encryption import (
     encryption_of,
     key_id_of_cell,
 )
-from .repack import RowChanged
+from .repack import apply_thread
 from .validation import check_bool
 from .values import PREFIX, REFS
 
@@ -226,17 +226,10 @@ def rekey_threads(
     for thread_id in threads:
         reseals, skipped = plan_reseals(serde, enc, thread_id, read(thread_id))
         report.skipped.extend(skipped)
-        if not reseals:
+        if not reseals or not apply_thread(
+            thread_id, reseals, write, dry_run=dry_run, skipped=report.skipped, verb="resealed"
+        ):
             continue
-        if not dry_run:
-            try:
-                write(thread_id, reseals)
-            except RowChanged:
-                reason = "the thread was written while it was resealed; run again"
-                report.skipped.append(
-                    {"thread_id": thread_id, "checkpoint_id": None, "reason": reason}
-                )
-                continue
         report.threads.append(thread_id)
         for r in reseals:
             report.cells[r.was] = report.cells.get(r.was, 0) + 1

@@ -21,7 +21,7 @@ from .checksums import checkpoint_checksum
 from .maintenance import RepackReport
 from .values import REFS, Blob, Held, encode_values
 
-__all__ = ["RowChanged", "Rewrite", "plan_thread", "repack_threads"]
+__all__ = ["RowChanged", "Rewrite", "apply_thread", "plan_thread", "repack_threads"]
 
 # How many recent checkpoints' values a plan keeps to encode a child against
 # (a child of an older one is stored whole): a long thread's every version
@@ -124,6 +124,32 @@ ReadThread = Callable[
 ]
 
 
+def apply_thread(
+    thread_id: str,
+    changes: list[Any],
+    write: Callable[[str, list[Any]], None],
+    *,
+    dry_run: bool,
+    skipped: list[dict[str, Any]],
+    verb: str,
+) -> bool:
+    """Apply a thread's planned changes in its one transaction (`write`), unless `dry_run`.
+
+    Returns:
+        False when the thread was written since it was read (`RowChanged`:
+        nothing applied), after reporting it in `skipped`; else True.
+    """
+    if dry_run:
+        return True
+    try:
+        write(thread_id, changes)
+    except RowChanged:
+        reason = f"the thread was written while it was {verb}; run again"
+        skipped.append({"thread_id": thread_id, "checkpoint_id": None, "reason": reason})
+        return False
+    return True
+
+
 def repack_threads(
     serde: Any,
     threads: Iterable[str],
@@ -143,17 +169,10 @@ def repack_threads(
         rows, held = read(thread_id)
         rewrites, skipped = plan_thread(serde, thread_id, rows, held)
         report.skipped.extend(skipped)
-        if not rewrites:
+        if not rewrites or not apply_thread(
+            thread_id, rewrites, write, dry_run=dry_run, skipped=report.skipped, verb="repacked"
+        ):
             continue
-        if not dry_run:
-            try:
-                write(thread_id, rewrites)
-            except RowChanged:
-                reason = "the thread was written while it was repacked; run again"
-                report.skipped.append(
-                    {"thread_id": thread_id, "checkpoint_id": None, "reason": reason}
-                )
-                continue
         report.threads.append(thread_id)
         report.checkpoints += len(rewrites)
         report.inline_bytes += sum(r.inline_bytes for r in rewrites)

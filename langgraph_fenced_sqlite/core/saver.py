@@ -92,6 +92,7 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
     """
 
     require_claim: bool
+    fence_runs: bool = False  # runs fenced by their id (`ClaimsBase._run_token`)
 
     @property
     def closed(self) -> bool:
@@ -314,7 +315,7 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
             policy.announce(thread_id)
         try:
             enc, token, stored = self._encode_put(config, checkpoint, metadata)
-            if token is None:  # a run's own claim, under `fence_runs`
+            if token is None and self.fence_runs:  # a run's own claim
                 token = self._run_token(enc.thread_id, cps.run_id_of(config))
             try:
                 self._put(enc, token)

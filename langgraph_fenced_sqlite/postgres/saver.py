@@ -373,7 +373,7 @@ class FencedPostgresSaver(  # type: ignore[misc]
                 pass  # unreadable: its values are not named, they are stored whole
             whole = self._value_cache.get(thread_id, ns, parent_id) is None
         enc, token, stored = self._encode_put(config, checkpoint, metadata, whole=whole)
-        if token is None:  # a run's own claim, under `fence_runs`
+        if token is None and self.fence_runs:  # a run's own claim
             token = await self._arun_token(thread_id, cps.run_id_of(config))
         try:
             await self._aput(enc, token)
