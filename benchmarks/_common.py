@@ -68,6 +68,25 @@ def parse_args(
     return parser.parse_args(argv)
 
 
+@contextlib.contextmanager
+def postgres_server() -> Iterator[tuple[Any, str]]:
+    """Yield a started throwaway PostgreSQL server and "", or None and why none could start.
+
+    The benchmarks that compare on PostgreSQL skip it, saying why, without one.
+    """
+    from langgraph_fenced_sqlite.testing.postgres_server import start_server
+
+    try:
+        server = start_server()
+    except Exception as exc:  # no binaries, initdb failed, no port: say why, skip
+        yield None, f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        return
+    try:
+        yield server, ""
+    finally:
+        server.stop()
+
+
 def pick_base_dir(explicit: str | None = None) -> tuple[str, str]:
     """Choose where scratch files go: /tmp if it is on the repo's device, else beside the repo.
 

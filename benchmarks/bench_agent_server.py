@@ -91,6 +91,7 @@ from _common import (
     median,
     parse_args,
     percentile,
+    postgres_server,
     scratch_dir,
     text_value,
 )
@@ -186,18 +187,9 @@ def project(root: Path, location: str | None, fence_runs: bool = True) -> Path:
 @contextmanager
 def postgres_url() -> Iterator[tuple[str | None, str]]:
     """Yield a `postgresql://` URL on a throwaway server and "", or None and why none started."""
-    from langgraph_fenced_sqlite.testing.postgres_server import start_server
-
-    try:
-        server = start_server()
-    except Exception as exc:  # no binaries, initdb failed, no port: say why, skip
-        reason = " ".join(str(exc).split())[:300]
-        yield None, f"{type(exc).__name__}: {reason}"
-        return
-    try:
-        yield f"postgresql://lgfs@127.0.0.1:{server.port}/postgres", ""
-    finally:
-        server.stop()
+    with postgres_server() as (server, why):
+        url = None if server is None else f"postgresql://lgfs@127.0.0.1:{server.port}/postgres"
+        yield url, why
 
 
 def fresh_database(url: str, name: str) -> str:

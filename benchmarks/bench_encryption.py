@@ -27,8 +27,7 @@ import random
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Annotated, Any, TypedDict
 
 from _common import (
@@ -40,6 +39,7 @@ from _common import (
     paired_ratio,
     parse_args,
     percentile,
+    postgres_server,
     scratch_dir,
     verdict,
 )
@@ -132,26 +132,11 @@ def sqlite_table(directory: str, rounds: int, ops: int) -> str:
         return _table(f"SQLITE: a {NODES}-node chain invoke, new thread each", runs, rounds, ops)
 
 
-@contextmanager
-def _postgres() -> Iterator[tuple[Any, str]]:
-    from langgraph_fenced_sqlite.testing.postgres_server import start_server
-
-    try:
-        server = start_server()
-    except Exception as exc:  # no binaries, initdb failed, no port: say why, skip
-        yield None, f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-        return
-    try:
-        yield server, ""
-    finally:
-        server.stop()
-
-
 def postgres_table(rounds: int, ops: int) -> str | None:
     """Time the chain on two databases, one sealed, one not; print the table (None: skipped)."""
     from langgraph_fenced_sqlite.postgres import FencedPostgresSaver
 
-    with _postgres() as (server, why):
+    with postgres_server() as (server, why):
         if server is None:
             print(f"POSTGRESQL: skipped (no PostgreSQL server could be started: {why})")
             print()

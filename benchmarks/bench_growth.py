@@ -92,6 +92,7 @@ from _common import (
     median,
     paired_ratio,
     parse_args,
+    postgres_server,
     scratch_dir,
     verdict,
 )
@@ -924,23 +925,6 @@ def pg_bytes(dsn: str, query: str) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute(query).fetchone()
     return int(row[0]) if row else 0
-
-
-@contextmanager
-def postgres_server() -> Iterator[tuple[Any, str]]:
-    """Yield a started throwaway server and "", or None and why none could be started."""
-    from langgraph_fenced_sqlite.testing.postgres_server import start_server
-
-    try:
-        server = start_server()
-    except Exception as exc:  # no binaries, initdb failed, no port: say why, skip
-        reason = " ".join(str(exc).split())[:300]
-        yield None, f"{type(exc).__name__}: {reason}"
-        return
-    try:
-        yield server, ""
-    finally:
-        server.stop()
 
 
 # Our tables' bytes as `pg_total_relation_size` counts them: the table's own

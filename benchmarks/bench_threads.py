@@ -35,7 +35,7 @@ import sqlite3
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from typing import Any
 
 from _common import (
@@ -46,6 +46,7 @@ from _common import (
     median,
     paired_ratio,
     parse_args,
+    postgres_server,
     scratch_dir,
     verdict,
 )
@@ -164,22 +165,6 @@ def build_postgres(dsn: str, n: int, per_user: int) -> float:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")
     return time.perf_counter() - started
-
-
-@contextmanager
-def postgres_server() -> Iterator[tuple[Any, str]]:
-    """Yield a started throwaway server and "", or None and why none could be started."""
-    from langgraph_fenced_sqlite.testing.postgres_server import start_server
-
-    try:
-        server = start_server()
-    except Exception as exc:  # no binaries, initdb failed, no port: say why, skip
-        yield None, f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-        return
-    try:
-        yield server, ""
-    finally:
-        server.stop()
 
 
 # --- the figures -------------------------------------------------------------------------------
