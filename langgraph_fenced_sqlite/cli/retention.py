@@ -195,6 +195,16 @@ def _pass_line(doc: dict[str, Any]) -> str:
     return line + "".join(f"\nskipped (does not decode): {e['message']}" for e in doc["errors"])
 
 
+def _left_alone(skipped: list[dict[str, Any]]) -> list[str]:
+    """The lines of what a repack or rekey left as it was: a checkpoint, or a whole thread."""
+    return [
+        f"left as it is: {s['thread_id']}"
+        + ("" if s["checkpoint_id"] is None else f"/{s['checkpoint_id']}")
+        + f": {s['reason']}"
+        for s in skipped
+    ]
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
@@ -218,11 +228,7 @@ def cmd_repack(args: argparse.Namespace, out: Out) -> int:
             f"-> {report.stored_bytes} stored"
             + ("" if args.dry_run or not report.checkpoints else " (run vacuum to shrink the file)")
         ]
-        lines += [
-            f"left as it is: {s['thread_id']}/{s['checkpoint_id']}: {s['reason']}"
-            for s in report.skipped
-        ]
-        return "\n".join(lines)
+        return "\n".join(lines + _left_alone(report.skipped))
 
     out.document(dataclasses.asdict(report), text)
     return 1 if report.skipped else 0
@@ -246,13 +252,7 @@ def cmd_rekey(args: argparse.Namespace, out: Out) -> int:
             f"{verb} {plural(sum(report.cells.values()), 'cell')} in "
             f"{plural(len(report.threads), 'thread')} under key {report.key_id} (were: {moved})"
         ]
-        lines += [
-            f"left as it is: {s['thread_id']}"
-            + ("" if s["checkpoint_id"] is None else f"/{s['checkpoint_id']}")
-            + f": {s['reason']}"
-            for s in report.skipped
-        ]
-        return "\n".join(lines)
+        return "\n".join(lines + _left_alone(report.skipped))
 
     out.document(dataclasses.asdict(report), text)
     return 1 if report.skipped else 0
