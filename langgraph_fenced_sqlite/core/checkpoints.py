@@ -32,6 +32,7 @@ from .claims import RunToken
 from .compression import compress_typed
 from .encryption import encryption_of
 from .serde import write_context
+from .slices import SLICE, find_slice, open_slice
 from .stored_json import (
     MAX_INT,
     MIN_INT,
@@ -42,7 +43,7 @@ from .stored_json import (
     loads_json,
 )
 from .validation import flat_metadata
-from .values import REFS, REFS_ERROR, RESOLVED
+from .values import REFS, REFS_ERROR, RESOLVED, Held
 
 __all__ = [
     "EncodedCheckpoint",
@@ -231,11 +232,15 @@ def encode_writes(
     task_path: str,
     *,
     compress: bool = False,
+    within: Mapping[str, Held] | None = None,
 ) -> list[EncodedWrite]:
     """Encode `put_writes`' arguments, mapping special channels to their idx.
 
     `compress`: a value that compresses is stored so (`compress_typed`).
     With the serializer's `encryption`, each value is compressed, then sealed.
+    `within`: the values of the writes' checkpoint, as this process holds
+    them; a value they hold byte for byte is stored as a slice of them
+    (`slices.SLICE`). Not given with encryption.
     """
     out = []
     enc = encryption_of(serde)
@@ -243,7 +248,10 @@ def encode_writes(
     for idx, (channel, value) in enumerate(writes):
         try:
             type_, blob = serde.dumps_typed(value)
-            if compress:
+            cell = None if within is None or type_ != "msgpack" else find_slice(within, blob)
+            if cell is not None:
+                type_, blob = SLICE, cell
+            elif compress:
                 type_, blob = compress_typed(type_, blob)
             if enc is not None:
                 type_, blob = enc.seal_typed(type_, blob)
@@ -473,8 +481,18 @@ def _metadata(thread_id: Any, cid: Any, text: Any) -> dict[str, Any]:
     return md
 
 
-def decode_write(serde: SerializerProtocol, thread_id: str, cid: str, write: WriteRow) -> Any:
+def decode_write(
+    serde: SerializerProtocol,
+    thread_id: str,
+    cid: str,
+    write: WriteRow,
+    values: tuple[Any, Any] | None = None,
+) -> Any:
     """Return the value of one write row, checking its checksum and cells first.
+
+    `values` is its checkpoint row's `(values_type, values_blob)` as read
+    (`values.resolve_rows`): a write stored as a slice of them
+    (`slices.SLICE`) is read from them; None: such a write is refused.
 
     Raises:
         UndecodableRow: the row is damaged, or its value does not decode.
@@ -488,6 +506,13 @@ def decode_write(serde: SerializerProtocol, thread_id: str, cid: str, write: Wri
     if type(blob) is not bytes:
         raise UndecodableRow(thread_id, cid, f"{_where(write)}: blob holds {type(blob).__name__}")
     try:
+        if type_ == SLICE:
+            if values is None:
+                raise ValueError("a slice of its checkpoint's values, which were not read")
+            data = open_slice(values[0], values[1], blob)
+            if values[0] == RESOLVED:
+                return serde.loads_opened(data)  # type: ignore[attr-defined]
+            return serde.loads_typed(("msgpack", data))
         return serde.loads_typed((type_, blob))
     except _DECODE_ERRORS as exc:
         raise UndecodableRow(thread_id, cid, f"{_where(write)}: {exc}") from exc
@@ -559,7 +584,8 @@ def decode_checked(
         raise UndecodableRow(thread_id, cid, str(exc)) from exc
     pending: list[tuple[str, str, Any]] = []
     if writes:
-        pending = [(w[0], w[1], decode_write(serde, thread_id, cid, w)) for w in writes]
+        opened = (values_type, values_blob)
+        pending = [(w[0], w[1], decode_write(serde, thread_id, cid, w, opened)) for w in writes]
     md = _metadata(thread_id, cid, metadata)
     return checkpoint_tuple(thread_id, ns, cid, parent_id, env, md, pending)
 

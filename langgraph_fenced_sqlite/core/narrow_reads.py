@@ -31,6 +31,7 @@ from .checkpoints import (
 )
 from .checksums import REBUILT, checkpoint_checksum_of_bytes, write_checksum
 from .serde import READ_OPTION, DataOnlySerializer, forget_read_errors
+from .slices import SLICE
 from .stored_json import loads_canonical
 from .values import RESOLVED
 
@@ -206,6 +207,7 @@ def decode_page(
                 if type(md) is dict:
                     env["channel_values"] = values
                     pending: list[tuple[str, str, Any]] = []
+                    opened = (values_type, values_blob)
                     for w in found:
                         task_id, channel, type_, blob, _, _, sealed = w
                         if (
@@ -217,18 +219,20 @@ def decode_page(
                             and sealed == write_checksum(channel, type_, blob)
                         ):
                             try:
-                                if clear and type_ == "msgpack":
+                                if type_ == SLICE:
+                                    value = decode_write(serde, thread_id, cid, w, opened)
+                                elif clear and type_ == "msgpack":
                                     value = _unpackb(blob, ext_hook=hook, option=READ_OPTION)
                                 else:
                                     value = loads((type_, blob))
                             except Exception:
                                 forget_read_errors()
-                                value = decode_write(serde, thread_id, cid, w)
+                                value = decode_write(serde, thread_id, cid, w, opened)
                             except BaseException:
                                 forget_read_errors()
                                 raise
                         else:
-                            value = decode_write(serde, thread_id, cid, w)
+                            value = decode_write(serde, thread_id, cid, w, opened)
                         pending.append((task_id, channel, value))
                     add(checkpoint_tuple(thread_id, ns, cid, parent_id, env, md, pending))
                     continue

@@ -30,6 +30,7 @@ from .encryption import (
     key_id_of_cell,
 )
 from .repack import apply_thread
+from .slices import SLICE
 from .validation import check_bool
 from .values import PREFIX, REFS
 
@@ -126,8 +127,8 @@ def _typed(
         except CellRefused as exc:
             return None, was, str(exc)
         return enc.seal_typed(inner, plain), was, None
-    if tag == REFS:
-        return None, CLEAR, None  # names value rows; holds no value
+    if tag in (REFS, SLICE):
+        return None, CLEAR, None  # names value rows, or bytes of them; holds no value
     if not enc.accept_plaintext:
         return None, CLEAR, _CLEAR_REFUSED
     try:

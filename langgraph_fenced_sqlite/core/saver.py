@@ -198,7 +198,11 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
         row, writes = found
         return [
             StoredWrite(
-                w[0], w[4] or "", w[5], w[1], cps.decode_write(self.serde, row[0], row[2], w)
+                w[0],
+                w[4] or "",
+                w[5],
+                w[1],
+                cps.decode_write(self.serde, row[0], row[2], w, (row[5], row[6])),
             )
             for w in writes
         ]
@@ -313,8 +317,10 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
         policy, thread_id = self._follow_policy(), _thread_of(config)
         if policy is not None and thread_id is not None:
             policy.announce(thread_id)
+        putting = self._expect(config, checkpoint)
         try:
             enc, token, stored = self._encode_put(config, checkpoint, metadata)
+            self._putting(enc)
             if token is None and self.fence_runs:  # a run's own claim
                 token = self._run_token(enc.thread_id, cps.run_id_of(config))
             try:
@@ -323,10 +329,13 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
                 # Its values named rows of a parent deleted or replaced since this
                 # process read it: stored whole, naming nothing of the parent's.
                 enc, _, stored = self._encode_put(config, checkpoint, metadata, whole=True)
+                self._putting(enc)
                 self._put(enc, token)
         finally:
             if policy is not None and thread_id is not None:
                 policy.withdraw(thread_id)
+            if putting is not None:
+                self._value_cache.putting(*putting, None)
         if enc.held is not None:
             self._value_cache.put(
                 enc.thread_id, enc.checkpoint_ns, enc.checkpoint_id, enc.values_blob, enc.held
@@ -334,6 +343,32 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
         return stored
 
     aput = async_twin(put)
+
+    def _expect(
+        self, config: RunnableConfig, checkpoint: Checkpoint
+    ) -> tuple[str, str, str] | None:
+        """Note a put starting to encode (`ValueCache.expect`); return its key for `putting`.
+
+        None: the store keeps no value table, or the arguments are not a
+        put's (its encode raises).
+        """
+        if not self._value_table:
+            return None
+        configurable = config.get("configurable") if isinstance(config, dict) else None
+        if not isinstance(configurable, dict) or not isinstance(checkpoint, dict):
+            return None
+        thread_id = configurable.get("thread_id")
+        ns = configurable.get("checkpoint_ns", "")
+        cid = checkpoint.get("id")
+        if type(thread_id) is not str or type(ns) is not str or type(cid) is not str:
+            return None
+        self._value_cache.expect(thread_id, ns, cid)
+        return thread_id, ns, cid
+
+    def _putting(self, enc: cps.EncodedCheckpoint) -> None:
+        """Show the values of a put being committed to its step's writes (`ValueCache.putting`)."""
+        if enc.held is not None:
+            self._value_cache.putting(enc.thread_id, enc.checkpoint_ns, enc.checkpoint_id, enc.held)
 
     def _follow_policy(self) -> FollowPolicy | None:
         """The store's `FollowPolicy`, whose writes wait for their step's put (None: none)."""
@@ -458,8 +493,19 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
         check_name(task_id, "task_id")
         check_name(task_path, "task_path", allow_empty=True)
         token = token_from_config(config)
+        within = None
+        if self._value_table and encryption_of(self.serde) is None:
+            # The checkpoint's values, when this process holds them (it put
+            # or read it, or is putting it): a write they hold is stored as a
+            # slice of them.
+            within = self._value_cache.holding(thread_id, ns, cid)
         encoded = cps.encode_writes(
-            self.serde, check_writes(writes), task_id, task_path, compress=self._value_table
+            self.serde,
+            check_writes(writes),
+            task_id,
+            task_path,
+            compress=self._value_table,
+            within=within,
         )
         if not encoded:
             return None

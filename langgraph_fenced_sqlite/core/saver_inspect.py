@@ -178,7 +178,12 @@ _list = builtins.list
 
 
 def decode_writes(
-    serde: Any, thread_id: str, cid: str, write_rows: Any, only: tuple[str, ...] | None = None
+    serde: Any,
+    thread_id: str,
+    cid: str,
+    write_rows: Any,
+    only: tuple[str, ...] | None = None,
+    values: tuple[Any, Any] | None = None,
 ) -> _list[dict[str, Any]]:
     """Decode a checkpoint's writes one by one (a write that does not decode carries `error`).
 
@@ -188,6 +193,9 @@ def decode_writes(
         cid: The checkpoint the writes belong to.
         write_rows: The stored rows (`checkpoints.fetch_tuple`'s).
         only: Decode only writes to these channels (None: all).
+        values: The checkpoint row's `(values_type, values_blob)`, its
+            values inline (`values.resolve_rows`): what a write stored as a
+            slice of them is read from.
     """
     out = []
     for w in write_rows:
@@ -203,7 +211,7 @@ def decode_writes(
             "error": None,
         }
         try:
-            write["value"] = cps.decode_write(serde, thread_id, cid, w)
+            write["value"] = cps.decode_write(serde, thread_id, cid, w, values)
         except UndecodableRow as exc:
             write["error"] = exc.to_dict()
         out.append(write)
@@ -249,5 +257,5 @@ def shown_checkpoint(serde: Any, thread_id: str, row: Any, write_rows: Any) -> d
             out["metadata"] = cps.decode_metadata(row)
         except UndecodableRow:
             pass
-    out["writes"] = decode_writes(serde, thread_id, cid, write_rows)
+    out["writes"] = decode_writes(serde, thread_id, cid, write_rows, values=(row[5], row[6]))
     return out

@@ -221,7 +221,9 @@ class ThreadsBase(UsesStore):
         if latest is not None:
             cid = latest[0][2]
             wanted = (status.INTERRUPT, status.RESUME, status.ERROR)
-            writes = decode_writes(self.serde, thread_id, cid, latest[1], only=wanted)
+            writes = decode_writes(
+                self.serde, thread_id, cid, latest[1], only=wanted, values=latest[0][5:7]
+            )
             if any("__pregel_push" in str(w["task_path"]) for w in writes):
                 values = decode_values(self.serde, latest[0])  # names the nodes of Send tasks
         return status.judge(

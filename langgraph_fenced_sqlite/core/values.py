@@ -76,6 +76,7 @@ __all__ = [
     "ValueCache",
     "encode_values",
     "is_tail",
+    "packed_parts",
     "resolve_rows",
     "wanted",
 ]
@@ -616,22 +617,38 @@ def _rebuild_all(
 
 def _packed(thread_id: Any, cid: Any, held: Mapping[str, Held]) -> bytes:
     # The channel values as one msgpack map, as `dumps_typed(channel_values)`
-    # encodes it: each key, then its value's bytes (a tagged value's as the
-    # map holds it: None as nil, bytes as bin).
+    # encodes it (`packed_parts`, joined).
+    try:
+        return b"".join(packed_parts(held))
+    except ValueError as exc:
+        raise UndecodableRow(thread_id, cid, str(exc)) from exc
+
+
+def packed_parts(held: Mapping[str, Held]) -> list[bytes]:
+    """Return the parts of the msgpack map of `held`'s values, in order, bodies not copied.
+
+    Joined, they are the bytes `dumps_typed(channel_values)` gives: each key,
+    then its value's bytes (a tagged value's as the map holds it: None as
+    nil, bytes as bin; a list's array header and body apart, so that a long
+    body is copied once, by the join).
+
+    Raises:
+        ValueError: a value's tag is not one a map holds.
+    """
     parts = [map_header(len(held))]
     for channel, h in held.items():
         parts.append(ormsgpack.packb(channel))
         if h.type == "msgpack":
             if h.items >= 0:
-                parts.append(array_header(h.items))  # apart: a long body is copied once, by join
+                parts.append(array_header(h.items))
             parts.append(h.body)
         elif h.type == "null":
             parts.append(b"\xc0")
         elif h.type in ("bytes", "bytearray"):
             parts.append(ormsgpack.packb(h.body))
         else:
-            raise UndecodableRow(thread_id, cid, f"channel {channel!r}: tag {h.type!r} refused")
-    return b"".join(parts)
+            raise ValueError(f"channel {channel!r}: tag {h.type!r} refused")
+    return parts
 
 
 def _rebuild(
@@ -834,7 +851,12 @@ class ValueCache:
         self._entries: OrderedDict[tuple[str, str], tuple[str, bytes, dict[str, Held], int]] = (
             OrderedDict()
         )
+        # The puts encoding (`expect`), and the values of those encoded and
+        # not yet returned (`putting`), by (thread, ns, cid).
+        self._expected: set[tuple[str, str, str]] = set()
+        self._putting: dict[tuple[str, str, str], dict[str, Held]] = {}
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
 
     def get(self, thread_id: str, ns: str, cid: str) -> tuple[bytes, dict[str, Held]] | None:
         """Return `(refs, held)` of checkpoint `cid` if it is its namespace's entry."""
@@ -844,6 +866,46 @@ class ValueCache:
                 return None
             self._entries.move_to_end((thread_id, ns))
             return entry[1], entry[2]
+
+    def expect(self, thread_id: str, ns: str, cid: str) -> None:
+        """Note that a put of checkpoint `cid` is encoding (`putting` follows, always)."""
+        with self._lock:
+            self._expected.add((thread_id, ns, cid))
+
+    def putting(self, thread_id: str, ns: str, cid: str, held: dict[str, Held] | None) -> None:
+        """Hold the values of checkpoint `cid` while its put runs (None: the put returned).
+
+        LangGraph runs a step's first task while the put of the step's
+        checkpoint is still encoding and committing: its writes find the
+        values here (`holding`).
+        """
+        key = (thread_id, ns, cid)
+        with self._changed:
+            if held is None:
+                self._putting.pop(key, None)
+                self._expected.discard(key)
+            else:
+                self._putting[key] = held
+            self._changed.notify_all()
+
+    def holding(
+        self, thread_id: str, ns: str, cid: str, wait: float = 0.005
+    ) -> dict[str, Held] | None:
+        """Return the values of checkpoint `cid` if its namespace's entry, or a running put's.
+
+        A put of it still encoding is waited for, up to `wait` seconds (the
+        writes then wait for its commit anyway).
+        """
+        key = (thread_id, ns, cid)
+        with self._changed:
+            entry = self._entries.get((thread_id, ns))
+            if entry is not None and entry[0] == cid:
+                return entry[2]
+            if key in self._expected:
+                self._changed.wait_for(
+                    lambda: key in self._putting or key not in self._expected, wait
+                )
+            return self._putting.get(key)
 
     def latest(self, thread_id: str, ns: str) -> tuple[str, bytes] | None:
         """Return `(cid, refs)` of the namespace's entry, if it has one."""

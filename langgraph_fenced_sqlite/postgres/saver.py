@@ -372,14 +372,21 @@ class FencedPostgresSaver(  # type: ignore[misc]
             except FencedSqliteError:
                 pass  # unreadable: its values are not named, they are stored whole
             whole = self._value_cache.get(thread_id, ns, parent_id) is None
-        enc, token, stored = self._encode_put(config, checkpoint, metadata, whole=whole)
-        if token is None and self.fence_runs:  # a run's own claim
-            token = await self._arun_token(thread_id, cps.run_id_of(config))
+        putting = self._expect(config, checkpoint)
         try:
-            await self._aput(enc, token)
-        except StaleParent:
-            enc, _, stored = self._encode_put(config, checkpoint, metadata, whole=True)
-            await self._aput(enc, token)
+            enc, token, stored = self._encode_put(config, checkpoint, metadata, whole=whole)
+            self._putting(enc)
+            if token is None and self.fence_runs:  # a run's own claim
+                token = await self._arun_token(thread_id, cps.run_id_of(config))
+            try:
+                await self._aput(enc, token)
+            except StaleParent:
+                enc, _, stored = self._encode_put(config, checkpoint, metadata, whole=True)
+                self._putting(enc)
+                await self._aput(enc, token)
+        finally:
+            if putting is not None:
+                self._value_cache.putting(*putting, None)
         if enc.held is not None:
             self._value_cache.put(
                 enc.thread_id, enc.checkpoint_ns, enc.checkpoint_id, enc.values_blob, enc.held

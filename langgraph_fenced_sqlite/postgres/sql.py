@@ -895,7 +895,7 @@ _SEALED_BLOB = _KEY_ID_OF.format("data", "codec IN ('aes', 'zstd+aes')")
 CELL_KEYS = (
     "SELECT k, count(*) FROM ("
     f"SELECT {_SEALED_CHECKPOINT} AS k FROM lgfs_checkpoints WHERE values_type <> 'lgfs-refs' "
-    f"UNION ALL SELECT {_SEALED_WRITE} FROM lgfs_writes "
+    f"UNION ALL SELECT {_SEALED_WRITE} FROM lgfs_writes WHERE type <> 'lgfs-slice' "
     f"UNION ALL SELECT {_SEALED_BLOB} FROM lgfs_blobs WHERE codec <> 'prefix'"
     ") s GROUP BY k"
 )

@@ -803,6 +803,7 @@ REPACK_CHECKPOINT = (
     "AND checksum IS ?"
 )
 # --- rekey (core/rekey.py): every value cell, by the key it is sealed under ---------------
+# (Not a checkpoint's refs, a prefix row or a write stored as a slice: they hold no value.)
 # A sealed cell starts with `encryption.MAGIC` (x'a701') and the key id's 4 bytes.
 _KEY_ID_OF = "CASE WHEN substr({0}, 1, 2) = x'a701' AND {1} THEN lower(hex(substr({0}, 3, 4))) END"
 _SEALED_CHECKPOINT = _KEY_ID_OF.format("values_blob", "values_type LIKE '%+aes'")
@@ -811,7 +812,7 @@ _SEALED_BLOB = _KEY_ID_OF.format("data", "codec IN ('aes', 'zstd+aes')")
 CELL_KEYS = (
     "SELECT k, count(*) FROM ("
     f"SELECT {_SEALED_CHECKPOINT} AS k FROM checkpoints WHERE values_type IS NOT 'lgfs-refs' "
-    f"UNION ALL SELECT {_SEALED_WRITE} FROM writes "
+    f"UNION ALL SELECT {_SEALED_WRITE} FROM writes WHERE type IS NOT 'lgfs-slice' "
     f"UNION ALL SELECT {_SEALED_BLOB} FROM blobs WHERE codec IS NOT 'prefix'"
     ") GROUP BY k"
 )

@@ -1,4 +1,4 @@
-"""Contract cases 28 and 34 for values stored once (docs/semantics.md §7): what goes, what breaks.
+"""Contract cases 3, 28 and 34, values stored once (docs/semantics.md §7): what goes, what breaks.
 
 Each case writes through the store's API, then reads or damages its value
 rows below it (`env.storage`, capability "storage") and checks what the
@@ -78,3 +78,62 @@ def case_a_damaged_value_row_is_undecodable_naming_its_channel(env: ContractEnv)
     shown = store.inspect_checkpoint("t")
     assert shown is not None and shown["checkpoint"] is None
     assert "channel 'messages'" in shown["error"]["message"], shown["error"]
+
+
+def _inputs(store: Any, thread_id: str, n: int) -> tuple[list[str], list[str]]:
+    """Put `n` turns as LangGraph's input step makes them; return the checkpoint ids and inputs.
+
+    The input checkpoint's `__start__` channel holds the turn's input, and
+    the `__start__` task writes that input to its checkpoint.
+    """
+    config = _config(thread_id)
+    messages: list[str] = []
+    ids, asks = [], []
+    for step in range(n):
+        ask = f"question {step}: " + "words of the question " * 20
+        cp = _checkpoint({"messages": messages, "__start__": {"messages": [ask]}})
+        cp["channel_versions"] = {"messages": f"{step + 1:032}.0", "__start__": f"{step + 1:032}.0"}
+        stored = store.put(config, cp, {"source": "input", "step": step, "parents": {}}, {})
+        config = {"configurable": {**config["configurable"], **stored["configurable"]}}
+        store.put_writes(
+            config, [("messages", [ask])], f"start-{step}", "~__pregel_pull, __start__"
+        )
+        messages = [*messages, ask]
+        ids.append(cp["id"])
+        asks.append(ask)
+    return ids, asks
+
+
+@contract_case(3, needs=("storage", "reopen"))
+def case_a_write_its_checkpoint_holds_is_stored_once_and_reads_back(env: ContractEnv) -> None:
+    """The `__start__` task's write of the input is stored as a slice of it; it reads back equal."""
+    assert env.storage is not None
+    store = env.open()
+    ids, asks = _inputs(store, "t", 4)
+    types = env.storage.write_types("t")
+    assert types.count("lgfs-slice") == 4, types
+    store = env.reopen(store)  # holds none of the values it put
+    for cid, ask in zip(ids, asks, strict=True):
+        tup = store.get_tuple(_config("t", checkpoint_id=cid))
+        assert tup is not None and tup.pending_writes == [
+            (f"start-{ids.index(cid)}", "messages", [ask])
+        ]
+    listed = {t.checkpoint["id"]: t.pending_writes for t in store.list(_config("t"))}
+    expected = [[(f"start-{i}", "messages", [a])] for i, a in enumerate(asks)]
+    assert listed == dict(zip(ids, expected, strict=True))
+    store.copy_thread("t", "u")  # the copies' writes name the copies' values
+    store.delete_thread("t")
+    assert [t.pending_writes for t in store.list(_config("u"))] == expected[::-1]
+
+
+@contract_case(34, needs=("storage", "reopen"))
+def case_a_forged_slice_write_is_undecodable(env: ContractEnv) -> None:
+    """A slice write pointed at other bytes of its checkpoint (checksum fixed) is refused."""
+    assert env.storage is not None
+    store = env.open()
+    ids, _ = _inputs(store, "t", 2)
+    assert env.storage.shift_slices("t") == 2
+    store = env.reopen(store)
+    exc = _expect(lambda: store.get_tuple(_config("t")), UndecodableRow)
+    assert exc.checkpoint_id == ids[-1] and "slice" in exc.reason, exc.reason
+    _expect(lambda: list(store.list(_config("t"))), UndecodableRow)

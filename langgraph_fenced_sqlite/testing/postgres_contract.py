@@ -27,6 +27,7 @@ PG_CAPABILITIES = frozenset({"sibling", "reopen", "storage"})
 PG_CASES: tuple[str, ...] = (
     "03-pending_writes_round_trip_in_langgraph_order",
     "03-special_channels_are_last_writer_wins",
+    "03-a_write_its_checkpoint_holds_is_stored_once_and_reads_back",
     "03-values_metadata_and_writes_round_trip",
     "04-history_pages_newest_first",
     "04-history_paging_visits_every_checkpoint_once",
@@ -82,6 +83,7 @@ PG_CASES: tuple[str, ...] = (
     "31-a_reader_of_a_deleted_thread_is_never_shown_a_gap",
     "33-an_accepted_special_write_after_expiry_is_what_readers_see",
     "34-a_damaged_value_row_is_undecodable_naming_its_channel",
+    "34-a_forged_slice_write_is_undecodable",
     "35-wrong_shape_arguments_are_invalid_argument_and_change_nothing",
     "38-a_later_run_fences_off_every_earlier_run",
     "38-a_later_run_fences_off_every_earlier_run_siblings",

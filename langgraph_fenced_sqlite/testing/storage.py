@@ -13,6 +13,7 @@ import sqlite3
 from typing import Any, Protocol
 
 from ..core.checksums import blob_checksum, write_checksum
+from ..core.slices import SLICE
 
 __all__ = ["PostgresStorage", "SqliteStorage", "Storage"]
 
@@ -45,6 +46,24 @@ class Storage(Protocol):
     def cells(self, thread_id: str) -> list[bytes]:
         """Return every stored value cell of the thread, as stored (inline values, writes, rows)."""
         ...
+
+    def write_types(self, thread_id: str) -> list[str]:
+        """Return the type cell of each of the thread's pending writes."""
+        ...
+
+    def shift_slices(self, thread_id: str) -> int:
+        """Point each write stored as a slice one byte further (checksum fixed); return how many.
+
+        What someone who can write the file can do: the slice still names
+        bytes of its checkpoint's values, other ones.
+        """
+        ...
+
+
+def _shifted(channel: str, cell: bytes) -> tuple[bytes, int]:
+    # A slice cell (`slices.SLICE`) one byte further on, with the write's checksum fixed.
+    shifted = (int.from_bytes(cell[:4], "big") + 1).to_bytes(4, "big") + cell[4:]
+    return shifted, write_checksum(channel, SLICE, shifted)
 
 
 def _forged(row: tuple[Any, ...]) -> tuple[bytes, int]:
@@ -154,6 +173,35 @@ class SqliteStorage:
         finally:
             conn.close()
 
+    def write_types(self, thread_id: str) -> list[str]:
+        """Return the type cell of each of the thread's pending writes."""
+        conn = sqlite3.connect(self.path)
+        try:
+            rows = conn.execute("SELECT type FROM writes WHERE thread_id = ?", (thread_id,))
+            return [r[0] for r in rows]
+        finally:
+            conn.close()
+
+    def shift_slices(self, thread_id: str) -> int:
+        """Point each write stored as a slice one byte further (checksum fixed); return how many."""
+        conn = sqlite3.connect(self.path)
+        try:
+            rows = conn.execute(
+                "SELECT checkpoint_ns, checkpoint_id, task_id, idx, channel, blob FROM writes "
+                "WHERE thread_id = ? AND type = ?",
+                (thread_id, SLICE),
+            ).fetchall()
+            for ns, cid, task_id, idx, channel, cell in rows:
+                conn.execute(
+                    "UPDATE writes SET blob = ?, checksum = ? WHERE thread_id = ? "
+                    "AND checkpoint_ns = ? AND checkpoint_id = ? AND task_id = ? AND idx = ?",
+                    (*_shifted(channel, cell), thread_id, ns, cid, task_id, idx),
+                )
+            conn.commit()
+            return len(rows)
+        finally:
+            conn.close()
+
 
 class PostgresStorage:
     """The value table (`lgfs_blobs`) of a PostgreSQL store, through plain psycopg."""
@@ -235,3 +283,25 @@ class PostgresStorage:
                 {"t": thread_id},
             ).fetchall()
         return [bytes(r[0]) for r in rows]
+
+    def write_types(self, thread_id: str) -> list[str]:
+        """Return the type cell of each of the thread's pending writes."""
+        with self._connect() as conn:
+            rows = conn.execute("SELECT type FROM lgfs_writes WHERE thread_id = %s", (thread_id,))
+            return [r[0] for r in rows.fetchall()]
+
+    def shift_slices(self, thread_id: str) -> int:
+        """Point each write stored as a slice one byte further (checksum fixed); return how many."""
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT checkpoint_ns, checkpoint_id, task_id, idx, channel, blob FROM lgfs_writes "
+                "WHERE thread_id = %s AND type = %s",
+                (thread_id, SLICE),
+            ).fetchall()
+            for ns, cid, task_id, idx, channel, cell in rows:
+                conn.execute(
+                    "UPDATE lgfs_writes SET blob = %s, checksum = %s WHERE thread_id = %s "
+                    "AND checkpoint_ns = %s AND checkpoint_id = %s AND task_id = %s AND idx = %s",
+                    (*_shifted(channel, bytes(cell)), thread_id, ns, cid, task_id, idx),
+                )
+        return len(rows)

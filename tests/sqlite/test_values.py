@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -18,6 +19,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
 from support.chats import Note
+from support.chats import achat as _achat
 from support.chats import chat as _chat
 from support.chats import chat_graph as _graph
 from support.chats import history as _history
@@ -80,6 +82,49 @@ def test_every_checkpoint_of_a_long_chat_reads_back_as_in_memory(tmp_path: Any) 
         assert _history(_graph(fresh), "t") == expected
     rows = _blob_rows(path)
     assert any(base is not None for _, _, base, _, _ in rows)  # lists stored as extensions
+
+
+def _writes_by_step(saver: Any, thread: str) -> list[tuple[Any, list[tuple[str, Any]]]]:
+    # Each checkpoint's step and pending writes (channel, value), newest first:
+    # task ids differ from one saver's run to another's.
+    config = {"configurable": {"thread_id": thread}}
+    return [
+        (t.metadata["step"], [(c, v) for _, c, v in t.pending_writes]) for t in saver.list(config)
+    ]
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_the_input_step_writes_are_slices_of_the_input_and_read_back_as_in_memory(
+    tmp_path: Any, api: str
+) -> None:
+    """The `__start__` task writes what the input checkpoint holds: stored once, read back equal.
+
+    LangGraph runs that task while the input checkpoint's put is still
+    committing (`ValueCache.putting`), so every turn's write is a slice.
+    """
+    path = str(tmp_path / "f.db")
+    memory = InMemorySaver()
+    _chat(_graph(memory), "t", 12)
+    expected = _writes_by_step(memory, "t")
+    with FencedSqliteSaver(path, allowed_types=[Note]) as saver:
+        if api == "sync":
+            _chat(_graph(saver), "t", 12)
+        else:
+            asyncio.run(_achat(_graph(saver), "t", 12))
+        assert _writes_by_step(saver, "t") == expected
+    conn = sqlite3.connect(path)
+    try:
+        types = conn.execute(
+            "SELECT task_path, type, length(blob) FROM writes WHERE channel = 'messages'"
+        ).fetchall()
+    finally:
+        conn.close()
+    starts = [(t, n) for path_, t, n in types if path_.endswith("__start__")]
+    assert starts == [("lgfs-slice", 12)] * 12, starts  # 12 bytes each, not the message
+    assert all(t != "lgfs-slice" for path_, t, _ in types if not path_.endswith("__start__"))
+    with FencedSqliteSaver(path, allowed_types=[Note]) as fresh:  # nothing cached
+        assert _writes_by_step(fresh, "t") == expected
+        assert _history(_graph(fresh), "t") == _history(_graph(memory), "t")
 
 
 def test_a_list_is_stored_as_what_it_gained_and_a_read_follows_a_bounded_chain(

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from langgraph_fenced_sqlite.core.checksums import checkpoint_checksum, checksum
+from langgraph_fenced_sqlite.core.checksums import checkpoint_checksum, checksum, write_checksum
+from langgraph_fenced_sqlite.core.slices import SLICE, open_slice
 from langgraph_fenced_sqlite.sqlite import schema
 from langgraph_fenced_sqlite.sqlite.checkpoints import FULL_CELLS, resolved
 from langgraph_fenced_sqlite.sqlite.schema import _CHECKPOINT_COLUMNS, CHECKSUM_FUNCTION, MIGRATIONS
@@ -138,6 +139,20 @@ def inline_values(conn: sqlite3.Connection, source: str, *, checksums: bool = Tr
                 "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
                 (*cells, r[0], r[1], r[2]),
             )
+            # Its writes stored as slices of its values, whole: those files held no slice.
+            for task_id, idx, channel, cell in src.execute(
+                "SELECT task_id, idx, channel, blob FROM writes WHERE thread_id = ? "
+                "AND checkpoint_ns = ? AND checkpoint_id = ? AND type = ?",
+                (r[0], r[1], r[2], SLICE),
+            ).fetchall():
+                data = open_slice(r[5], r[6], cell)
+                sets = "type = 'msgpack', blob = ?" + (", checksum = ?" if checksums else "")
+                cells = (data, write_checksum(channel, "msgpack", data)) if checksums else (data,)
+                conn.execute(
+                    f"UPDATE main.writes SET {sets} WHERE thread_id = ? AND checkpoint_ns = ? "
+                    "AND checkpoint_id = ? AND task_id = ? AND idx = ?",
+                    (*cells, r[0], r[1], r[2], task_id, idx),
+                )
     finally:
         src.close()
 

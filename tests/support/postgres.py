@@ -13,7 +13,8 @@ from urllib.parse import quote
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from langgraph_fenced_sqlite.core.checksums import checkpoint_checksum
+from langgraph_fenced_sqlite.core.checksums import checkpoint_checksum, write_checksum
+from langgraph_fenced_sqlite.core.slices import SLICE, open_slice
 from langgraph_fenced_sqlite.postgres import sql
 from langgraph_fenced_sqlite.postgres.values import resolved
 
@@ -167,6 +168,20 @@ def make_inline(dsn: str) -> None:
                 "WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s",
                 (r[5], r[6], seal, r[0], r[1], r[2]),
             )
+            # Its writes stored as slices of its values, whole: those databases held no slice.
+            cur.execute(
+                "SELECT task_id, idx, channel, blob FROM lgfs_writes WHERE thread_id = %s "
+                "AND checkpoint_ns = %s AND checkpoint_id = %s AND type = %s",
+                (r[0], r[1], r[2], SLICE),
+            )
+            for task_id, idx, channel, cell in cur.fetchall():
+                data = open_slice(r[5], r[6], bytes(cell))
+                cur.execute(
+                    "UPDATE lgfs_writes SET type = 'msgpack', blob = %s, checksum = %s "
+                    "WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s "
+                    "AND task_id = %s AND idx = %s",
+                    (data, write_checksum(channel, "msgpack", data), *r[:3], task_id, idx),
+                )
         cur.execute("DELETE FROM lgfs_blobs")
 
 
