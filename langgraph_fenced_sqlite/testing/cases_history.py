@@ -107,7 +107,11 @@ def _check_retract_turn(env: ContractEnv, durability: str, use_run_ids: bool) ->
 
     done = store.retract_turn(thread_id, claim.token)
     assert done.run_id == runs[1]
-    assert set(done.checkpoints) == set(during) - set(before)
+    turn = set(during) - set(before)
+    assert set(done.checkpoints) == turn, (
+        f"{durability}: retracted but not of the turn {set(done.checkpoints) - turn}, "
+        f"of the turn but not retracted {turn - set(done.checkpoints)}"
+    )
     assert _keys(store, thread_id) == before, f"{durability}: history not as before the turn"
     latest = store.get_tuple({"configurable": {"thread_id": thread_id}})
     assert latest.config == latest_before.config and latest.checkpoint == latest_before.checkpoint
