@@ -9,7 +9,9 @@ database client (sqlite3, psycopg), as the damage cases' `plant` is.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from ..core.checksums import blob_checksum, write_checksum
@@ -90,23 +92,29 @@ class SqliteStorage:
         """Read and damage the file at `path`."""
         self.path = path
 
-    def value_rows(self, thread_id: str) -> list[tuple[str, str, int]]:
-        """Return the thread's value rows: `(channel, key, bytes stored)`."""
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        # One connection per call, committed when the call returns.
         conn = sqlite3.connect(self.path)
         try:
+            yield conn
+            conn.commit()
+        finally:
+            conn.close()
+
+    def value_rows(self, thread_id: str) -> list[tuple[str, str, int]]:
+        """Return the thread's value rows: `(channel, key, bytes stored)`."""
+        with self._connect() as conn:
             return [
                 (r[0], r[1], int(r[2]))
                 for r in conn.execute(
                     "SELECT channel, key, length(data) FROM blobs WHERE thread_id = ?", (thread_id,)
                 )
             ]
-        finally:
-            conn.close()
 
     def damage_values(self, thread_id: str, channel: str) -> int:
         """Flip one bit in the stored bytes of each of the channel's value rows; return how many."""
-        conn = sqlite3.connect(self.path)
-        try:
+        with self._connect() as conn:
             rows = conn.execute(
                 "SELECT rowid, data FROM blobs WHERE thread_id = ? AND channel = ? "
                 "AND length(data) > 0",
@@ -114,15 +122,11 @@ class SqliteStorage:
             ).fetchall()
             for rowid, data in rows:
                 conn.execute("UPDATE blobs SET data = ? WHERE rowid = ?", (_flipped(data), rowid))
-            conn.commit()
             return len(rows)
-        finally:
-            conn.close()
 
     def forge_values(self, thread_id: str, channel: str) -> int:
         """Flip a bit in each of the channel's value rows, fix its checksum; return how many."""
-        conn = sqlite3.connect(self.path)
-        try:
+        with self._connect() as conn:
             rows = conn.execute(
                 f"SELECT rowid, {_BLOB_CELLS} FROM blobs WHERE thread_id = ? AND channel = ? "
                 "AND length(data) > 0",
@@ -133,15 +137,11 @@ class SqliteStorage:
                 conn.execute(
                     "UPDATE blobs SET data = ?, checksum = ? WHERE rowid = ?", (data, sum_, rowid)
                 )
-            conn.commit()
             return len(rows)
-        finally:
-            conn.close()
 
     def plant_clear_writes(self, thread_id: str, value: bytes) -> int:
         """Put `value` in clear in every pending write (checksum fixed); return how many."""
-        conn = sqlite3.connect(self.path)
-        try:
+        with self._connect() as conn:
             n = 0
             for (channel,) in conn.execute(
                 "SELECT DISTINCT channel FROM writes WHERE thread_id = ?", (thread_id,)
@@ -151,15 +151,11 @@ class SqliteStorage:
                     "WHERE thread_id = ? AND channel = ?",
                     (value, write_checksum(channel, "msgpack", value), thread_id, channel),
                 ).rowcount
-            conn.commit()
             return n
-        finally:
-            conn.close()
 
     def cells(self, thread_id: str) -> list[bytes]:
         """Return every stored value cell of the thread, as stored (inline values, writes, rows)."""
-        conn = sqlite3.connect(self.path)
-        try:
+        with self._connect() as conn:
             return [
                 bytes(r[0])
                 for r in conn.execute(
@@ -170,22 +166,16 @@ class SqliteStorage:
                     (thread_id,),
                 )
             ]
-        finally:
-            conn.close()
 
     def write_types(self, thread_id: str) -> list[str]:
         """Return the type cell of each of the thread's pending writes."""
-        conn = sqlite3.connect(self.path)
-        try:
+        with self._connect() as conn:
             rows = conn.execute("SELECT type FROM writes WHERE thread_id = ?", (thread_id,))
             return [r[0] for r in rows]
-        finally:
-            conn.close()
 
     def shift_slices(self, thread_id: str) -> int:
         """Point each write stored as a slice one byte further (checksum fixed); return how many."""
-        conn = sqlite3.connect(self.path)
-        try:
+        with self._connect() as conn:
             rows = conn.execute(
                 "SELECT checkpoint_ns, checkpoint_id, task_id, idx, channel, blob FROM writes "
                 "WHERE thread_id = ? AND type = ?",
@@ -197,10 +187,7 @@ class SqliteStorage:
                     "AND checkpoint_ns = ? AND checkpoint_id = ? AND task_id = ? AND idx = ?",
                     (*_shifted(channel, cell), thread_id, ns, cid, task_id, idx),
                 )
-            conn.commit()
             return len(rows)
-        finally:
-            conn.close()
 
 
 class PostgresStorage:
