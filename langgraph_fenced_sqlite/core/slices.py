@@ -54,16 +54,21 @@ def find_slice(held: Mapping[str, Held], data: bytes) -> bytes | None:
     at = 0
     before = b""
     for part in parts:
-        if len(data) <= len(part) + len(before) and len(part) <= _MAX_SEARCH:
-            # A list's array header is a part of its own: search it with its body.
-            window = before + part if len(before) <= 5 else part
-            found = window.find(data)
+        if len(before) <= 5 and data.startswith(before) and part.startswith(data[len(before) :]):
+            # A list's array header is a part of its own: a write that is a
+            # channel's whole list starts there, header and all.
+            return _cell(at - len(before), data)
+        if len(data) <= len(part) <= _MAX_SEARCH:
+            found = part.find(data)
             if found >= 0:
-                offset = at - (len(window) - len(part)) + found
-                return _CELL.pack(offset, len(data), _crc32(data))
+                return _cell(at + found, data)
         at += len(part)
         before = part
     return None
+
+
+def _cell(offset: int, data: bytes) -> bytes:
+    return _CELL.pack(offset, len(data), _crc32(data))
 
 
 def open_slice(values_type: Any, values: Any, cell: Any) -> bytes:
