@@ -491,7 +491,7 @@ def decode_write(
     """Return the value of one write row, checking its checksum and cells first.
 
     `values` is its checkpoint row's `(values_type, values_blob)` as read
-    (`values.resolve_rows`): a write stored as a slice of them
+    (`value_reads.resolve_rows`): a write stored as a slice of them
     (`slices.SLICE`) is read from them; None: such a write is refused.
 
     Raises:
@@ -543,7 +543,7 @@ def decode_checked(
     """Rebuild a `CheckpointTuple` from cells `check_cells` passed.
 
     `stored` is `(envelope, values_type, values_blob, metadata)`. A row whose
-    values are in the value table reaches here resolved (`values.resolve_rows`)
+    values are in the value table reaches here resolved (`value_reads.resolve_rows`)
     unless its value rows are missing or damaged.
 
     Raises:

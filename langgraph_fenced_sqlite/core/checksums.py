@@ -42,7 +42,7 @@ class _Rebuilt:
         return "REBUILT"
 
 
-# The checksum cell of a row that `values.resolve_rows` rebuilt from rows it
+# The checksum cell of a row that `value_reads.resolve_rows` rebuilt from rows it
 # checked (the checkpoint's own checksum over its value keys, each value
 # row's checksum, each value's bytes against its key): its readers take it
 # as holding, instead of hashing the rebuilt values a second and a third

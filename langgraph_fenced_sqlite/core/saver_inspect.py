@@ -194,7 +194,7 @@ def decode_writes(
         write_rows: The stored rows (`checkpoints.fetch_tuple`'s).
         only: Decode only writes to these channels (None: all).
         values: The checkpoint row's `(values_type, values_blob)`, its
-            values inline (`values.resolve_rows`): what a write stored as a
+            values inline (`value_reads.resolve_rows`): what a write stored as a
             slice of them is read from.
     """
     out = []

@@ -6,7 +6,7 @@ LangGraph's input step writes what its input checkpoint holds: the
 message a second time. Such a write is stored as a slice of its
 checkpoint's channel values (type `SLICE`; its cell: the offset, length and
 CRC-32 of its bytes within the msgpack map of the values that
-`values.resolve_rows` rebuilds), not as a second copy.
+`value_reads.resolve_rows` rebuilds), not as a second copy.
 
 Why it is safe to share: a checkpoint's values never change once stored (a
 different put of the same id is `CheckpointConflict`; `rekey` reseals a row,
@@ -25,7 +25,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .checksums import _crc32
-from .values import RESOLVED, Held, packed_parts
+from .value_reads import packed_parts
+from .values import RESOLVED, Held
 
 __all__ = ["SLICE", "find_slice", "open_slice"]
 
@@ -75,7 +76,7 @@ def open_slice(values_type: Any, values: Any, cell: Any) -> bytes:
     """Return the bytes a `SLICE` cell names within its checkpoint's resolved values.
 
     `values_type` and `values` are the checkpoint row's cells after
-    `values.resolve_rows`: a msgpack map (`"msgpack"`, or `RESOLVED` when
+    `value_reads.resolve_rows`: a msgpack map (`"msgpack"`, or `RESOLVED` when
     opened here from sealed rows).
 
     Raises:

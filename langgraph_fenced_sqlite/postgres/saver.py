@@ -415,7 +415,7 @@ class FencedPostgresSaver(  # type: ignore[misc]
     # Each async twin sends the same call (`_*_call`) through `arun_call`.
 
     # A read's value rows come in its one statement, with its checkpoint rows
-    # (`sql.TUPLE_BY_ID`, `sql.page_with_writes`), resolved by `values.resolve_rows`;
+    # (`sql.TUPLE_BY_ID`, `sql.page_with_writes`), resolved by `value_reads.resolve_rows`;
     # `get_tuple`'s leaves them out for the checkpoint this process holds.
 
     def _fetch_tuple(
@@ -470,7 +470,7 @@ class FencedPostgresSaver(  # type: ignore[misc]
     def _resolve_tuple(
         self, found: Any, known: tuple[str, bytes] | None
     ) -> tuple[Any, _list[Any]] | None:
-        """`fetch_tuple_batch`'s result with its values inline (`values.resolve_rows`).
+        """`fetch_tuple_batch`'s result with its values inline (`value_reads.resolve_rows`).
 
         Raises:
             MustRead: it left the value rows of a checkpoint out that this

@@ -243,7 +243,7 @@ def _with_values(
 
     Those whose writes name a `Send` task (`sql.LATEST_ROOT_VALUES`: the
     status names its node from the values), as a display read resolves them
-    (`values.resolve_rows`, `strict=False`); the others are not decoded.
+    (`value_reads.resolve_rows`, `strict=False`); the others are not decoded.
     """
     out = list(rows)
     for i, row in enumerate(rows):

@@ -775,7 +775,7 @@ WRITES_OF_CHECKPOINTS = (
 )
 # --- channel values (core/values.py, migration 11) --------------------------------------
 
-# A value row as `values.resolve_rows` reads it: its thread and namespace,
+# A value row as `value_reads.resolve_rows` reads it: its thread and namespace,
 # then `values.Blob`'s cells.
 _BLOB_ROW = (
     "b.thread_id, b.checkpoint_ns, b.channel, b.key, b.base, b.type, b.items, b.ordinal, "

@@ -10,7 +10,7 @@ parent was removed or replaced since this process read it is refused
 (`StaleParent`), never stored naming rows that may be gone. Value rows are
 read in the snapshot of the checkpoint rows they resolve (the same
 statement, or a REPEATABLE READ transaction), and resolved by the SQLite
-store's rules (`values.resolve_rows`).
+store's rules (`value_reads.resolve_rows`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from ..core.checkpoints import EncodedCheckpoint
 from ..core.encryption import Encryption
 from ..core.rekey import CellKeys, Reseal, ThreadCells
 from ..core.repack import Rewrite, RowChanged
-from ..core.values import PREFIX, Blob, Held, RowCells, StaleParent, resolve_rows
+from ..core.value_reads import RowCells, resolve_rows
+from ..core.values import PREFIX, Blob, Held, StaleParent
 from . import sql
 
 __all__ = [
@@ -47,7 +48,7 @@ Cursor = Any  # a psycopg cursor returning tuples
 Keep = Callable[[str, str, str, bytes, dict[str, Held]], None]
 Cached = Callable[[str, str, str], tuple[bytes, dict[str, Held]] | None]
 
-# Where a `CHECKPOINT_COLUMNS` row holds the cells `values.resolve_rows` reads.
+# Where a `CHECKPOINT_COLUMNS` row holds the cells `value_reads.resolve_rows` reads.
 FULL_CELLS = RowCells(0, 1, 2, 4, 5, 6, 7, 11)
 
 # `sql.INSERT_BLOBS`' arrays, in `values.Blob`'s order.
@@ -168,7 +169,7 @@ def resolved(
     keep: Keep | None = None,
     enc: Encryption | None = None,
 ) -> list[Any]:
-    """`values.resolve_rows` of `CHECKPOINT_COLUMNS` rows read on `cur`, in its snapshot.
+    """`value_reads.resolve_rows` of `CHECKPOINT_COLUMNS` rows read on `cur`, in its snapshot.
 
     For a transaction of one snapshot (`saver_inspect.read_snapshot`): the
     value rows are read there, after the rows they resolve.
@@ -192,7 +193,7 @@ def resolved_from(
     cached: Cached | None = None,
     enc: Encryption | None = None,
 ) -> list[Any]:
-    """`values.resolve_rows` of rows whose value rows one statement read with them.
+    """`value_reads.resolve_rows` of rows whose value rows one statement read with them.
 
     `skipped(row)` says whether the statement left a row's value rows out
     (it named the checkpoint as one this process holds).

@@ -30,7 +30,8 @@ from ..core.claims import RunToken
 from ..core.encryption import Encryption
 from ..core.events import checkpoint_event_text, writes_event_text
 from ..core.stored_json import loads_json
-from ..core.values import PREFIX, Blob, Held, RowCells, StaleParent, is_tail, resolve_rows
+from ..core.value_reads import RowCells, resolve_rows
+from ..core.values import PREFIX, Blob, Held, StaleParent, is_tail
 from ..errors import FencedSqliteError, UndecodableRow
 from . import claims, events, schema
 
@@ -251,7 +252,7 @@ def fetch_tuple(
     return None if found is None else (found[0][:12], found[1])
 
 
-# Where rows hold the cells `values.resolve_rows` reads: `_CHECKPOINT_COLUMNS`
+# Where rows hold the cells `value_reads.resolve_rows` reads: `_CHECKPOINT_COLUMNS`
 # rows, and `schema.read_tuple`'s (whose thread and namespace the read named).
 FULL_CELLS = RowCells(0, 1, 2, 4, 5, 6, 7, 11)
 NARROW_CELLS = RowCells(None, None, 0, 2, 3, 4, 5, 6)
@@ -273,7 +274,7 @@ def resolved(
     cached: Cached | None = None,
     enc: Encryption | None = None,
 ) -> list[Any]:
-    """`values.resolve_rows` of rows just read on `conn`, the value rows read in its snapshot."""
+    """`value_reads.resolve_rows` of rows just read on `conn`, value rows read in its snapshot."""
     return resolve_rows(
         rows,
         cells,

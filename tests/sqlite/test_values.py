@@ -28,7 +28,7 @@ from support.files import dump, inline_values, reseal
 from support.processes import lgfs
 
 from langgraph_fenced_sqlite import FencedSqliteSaver, UndecodableRow
-from langgraph_fenced_sqlite.core import narrow_reads, values
+from langgraph_fenced_sqlite.core import narrow_reads, value_reads, values
 from langgraph_fenced_sqlite.core.serde import DataOnlySerializer
 from langgraph_fenced_sqlite.tools.importer import import_sqlitesaver
 
@@ -506,15 +506,15 @@ def test_a_page_of_history_decompresses_each_value_row_once(
             t.checkpoint for t in saver.list({"configurable": {"thread_id": "t"}}, limit=20)
         ]
     inflated: list[int] = []
-    real = values.inflate
+    real = value_reads.inflate
 
     def counting(data: bytes, size: int | None = None) -> bytes:
         inflated.append(len(data))
         return real(data, size)
 
-    monkeypatch.setattr(values, "inflate", counting)
+    monkeypatch.setattr(value_reads, "inflate", counting)
     # Nothing held yet: no checkpoint, and no row checked by an earlier read.
-    monkeypatch.setattr(values, "_VERIFIED", values._Verified())
+    monkeypatch.setattr(value_reads, "_VERIFIED", value_reads._Verified())
     with FencedSqliteSaver(path, allowed_types=[Note]) as saver:
         page = list(saver.list({"configurable": {"thread_id": "t"}}, limit=20))
         assert [t.checkpoint for t in page] == expected
