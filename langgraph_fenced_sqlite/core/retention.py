@@ -234,7 +234,9 @@ class TurnNode(Protocol):
 
 
 def plan_retraction(
-    nodes: Sequence[TurnNode], run_id: str | None
+    nodes: Sequence[TurnNode],
+    run_id: str | None,
+    parents: Callable[[str, str], dict[str, Any]],
 ) -> tuple[str | None, list[tuple[str, str]], int] | None:
     """Which checkpoints `retract_turn` removes (docs/semantics.md §6), for both stores.
 
@@ -243,13 +245,17 @@ def plan_retraction(
         run_id: The run asked for; None: the run of the latest root
             checkpoint, or, where that carries none, everything from the
             newest root `input` checkpoint on.
+        parents: Reads a checkpoint's metadata `parents` (`subgraph_runs.parents_of`
+            of the stored value), asked only of a subgraph checkpoint saved
+            between the turn before's last root checkpoint and the input one.
 
     Returns:
         None when there is no turn to remove (no run id and no root input
         checkpoint); else `(run_id, keys, start)`: the run removed (None when
         found by the input checkpoint), the `(ns, id)` keys to remove oldest
         first, and the commit position from which writes go too (used when
-        `run_id` is None; a run's writes go by their run id instead).
+        `run_id` is None; a run's writes go by their run id instead; the
+        writes of every removed checkpoint go in both cases).
     """
     if run_id is None:
         roots = [n for n in nodes if n.ns == ""]
@@ -261,7 +267,22 @@ def plan_retraction(
     if not inputs:
         return None
     start = inputs[-1].position
-    return None, [(n.ns, n.cid) for n in nodes if n.position >= start], start
+    turn = {n.cid for n in nodes if n.ns == "" and n.position >= start}
+    # With durability "async" LangGraph saves a subgraph's checkpoints on
+    # their own loop, not after the root's pending ones: a slow root put
+    # lets a whole subgraph run commit before the turn's input checkpoint
+    # (tests/graphs/test_retract_graphs.py pins it). Such a checkpoint names
+    # its root checkpoint in `parents[""]`, and it was saved after the turn
+    # before had saved its last root checkpoint (an invocation returns only
+    # once its own puts are done).
+    floor = max((n.position for n in nodes if n.ns == "" and n.position < start), default=0)
+    early = {
+        (n.ns, n.cid)
+        for n in nodes
+        if n.ns != "" and floor < n.position < start and parents(n.ns, n.cid).get("") in turn
+    }
+    keys = [(n.ns, n.cid) for n in nodes if n.position >= start or (n.ns, n.cid) in early]
+    return None, keys, start
 
 
 def retracted_event(

@@ -13,6 +13,7 @@ copies the value rows its checkpoints name.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ..core.activity import is_inactive, last_activity
@@ -267,13 +268,7 @@ def prune_policy(
     nodes = [skeleton_node(*r) for r in cur.fetchall()]
     past: set[str] = set()
     if policy.max_subgraph_runs is not None:
-
-        def parents(ns: str, cid: str) -> dict[str, Any]:
-            cur.execute(sql.CHECKPOINT_PARENTS, {"thread_id": thread_id, "ns": ns, "cid": cid})
-            found = cur.fetchone()
-            return parents_of(None if found is None else found[0])
-
-        past = past_namespaces_by(parents, nodes, policy.max_subgraph_runs)
+        past = past_namespaces_by(_parents(cur, thread_id), nodes, policy.max_subgraph_runs)
     removed = plan_prune(nodes, policy, clock, past=past)
     params.update(namespaces=[k[0] for k in removed], ids=[k[1] for k in removed])
     target = _remove_planned(cur, params, removed, before)
@@ -394,6 +389,17 @@ def expire_thread(
     return Expired(thread_id, "keep_latest", rule.seconds, activity, result.checkpoints, seq)
 
 
+def _parents(cur: Cursor, thread_id: str) -> Callable[[str, str], dict[str, Any]]:
+    """Read a checkpoint's metadata `parents` of `thread_id` ({} if missing or unreadable)."""
+
+    def parents(ns: str, cid: str) -> dict[str, Any]:
+        cur.execute(sql.CHECKPOINT_PARENTS, {"thread_id": thread_id, "ns": ns, "cid": cid})
+        found = cur.fetchone()
+        return parents_of(None if found is None else found[0])
+
+    return parents
+
+
 class _TurnRow(NamedTuple):
     """One `sql.TURN_SKELETON` row (a `retention.TurnNode`)."""
 
@@ -415,7 +421,8 @@ def remove_turn(
         how many writes went.
     """
     cur.execute(sql.TURN_SKELETON, {"thread_id": thread_id})
-    turn = plan_retraction([_TurnRow(*r) for r in cur.fetchall()], run_id)
+    nodes = [_TurnRow(*r) for r in cur.fetchall()]
+    turn = plan_retraction(nodes, run_id, _parents(cur, thread_id))
     if turn is None:
         return None, [], 0
     run_id, keys, start = turn

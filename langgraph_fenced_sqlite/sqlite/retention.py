@@ -388,7 +388,11 @@ def retract_txn(
 ) -> Retraction:
     """Remove one turn (docs/semantics.md §6) under the claim carrying `token`."""
     row = claims.check_fence(conn, thread_id, token, now=now, require_claim=True)
-    turn = plan_retraction(_skeleton(conn, thread_id), run_id)
+    turn = plan_retraction(
+        _skeleton(conn, thread_id),
+        run_id,
+        lambda ns, cid: subgraph_runs.parents(conn, thread_id, ns, cid),
+    )
     if turn is None:
         return Retraction(thread_id, None, [], 0, None)
     run_id, targets, start = turn

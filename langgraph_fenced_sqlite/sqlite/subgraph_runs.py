@@ -13,10 +13,11 @@ from typing import Any
 from ..core.subgraph_runs import _Node, parents_of, past_namespaces_by
 from . import schema
 
-__all__ = ["past_namespaces"]
+__all__ = ["parents", "past_namespaces"]
 
 
-def _parents(conn: sqlite3.Connection, thread_id: str, ns: str, cid: str) -> dict[str, Any]:
+def parents(conn: sqlite3.Connection, thread_id: str, ns: str, cid: str) -> dict[str, Any]:
+    """A checkpoint's metadata `parents` ({} if it is missing or unreadable)."""
     row = conn.execute(schema.CHECKPOINT_PARENTS, (thread_id, ns, cid)).fetchone()
     return parents_of(None if row is None else row[0])
 
@@ -33,4 +34,4 @@ def past_namespaces(
         nodes: The thread's checkpoints (namespace, id, position), any order.
         keep_runs: How many past runs to keep (0: remove every past run).
     """
-    return past_namespaces_by(lambda ns, cid: _parents(conn, thread_id, ns, cid), nodes, keep_runs)
+    return past_namespaces_by(lambda ns, cid: parents(conn, thread_id, ns, cid), nodes, keep_runs)

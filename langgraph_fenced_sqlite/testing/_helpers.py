@@ -199,9 +199,12 @@ def put_step(
     source: str = "loop",
     step: int = 0,
     values: dict[str, Any] | None = None,
+    parents: dict[str, str] | None = None,
+    checkpoint_id: str | None = None,
 ) -> str:
     cp = step_checkpoint(step, values)
-    metadata = {"source": source, "step": step, "parents": {}}
+    cp["id"] = checkpoint_id or cp["id"]
+    metadata = {"source": source, "step": step, "parents": parents or {}}
     store.put(token_config(thread_id, parent, token, ns), cp, metadata, {})
     return cp["id"]
 

@@ -8,10 +8,12 @@ for nothing.
 
 from __future__ import annotations
 
+import functools
 import operator
 import uuid
 from typing import Annotated, Any, TypedDict
 
+from langgraph.checkpoint.base.id import uuid6
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
@@ -138,6 +140,32 @@ def case_retract_turn_without_run_ids_uses_input_checkpoint(env: ContractEnv) ->
     """Without run ids, retract_turn removes everything from the newest input checkpoint."""
     for durability in ("sync", "async"):
         _check_retract_turn(env, durability, use_run_ids=False)
+
+
+@contract_case(26)
+def case_retract_turn_without_run_ids_takes_subgraphs_saved_first(env: ContractEnv) -> None:
+    """Without run ids, a subgraph checkpoint saved before its turn's input goes with it."""
+    # Under durability "async" a subgraph saves on its own loop and can commit
+    # before the root's input checkpoint (tests/graphs/test_retract_graphs.py
+    # shows LangGraph doing it); its metadata `parents[""]` names its turn.
+    store = env.open()
+    claim = store.claim("t", "w", 600)
+    put = functools.partial(_put, store, "t", token=claim.token)
+    one = put(None, source="input", step=-1)
+    one = put(one, step=0)
+    put(None, ns="sub:1", parents={"": one})  # turn one's, saved after its last root one
+    put(None, ns="sub:9")  # names no root checkpoint: no turn's
+    before = _keys(store, "t")
+    two_input, two = str(uuid6(clock_seq=1)), str(uuid6(clock_seq=2))
+    sub = put(None, ns="sub:2", parents={"": two})
+    nested = put(None, ns="sub:2|inner:3", parents={"": two, "sub:2": sub})
+    put(one, source="input", step=1, checkpoint_id=two_input)
+    put(two_input, step=2, checkpoint_id=two)
+
+    done = store.retract_turn("t", claim.token)
+    turn = {("", two_input), ("", two), ("sub:2", sub), ("sub:2|inner:3", nested)}
+    assert set(done.checkpoints) == turn
+    assert _keys(store, "t") == before
 
 
 @contract_case(26)

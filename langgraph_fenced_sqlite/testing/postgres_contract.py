@@ -69,6 +69,7 @@ PG_CASES: tuple[str, ...] = (
     "26-retract_turn_removes_a_runs_writes_on_older_checkpoints",
     "26-retract_turn_with_run_ids_restores_state",
     "26-retract_turn_with_stale_token_changes_nothing",
+    "26-retract_turn_without_run_ids_takes_subgraphs_saved_first",
     "26-retract_turn_without_run_ids_uses_input_checkpoint",
     "27-prune_by_age_uses_store_clock_and_keeps_latest",
     "27-prune_by_count_keeps_newest_and_latest_per_namespace",

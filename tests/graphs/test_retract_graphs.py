@@ -7,7 +7,9 @@ pending interrupt), and the next turn (interrupt, resume) works as usual.
 
 from __future__ import annotations
 
+import asyncio
 import operator
+import time
 import uuid
 from typing import Annotated, Any, TypedDict
 
@@ -174,3 +176,80 @@ async def test_async_retract_of_an_interrupted_turn(store: FencedSqliteSaver) ->
     assert (now.values, now.next, now.interrupts) == (previous.values, (), ())
     final = await approved_turn(turns, "three")
     assert final["log"][-1] == "review:ok"
+
+
+class _LogState(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def _graph_with_subgraph(saver: Any) -> Any:
+    """first -> sub (a compiled subgraph, its own namespace) -> END."""
+    sub = StateGraph(_LogState)
+    sub.add_node("inner", lambda state: {"log": ["inner"]})
+    sub.add_edge(START, "inner")
+    sub.add_edge("inner", END)
+    root = StateGraph(_LogState)
+    root.add_node("first", lambda state: {"log": ["first"]})
+    root.add_node("sub", sub.compile())
+    root.add_edge(START, "first")
+    root.add_edge("first", "sub")
+    root.add_edge("sub", END)
+    return root.compile(checkpointer=saver)
+
+
+def _slow_root_inputs(store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the root graph's input checkpoint the slowest put, as a stalled disk would."""
+    put, aput = store.put, store.aput
+
+    def slow(config: Any, metadata: Any) -> bool:
+        root = config["configurable"].get("checkpoint_ns", "") == ""
+        return root and metadata.get("source") == "input"
+
+    def slow_put(config: Any, checkpoint: Any, metadata: Any, versions: Any) -> Any:
+        if slow(config, metadata):
+            time.sleep(0.2)
+        return put(config, checkpoint, metadata, versions)
+
+    async def slow_aput(config: Any, checkpoint: Any, metadata: Any, versions: Any) -> Any:
+        if slow(config, metadata):
+            await asyncio.sleep(0.2)
+        return await aput(config, checkpoint, metadata, versions)
+
+    monkeypatch.setattr(store, "put", slow_put)
+    monkeypatch.setattr(store, "aput", slow_aput)
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+async def test_a_subgraph_saved_before_its_turns_input_goes_with_the_turn(
+    either_store: Any, monkeypatch: pytest.MonkeyPatch, api: str
+) -> None:
+    """Without run ids, a turn's subgraph checkpoints go with it even when saved first."""
+    store = either_store
+    graph = _graph_with_subgraph(store)
+    claim = store.claim("t", "w", 600)
+
+    async def turn(text: str) -> Any:
+        if api == "async":
+            return await graph.ainvoke({"log": [text]}, claim.config(), durability="async")
+        return graph.invoke({"log": [text]}, claim.config(), durability="async")
+
+    await turn("one")
+    kept = history(store, "t")
+    previous = graph.get_state({"configurable": {"thread_id": "t"}})
+    seen = store.events_after("t", 0, 1000)[-1].seq
+    _slow_root_inputs(store, monkeypatch)
+    await turn("two")
+    # The LangGraph behaviour this pins: under durability "async" each graph
+    # saves on its own loop, so the subgraph's checkpoints committed before
+    # the root's input checkpoint (events are in commit order).
+    saved = [e for e in store.events_after("t", seen, 1000) if e.kind == "checkpoint"]
+    assert saved[0].checkpoint_ns != "", "the subgraph did not commit first"
+    monkeypatch.undo()
+
+    done = store.retract_turn("t", claim.token)
+    assert {tuple(k) for k in done.checkpoints} == {
+        (e.checkpoint_ns, e.checkpoint_id) for e in saved
+    }
+    assert history(store, "t") == kept
+    now = graph.get_state({"configurable": {"thread_id": "t"}})
+    assert (now.values, now.config) == (previous.values, previous.config)
