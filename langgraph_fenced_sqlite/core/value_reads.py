@@ -35,22 +35,19 @@ from .encryption import (
     blob_aad,
 )
 from .values import (
-    _CODECS,
-    _SEALED,
-    _SMALL,
+    CODECS,
     LEVELS,
     PREFIX,
     REFS,
     REFS_ERROR,
     RESOLVED,
+    SEALED,
     SPAN,
     BlobRow,
     Held,
-    _key_matches,
-    _seal,
-    _small_key,
     array_header,
     map_header,
+    names_value,
 )
 
 __all__ = ["RowCells", "index", "packed_parts", "resolve_rows", "wanted"]
@@ -301,11 +298,7 @@ def _rebuild(
     body = b"".join(parts)
     top = chain[0][0]
     type_, count = top[5], top[6]
-    if key.startswith("="):
-        matches = key == _small_key(type_, count, body) and len(body) <= _SMALL
-    else:
-        matches = len(key) == 16 and _key_matches(key, _seal(crc, type_, count), len(body))
-    if not matches:
+    if not names_value(key, type_, count, body, crc):
         raise UndecodableRow(
             thread_id, cid, f"channel {channel!r}: value {key!r} does not match its rows"
         )
@@ -395,12 +388,12 @@ def _check_blob(thread_id: str, cid: str, row: Sequence[Any], enc: Encryption | 
         and type(ordinal) is int
         and type(size) is int
         and type(data) is bytes
-        and codec in _CODECS
+        and codec in CODECS
         and (codec != PREFIX or (data == b"" and base is not None))
         and 0 <= size < 2**31
     ):
         raise UndecodableRow(thread_id, cid, f"channel {channel!r}: value {key!r}: bad cells")
-    if codec in _SEALED:
+    if codec in SEALED:
         if enc is None:
             raise UndecodableRow(thread_id, cid, f"channel {channel!r}: {NO_KEY}")
     elif codec != PREFIX and enc is not None and not enc.accept_plaintext:
@@ -412,7 +405,7 @@ def _inflate(thread_id: str, cid: str, row: Sequence[Any], enc: Encryption | Non
     codec, size, data = row[8], row[9], row[10]
     if codec == PREFIX:
         return b""
-    if codec in _SEALED and enc is not None:
+    if codec in SEALED and enc is not None:
         codec = "" if codec == AES else codec[: -len(AES_SUFFIX)]
         aad = blob_aad(row[2], row[3], row[4], row[5], row[6], row[7], codec, size)
         try:

@@ -66,6 +66,8 @@ __all__ = [
     "REFS",
     "REFS_ERROR",
     "SPAN",
+    "CODECS",
+    "SEALED",
     "Blob",
     "StaleParent",
     "Encoded",
@@ -73,6 +75,7 @@ __all__ = [
     "ValueCache",
     "encode_values",
     "is_tail",
+    "names_value",
 ]
 
 # The `values_type` of a checkpoint whose values are in the value table.
@@ -87,8 +90,9 @@ LEVELS = 2
 # base's: a single extension, once a merged row holds its elements again.
 PREFIX = "prefix"
 # The codecs of a sealed value row (encryption.py): its bytes, or its zstd frame, sealed.
-_SEALED = frozenset({AES, ZSTD + AES_SUFFIX})
-_CODECS = frozenset({"", ZSTD, PREFIX}) | _SEALED
+SEALED = frozenset({AES, ZSTD + AES_SUFFIX})
+# Every codec a value row may hold: in clear (none, zstd), a prefix, sealed.
+CODECS = frozenset({"", ZSTD, PREFIX}) | SEALED
 # The values type of a checkpoint whose values a read rebuilt from sealed
 # value rows (`resolve_rows(enc=...)`): random per process, so no stored
 # row can hold it, and its reader decodes it as msgpack this process opened
@@ -259,6 +263,17 @@ def _key_matches(key: str, crc: int, size: int) -> bool:
 
 
 _KEY = struct.Struct(">III")
+
+
+def names_value(key: str, type_: str, count: int, body: bytes, crc: int) -> bool:
+    """Whether `key` names the value of tag `type_`, `count` elements and `body`.
+
+    `crc` is the body's CRC-32 (a reader has it from the rows it joined):
+    the key scheme this module writes, checked by `value_reads` on every read.
+    """
+    if key.startswith("="):
+        return key == _small_key(type_, count, body) and len(body) <= _SMALL
+    return len(key) == 16 and _key_matches(key, _seal(crc, type_, count), len(body))
 
 
 # A value this short is named by itself (`_small_key`): every `None`, `[]`
