@@ -211,7 +211,8 @@ def decode_page(
                     for w in found:
                         task_id, channel, type_, blob, _, _, sealed = w
                         if (
-                            type(task_id) is str
+                            type_ != SLICE  # `decode_write` reads a slice, once
+                            and type(task_id) is str
                             and type(channel) is str
                             and type(type_) is str
                             and type(blob) is bytes
@@ -219,9 +220,7 @@ def decode_page(
                             and sealed == write_checksum(channel, type_, blob)
                         ):
                             try:
-                                if type_ == SLICE:
-                                    value = decode_write(serde, thread_id, cid, w, opened)
-                                elif clear and type_ == "msgpack":
+                                if clear and type_ == "msgpack":
                                     value = _unpackb(blob, ext_hook=hook, option=READ_OPTION)
                                 else:
                                     value = loads((type_, blob))
