@@ -30,6 +30,7 @@ from .checkpoints import (
     sort_writes,
 )
 from .checksums import REBUILT, checkpoint_checksum_of_bytes, write_checksum
+from .envelopes import unpack_bytes
 from .serde import READ_OPTION, DataOnlySerializer, forget_read_errors
 from .slices import SLICE
 from .stored_json import loads_canonical
@@ -185,7 +186,10 @@ def decode_page(
                 )
             )
         ):
-            env = loads_canonical(envelope)
+            try:
+                env = loads_canonical(unpack_bytes(envelope))
+            except ValueError:
+                env = None  # `decode_checked` names what is wrong with it
             if (
                 type(env) is dict
                 and env.pop("format", None) == ENVELOPE_FORMAT

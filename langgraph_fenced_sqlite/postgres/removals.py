@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from ..core.activity import is_inactive, last_activity
 from ..core.claims import claim_live
+from ..core.envelopes import channel_versions
 from ..core.events import NewEvent
 from ..core.retention import (
     PARKED,
@@ -200,8 +201,7 @@ def prune(
         # The SQLite store's rule: each namespace's latest and the delta
         # chain it still needs stay (a naive "all but the latest" would
         # silently corrupt a DeltaChannel's state).
-        cur.execute(sql.PRUNE_SKELETON, params)
-        nodes = [skeleton_node(*r) for r in cur.fetchall()]
+        nodes = _skeleton(cur, params)
         removed = plan_prune(nodes, RetentionPolicy(), 0.0, keep_latest_only=True)
         params.update(namespaces=[k[0] for k in removed], ids=[k[1] for k in removed])
         target = _remove_planned(cur, params, removed, before)
@@ -264,8 +264,7 @@ def prune_policy(
     if row is None:
         return PruneResult(thread_id)
     before, next_seq, clock = int(row[0]), int(row[1]), float(row[2])
-    cur.execute(sql.PRUNE_SKELETON, params)
-    nodes = [skeleton_node(*r) for r in cur.fetchall()]
+    nodes = _skeleton(cur, params)
     past: set[str] = set()
     if policy.max_subgraph_runs is not None:
         past = past_namespaces_by(_parents(cur, thread_id), nodes, policy.max_subgraph_runs)
@@ -387,6 +386,20 @@ def expire_thread(
     # Trimmed to its latest: nothing left to expire until it is written again.
     cur.execute(sql.SET_TTL_SEEN, {"thread_id": thread_id, "seen": PARKED})
     return Expired(thread_id, "keep_latest", rule.seconds, activity, result.checkpoints, seq)
+
+
+def _skeleton(cur: Cursor, params: dict[str, Any]) -> list[Any]:
+    """`sql.PRUNE_SKELETON`'s rows of `params["thread_id"]`, as `retention.skeleton_node`s."""
+    cur.execute(sql.PRUNE_SKELETON, params)
+    thread_id, nodes = params["thread_id"], []
+    for ns, cid, parent, position, source, run_id, created, step, counters, cell in cur.fetchall():
+        versions = channel_versions(thread_id, cid, cell)
+        nodes.append(
+            skeleton_node(
+                ns, cid, parent, position, source, run_id, created, step, counters, versions
+            )
+        )
+    return nodes
 
 
 def _parents(cur: Cursor, thread_id: str) -> Callable[[str, str], dict[str, Any]]:

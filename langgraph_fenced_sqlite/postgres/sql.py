@@ -1045,14 +1045,14 @@ COPY_WRITES = (
     "ON CONFLICT DO NOTHING"
 )
 # keep_latest: every checkpoint but the latest of its namespace, with its writes.
-# What `retention.plan_prune` reasons about for each checkpoint, by position.
-# `json`, not `jsonb`: only two fields are read, and `json` takes any text
-# the store wrote (jsonb refuses a \u0000 escape).
+# What `retention.plan_prune` reasons about for each checkpoint, by position:
+# the envelope as stored (packed: `envelopes.channel_versions` reads it).
+# `json`, not `jsonb`: one field is read, and `json` takes any text the
+# store wrote (jsonb refuses a \u0000 escape).
 PRUNE_SKELETON = (
     "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, position, source, run_id, "
-    "created_at, step, metadata::json -> 'counters_since_delta_snapshot', "
-    "envelope::json -> 'channel_versions' FROM lgfs_checkpoints "
-    "WHERE thread_id = %(thread_id)s ORDER BY position"
+    "created_at, step, metadata::json -> 'counters_since_delta_snapshot', envelope "
+    "FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s ORDER BY position"
 )
 DELETE_WRITES_OF_PRUNED = (
     "DELETE FROM lgfs_writes w USING unnest(%(namespaces)s::text[], %(ids)s::text[]) "

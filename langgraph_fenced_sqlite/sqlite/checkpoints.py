@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from ..core import envelopes
 from ..core.checkpoints import (
     _FENCED_SOURCES,
     EncodedCheckpoint,
@@ -355,14 +356,14 @@ def read_skeleton(conn: sqlite3.Connection, thread_id: str) -> list[SkeletonRow]
     """
     out: list[SkeletonRow] = []
     for row in conn.execute(schema.CHECKPOINT_SKELETON, (thread_id,)):
-        ns, cid, parent, position, source, run_id, created, step, counters, versions = row[:10]
+        ns, cid, parent, position, source, run_id, created, step, counters, envelope = row[:10]
         sealed, shaped = row[10:]
         if not sealed:
             raise UndecodableRow(
                 thread_id, cid, "checksum missing or mismatched: the row was damaged"
             )
         if not shaped:
-            raise UndecodableRow(thread_id, cid, "envelope or metadata is not a JSON object")
+            raise UndecodableRow(thread_id, cid, "metadata is not a JSON object")
         for column, value, types in (
             ("parent_checkpoint_id", parent, (str, type(None))),
             ("position", position, (int,)),
@@ -375,15 +376,13 @@ def read_skeleton(conn: sqlite3.Connection, thread_id: str) -> list[SkeletonRow]
                 raise UndecodableRow(thread_id, cid, f"{column} holds {type(value).__name__}")
         try:
             counters = None if counters is None else loads_json(counters, "delta counters")
-            versions = None if versions is None else loads_json(versions, "channel_versions")
         except FencedSqliteError as exc:
             raise UndecodableRow(thread_id, cid, str(exc)) from exc
+        versions = envelopes.channel_versions(thread_id, cid, envelope)
         if not isinstance(counters, (dict, type(None))) or not all(
             isinstance(v, list) for v in (counters or {}).values()
         ):
             raise UndecodableRow(thread_id, cid, "metadata's delta counters have the wrong shape")
-        if not isinstance(versions, (dict, type(None))):
-            raise UndecodableRow(thread_id, cid, "envelope's channel_versions is not an object")
         created = float(created)
         out.append((ns, cid, parent, position, source, run_id, created, step, counters, versions))
     return out

@@ -649,21 +649,21 @@ HISTORY_PAGE = (
     "WHERE thread_id = ? AND checkpoint_ns = ? AND position < ? "
     "ORDER BY position DESC LIMIT ?"
 )
-# Rows that retention and retraction reason about (no blobs leave SQLite; the
-# two JSON columns are the metadata's delta counters and the envelope's
-# channel_versions, as JSON text). The last two columns say whether the row's
-# checksum holds (computed in SQL by the registered function) and whether both
-# JSON cells are objects; JSON is only extracted from those, so a damaged cell
-# is reported, not an SQL error ("malformed JSON") or a silently empty value.
+# Rows that retention and retraction reason about (no value rows leave SQLite;
+# the metadata's delta counters as JSON text, the envelope as stored: packed,
+# `envelopes.pack`, it is decoded by the reader). The last two columns say
+# whether the row's checksum holds (computed in SQL by the registered
+# function) and whether the metadata is a JSON object; JSON is only extracted
+# from those, so a damaged cell is reported, not an SQL error ("malformed
+# JSON") or a silently empty value.
 _IS_OBJECT = "CASE WHEN json_valid({0}) THEN json_type({0}) = 'object' ELSE 0 END"
 CHECKPOINT_SKELETON = (
     "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, position, source, "
     "run_id, created_at, step, CASE WHEN json_valid(metadata) "
-    "THEN json_extract(metadata, '$.counters_since_delta_snapshot') END, "
-    "CASE WHEN json_valid(envelope) THEN json_extract(envelope, '$.channel_versions') END, "
+    "THEN json_extract(metadata, '$.counters_since_delta_snapshot') END, envelope, "
     f"checksum IS {CHECKSUM_FUNCTION}(CAST(envelope AS BLOB), CAST(values_type AS BLOB), "
     "CAST(values_blob AS BLOB), CAST(metadata AS BLOB)), "
-    f"{_IS_OBJECT.format('metadata')} AND {_IS_OBJECT.format('envelope')} "
+    f"{_IS_OBJECT.format('metadata')} "
     "FROM checkpoints WHERE thread_id = ? ORDER BY position"
 )
 DELETE_CHECKPOINT = (

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
+from ..core import envelopes
 from ..errors import FencedSqliteError, StoreError, UndecodableRow
 from ._helpers import AnyCall as _Call
 from ._helpers import dump as _dump
@@ -224,7 +225,8 @@ def case_checkpoint_cells_of_the_wrong_shape_are_undecodable(env: ContractEnv) -
     store = env.open()
     ids = _put_chain(store, "t", 2)
     where = f"checkpoint_id = '{ids[1]}'"
-    original = _cell(env.path, "checkpoints", "envelope", where).decode()
+    # Its JSON text (`envelopes.unpack`): a store reads a JSON cell as well.
+    original = envelopes.unpack(_cell(env.path, "checkpoints", "envelope", where).decode())
     # (column, planted value, a word the error names, whether prune reads it)
     plants: list[tuple[str, str, str, bool]] = [
         ("envelope", value, "envelope", True)
@@ -232,6 +234,8 @@ def case_checkpoint_cells_of_the_wrong_shape_are_undecodable(env: ContractEnv) -
     ]
     plants += [("metadata", value, "metadata", True) for value in ["[]", '"x"', "{oops", _DEEP]]
     plants += [("envelope", '{"format": 1}', "envelope", False)]
+    # Packed (`envelopes.PACKED`), but not base64, or not a zstd frame.
+    plants += [("envelope", envelopes.PACKED + value, "envelope", True) for value in ["!", "AAAA"]]
     plants += [("envelope", original.replace('"format":1', '"format":"1"'), "format", False)]
     for column, value, named, prune_reads in plants:
         saved = _cell(env.path, "checkpoints", column, where)

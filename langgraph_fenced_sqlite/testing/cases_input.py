@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import pickle
 import sqlite3
 import sys
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
 import ormsgpack
 from langgraph.checkpoint.serde import jsonplus
 
+from ..core import envelopes
 from ..errors import SerializationError, StoreClosed, UndecodableRow
 from ._helpers import AnyCall as _Call
 from ._helpers import dump as _dump
@@ -309,12 +312,17 @@ def case_bad_envelope_or_allowed_type_with_bad_args_is_undecodable(env: Contract
     _plant(env.path, inline, (bad_uuid,))
     exc = _expect(lambda: store.get_tuple(_config("t")), UndecodableRow)
     assert exc.checkpoint_id == cp_id and "uuid.UUID" in str(exc), str(exc)
+    # The envelope as its JSON text (`envelopes.unpack`; a store reads JSON
+    # cells as rows from before it packed them), with an unknown format.
+    with closing(sqlite3.connect(env.path)) as conn:
+        (cell,) = conn.execute("SELECT envelope FROM checkpoints WHERE thread_id = 't'").fetchone()
+    envelope = json.loads(envelopes.unpack(cell))
+    envelope["format"] = 99
     _plant(
         env.path,
-        "UPDATE checkpoints SET values_type = 'msgpack', values_blob = ?, "
-        "envelope = json_set(envelope, '$.format', 99) "
+        "UPDATE checkpoints SET values_type = 'msgpack', values_blob = ?, envelope = ? "
         "WHERE thread_id = 't'",
-        (_encoded({"step": 0})[1],),
+        (_encoded({"step": 0})[1], json.dumps(envelope)),
     )
     exc = _expect(lambda: store.get_tuple(_config("t")), UndecodableRow)
     assert exc.checkpoint_id == cp_id and "99" in str(exc), str(exc)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from support.files import inline_values, reseal
 
 from langgraph_fenced_sqlite import FencedSqliteSaver, InvalidArgument, UndecodableRow
-from langgraph_fenced_sqlite.core import stored_json
+from langgraph_fenced_sqlite.core import envelopes, stored_json
 from langgraph_fenced_sqlite.core.checksums import checksum
 from langgraph_fenced_sqlite.core.stored_json import dumps_json, loads_json
 from langgraph_fenced_sqlite.errors import SerializationError
@@ -631,7 +631,7 @@ def test_an_envelope_with_float_versions_is_stored_as_json_writes_it(
         envelope, metadata = conn.execute("SELECT envelope, metadata FROM checkpoints").fetchone()
     finally:
         conn.close()
-    assert '"a":1e+16' in envelope and '"score":1e-05' in metadata
+    assert '"a":1e+16' in envelopes.unpack(envelope) and '"score":1e-05' in metadata
     got = store.get_tuple(plain_config("t"))
     assert got is not None and got.checkpoint["channel_versions"] == {"a": 1e16, "b": 0.5}
 

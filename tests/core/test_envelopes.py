@@ -1,0 +1,169 @@
+"""Envelopes stored packed (core/envelopes.py): lossless, smaller, refused when damaged."""
+
+from __future__ import annotations
+
+import base64
+import json
+import sqlite3
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+
+from langgraph_fenced_sqlite import FencedSqliteSaver, UndecodableRow
+from langgraph_fenced_sqlite.core import compression, envelopes
+from langgraph_fenced_sqlite.core.checksums import checkpoint_checksum
+
+# A chat's envelope as LangGraph's loop gives it, stored as `dumps_json` writes it.
+CHAT = (
+    '{"channel_versions":{"__start__":"0000002999.c1a62af3","branch:to:reply":'
+    '"0000003000.28cb420f","messages":"0000003000.28cb420f"},"format":1,'
+    '"id":"1f1f16a1-1b30-6f8f-8bb6-254d3af9e0f4","ts":"2026-12-06T11:42:09.097074+00:00",'
+    '"updated_channels":["messages"],"v":4,"versions_seen":{"__input__":{},"__start__":'
+    '{"__start__":"0000002998.7c5add90"},"reply":{"branch:to:reply":"0000002999.c1a62af3"}}}'
+)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        CHAT,
+        CHAT.replace("messages", "nachrichten \u00fc\u4e2d\U0001f600"),
+        json.dumps({"channel_versions": {f"c{i}": f"{i:010}.00000000" for i in range(5000)}}),
+        "{}",
+        "",
+    ],
+    ids=["chat", "non-ascii", "5000-channels", "empty-object", "empty"],
+)
+def test_pack_is_lossless(text: str) -> None:
+    """Whatever `pack` stores, `unpack` gives back exactly (as str and as UTF-8 bytes)."""
+    cell = envelopes.pack(text)
+    assert envelopes.unpack(cell) == text
+    assert envelopes.unpack_bytes(cell.encode()) == text.encode()
+
+
+def test_a_chat_envelope_takes_under_half_its_json() -> None:
+    """Against the sample, a chat's envelope packs to less than half its JSON text."""
+    cell = envelopes.pack(CHAT)
+    assert cell.startswith(envelopes.PACKED)
+    assert len(cell) < len(CHAT) / 2, (len(cell), len(CHAT))
+
+
+def test_a_text_that_would_not_shrink_is_stored_as_it_is() -> None:
+    """A short text is its own cell: packing it would make it longer."""
+    assert envelopes.pack("{}") == "{}"
+    assert envelopes.pack('{"v":4}') == '{"v":4}'
+
+
+def test_a_json_cell_and_any_other_value_unpack_as_they_are() -> None:
+    """Rows from before packing (JSON text), and cells of the wrong type, pass through."""
+    for cell in (CHAT, "[1, 2]", b"bytes", None, 5):
+        assert envelopes.unpack(cell) is cell
+    assert envelopes.unpack_bytes(CHAT.encode()) == CHAT.encode()
+
+
+@pytest.mark.parametrize(
+    "cell",
+    [
+        envelopes.PACKED + "!",
+        envelopes.PACKED + "AAAA",
+        envelopes.PACKED + base64.b64encode(b"\x28\xb5\x2f\xfd garbage").decode(),
+        # A whole frame, then bytes after it.
+        envelopes.pack(CHAT) + "AAAA",
+    ],
+    ids=["not-base64", "not-a-frame", "corrupt-frame", "trailing-bytes"],
+)
+def test_a_damaged_packed_cell_is_refused_naming_the_envelope(cell: str) -> None:
+    """A packed cell that is not one whole frame raises ValueError naming the envelope."""
+    with pytest.raises(ValueError, match="packed checkpoint envelope"):
+        envelopes.unpack(cell)
+    with pytest.raises(ValueError, match="packed checkpoint envelope"):
+        envelopes.unpack_bytes(cell.encode())
+
+
+def test_inflating_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frame that states more than the limit is refused before it is inflated."""
+    big = envelopes.pack("{" + " " * 10_000 + "}")
+    assert big.startswith(envelopes.PACKED)
+    monkeypatch.setattr(envelopes, "_LIMIT", 1_000)
+    with pytest.raises(ValueError, match="too large"):
+        envelopes.unpack(big)
+
+
+def test_the_sample_is_the_format() -> None:
+    """A cell packed today inflates with the sample as it ships: it must never change."""
+    # Packed once with this library's sample; a changed sample would fail it.
+    frame = compression.compress_with(CHAT.encode(), compression.dictionary(envelopes._SAMPLE))
+    cell = envelopes.PACKED + base64.b64encode(frame).decode()
+    assert envelopes.unpack(cell) == CHAT
+    other = compression.dictionary(b"{\"another\":\"sample\"}")
+    with pytest.raises(ValueError):  # a frame that refers to the sample needs it
+        assert compression.inflate(frame, zdict=other) == CHAT.encode()
+
+
+def _stored_envelope(path: str) -> str:
+    with sqlite3.connect(path) as conn:
+        (cell,) = conn.execute("SELECT envelope FROM checkpoints").fetchone()
+    return str(cell)
+
+
+def _put(store: FencedSqliteSaver) -> tuple[Any, Any]:
+    cp = empty_checkpoint()
+    cp["channel_values"] = {"messages": ["hi"]}
+    cp["channel_versions"] = {"messages": store.get_next_version(None)}
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    store.put(config, cp, {"source": "input", "step": -1, "parents": {}}, cp["channel_versions"])
+    return config, cp
+
+
+def test_a_put_stores_its_envelope_packed_and_reads_it_back(db_path: str) -> None:
+    """A put stores the envelope packed; every read gives back the checkpoint as put."""
+    with FencedSqliteSaver(db_path) as store:
+        _, cp = _put(store)
+    cell = _stored_envelope(db_path)
+    assert cell.startswith(envelopes.PACKED)
+    assert json.loads(envelopes.unpack(cell))["id"] == cp["id"]
+    with FencedSqliteSaver(db_path) as fresh:
+        got = fresh.get_tuple({"configurable": {"thread_id": "t"}})
+        listed = list(fresh.list({"configurable": {"thread_id": "t"}}))
+    assert got is not None and got.checkpoint == cp
+    assert [t.checkpoint for t in listed] == [cp]
+
+
+def test_a_retry_of_a_put_stored_before_packing_is_identical(db_path: str) -> None:
+    """A retried put whose row holds the same envelope as JSON text (a file from
+    before packing) is the identical retry it is, not a conflict."""
+    with FencedSqliteSaver(db_path) as store:
+        config, cp = _put(store)
+        with sqlite3.connect(db_path) as conn:
+            envelope, vtype, vblob, md = conn.execute(
+                "SELECT envelope, values_type, values_blob, metadata FROM checkpoints"
+            ).fetchone()
+            text = envelopes.unpack(envelope)
+            conn.execute(
+                "UPDATE checkpoints SET envelope = ?, checksum = ?",
+                (text, checkpoint_checksum(text, vtype, vblob, md)),
+            )
+        store.put(config, cp, {"source": "input", "step": -1, "parents": {}}, {})
+        got = store.get_tuple({"configurable": {"thread_id": "t"}})
+    assert got is not None and got.checkpoint == cp
+    assert _stored_envelope(db_path) == text  # the retry changed nothing
+
+
+def test_prune_reads_packed_envelopes_and_refuses_a_damaged_one(db_path: str) -> None:
+    """Retention reads each envelope's versions; a damaged one is UndecodableRow naming it."""
+    with FencedSqliteSaver(db_path) as store:
+        _put(store)
+        with sqlite3.connect(db_path) as conn:
+            _, vtype, vblob, md = conn.execute(
+                "SELECT envelope, values_type, values_blob, metadata FROM checkpoints"
+            ).fetchone()
+            bad = envelopes.PACKED + "AAAA"
+            conn.execute(
+                "UPDATE checkpoints SET envelope = ?, checksum = ?",
+                (bad, checkpoint_checksum(bad, vtype, vblob, md)),
+            )
+        with pytest.raises(UndecodableRow, match="packed checkpoint envelope"):
+            store.prune(["t"], strategy="keep_latest")
+        with pytest.raises(UndecodableRow, match="packed checkpoint envelope"):
+            store.get_tuple({"configurable": {"thread_id": "t"}})
