@@ -9,21 +9,21 @@ states, and a frame that does not end there is refused.
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 try:  # pragma: no cover - Python 3.14 ships it
     from compression import zstd  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - before 3.14: PEP 784's backport
     from backports import zstd
 
+import zstandard
+
 __all__ = [
     "COMPRESS_MIN",
     "ZSTD",
     "ZSTD_MSGPACK",
+    "RecordCodec",
     "compress",
     "compress_typed",
-    "compress_with",
-    "dictionary",
     "inflate",
 ]
 
@@ -48,32 +48,6 @@ def compress(data: bytes) -> tuple[str, bytes]:
     return "", data
 
 
-def dictionary(content: bytes) -> Any:
-    """A raw-content zstd dictionary: `content` is history every frame may refer to.
-
-    For short records of one shape (a few hundred bytes, where a frame of
-    their own finds little to refer to), `content` is a sample of that shape.
-    """
-    return zstd.ZstdDict(content, is_raw=True)
-
-
-def compress_with(data: bytes, zdict: Any) -> bytes:
-    """Return `data` as one zstd frame (its size stated) compressed against `zdict`."""
-    # A compressor per thread and dictionary, kept: making one (and loading
-    # its dictionary) took twice as long as compressing an envelope.
-    kept: dict[int, Any] | None = getattr(_LOCAL, "compressors", None)
-    if kept is None:
-        kept = _LOCAL.compressors = {}
-    compressor = kept.get(id(zdict))
-    if compressor is None:
-        compressor = kept[id(zdict)] = zstd.ZstdCompressor(level=_LEVEL, zstd_dict=zdict)
-    frame: bytes = compressor.compress(data, mode=zstd.ZstdCompressor.FLUSH_FRAME)
-    return frame
-
-
-_LOCAL = threading.local()
-
-
 def compress_typed(type_: str, data: bytes) -> tuple[str, bytes]:
     """Return a serializer's `(tag, bytes)` compressed as `ZSTD_MSGPACK` when that pays."""
     if type_ != "msgpack":
@@ -82,13 +56,8 @@ def compress_typed(type_: str, data: bytes) -> tuple[str, bytes]:
     return (ZSTD_MSGPACK, stored) if codec else (type_, data)
 
 
-def inflate(
-    data: bytes, size: int | None = None, *, zdict: Any = None, limit: int = MAX_SIZE
-) -> bytes:
+def inflate(data: bytes, size: int | None = None) -> bytes:
     """Decompress one zstd frame of `size` bytes (None: the size its header states).
-
-    `zdict` is the dictionary it was compressed with (`dictionary`), if any;
-    `limit` the most it may state.
 
     Raises:
         ValueError: not one whole frame, or not of the stated size.
@@ -98,7 +67,7 @@ def inflate(
             size = zstd.get_frame_info(data).decompressed_size
         except zstd.ZstdError as exc:
             raise ValueError(f"not a zstd frame: {exc}") from exc
-    if type(data) is not bytes or size is None or not 0 <= size <= limit:
+    if type(data) is not bytes or size is None or not 0 <= size <= MAX_SIZE:
         raise ValueError(f"zstd frame of unstated or too large size {size!r}")
     try:
         stated = zstd.get_frame_info(data).decompressed_size
@@ -109,9 +78,72 @@ def inflate(
         # decompressor object per value) is bounded by it.
         raise ValueError(f"the zstd frame states {stated!r} bytes, not {size}")
     try:
-        out = zstd.decompress(data) if zdict is None else zstd.decompress(data, zstd_dict=zdict)
+        out = zstd.decompress(data)
     except zstd.ZstdError as exc:
         raise ValueError(f"corrupt zstd frame: {exc}") from exc
     if len(out) != size:
         raise ValueError("the zstd frame is not of its stated size")
     return out
+
+
+class RecordCodec:
+    """zstd for short records of one shape, each a frame compressed against `sample`.
+
+    On its own a record of a few hundred bytes finds little to refer back
+    to; against a sample of its shape (a raw-content dictionary) it finds
+    most of itself. Contexts are kept per thread and reused: made per call
+    (as `backports.zstd`'s functions do, with no way to reuse a finished
+    decompressor) they cost five times the work on such a record, which
+    every read of a checkpoint decodes. `zstandard` (python-zstandard, which
+    LangGraph's `langsmith` already requires) keeps them; its frames are
+    standard zstd.
+
+    Invariant: `inflate` returns exactly what `compress` was given, refuses
+    anything but one whole frame that states its size, and never allocates
+    more than `limit`.
+    """
+
+    def __init__(self, sample: bytes, limit: int) -> None:
+        """Compress against `sample` (never to change for stored frames); inflate up to `limit`."""
+        self._dict = zstandard.ZstdCompressionDict(sample, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+        self._limit = limit
+        self._local = threading.local()
+
+    def compress(self, data: bytes) -> bytes:
+        """Return `data` as one frame that states its size."""
+        local = self._local
+        compressor = getattr(local, "compressor", None)
+        if compressor is None:
+            compressor = local.compressor = zstandard.ZstdCompressor(
+                level=_LEVEL, dict_data=self._dict, write_content_size=True
+            )
+        frame: bytes = compressor.compress(data)
+        return frame
+
+    def inflate(self, frame: bytes) -> bytes:
+        """Return what `frame` holds.
+
+        Raises:
+            ValueError: not one whole frame, not of its stated size, or stating more than `limit`.
+        """
+        zs = zstandard
+        try:
+            size = zs.frame_content_size(frame)
+            whole = zstd.get_frame_size(frame) == len(frame)
+        except (zs.ZstdError, zstd.ZstdError) as exc:
+            raise ValueError(f"not a zstd frame: {exc}") from None
+        if not 0 <= size <= self._limit:
+            raise ValueError(f"zstd frame of unstated or too large size {size!r}")
+        if not whole:
+            raise ValueError("bytes follow the zstd frame")
+        local = self._local
+        decompressor = getattr(local, "decompressor", None)
+        if decompressor is None:
+            decompressor = local.decompressor = zs.ZstdDecompressor(dict_data=self._dict)
+        try:
+            out: bytes = decompressor.decompress(frame)
+        except zs.ZstdError as exc:
+            raise ValueError(f"corrupt zstd frame: {exc}") from None
+        if len(out) != size:
+            raise ValueError("the zstd frame is not of its stated size")
+        return out

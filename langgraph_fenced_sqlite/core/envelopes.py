@@ -25,7 +25,7 @@ import binascii
 from typing import Any
 
 from ..errors import FencedSqliteError, UndecodableRow
-from .compression import compress_with, dictionary, inflate
+from .compression import RecordCodec
 from .stored_json import loads_json
 
 __all__ = ["PACKED", "channel_versions", "pack", "unpack", "unpack_bytes"]
@@ -49,7 +49,7 @@ _SAMPLE = (
     b'"__interrupt__":{},"__start__":{"__start__":"0000000001.00000000"},'
     b'"agent":{"branch:to:agent":"0000000001.00000000"}}}'
 )
-_DICT = dictionary(_SAMPLE)
+_CODEC = RecordCodec(_SAMPLE, _LIMIT)
 
 
 def pack(text: str) -> str:
@@ -57,8 +57,11 @@ def pack(text: str) -> str:
     data = text.encode()
     if len(data) > _LIMIT:
         return text
-    cell = PACKED + base64.b64encode(compress_with(data, _DICT)).decode("ascii")
-    return cell if len(cell) < len(text) else text
+    cell = PACKED + base64.b64encode(_CODEC.compress(data)).decode("ascii")
+    if len(cell) >= len(text):
+        return text
+    _remember(_TEXTS, cell, text)
+    return cell
 
 
 def unpack(cell: Any) -> Any:
@@ -68,20 +71,43 @@ def unpack(cell: Any) -> Any:
         ValueError: a packed cell that is not one whole frame of this format.
     """
     if type(cell) is str and cell.startswith(PACKED):
-        return _inflate(cell[len(PACKED) :].encode("ascii", "replace")).decode()
+        text = _TEXTS.get(cell)
+        if text is None:
+            text = _inflate(cell[len(PACKED) :].encode("ascii", "replace")).decode()
+            _remember(_TEXTS, cell, text)
+        return text
     return cell
 
 
 def unpack_bytes(cell: bytes) -> bytes:
     """`unpack` of a cell read as its UTF-8 bytes; returns the JSON text's bytes."""
     if cell.startswith(_PACKED_BYTES):
-        return _inflate(cell[len(_PACKED_BYTES) :])
+        data = _DATA.get(cell)
+        if data is None:
+            data = _inflate(cell[len(_PACKED_BYTES) :])
+            _remember(_DATA, cell, data)
+        return data
     return cell
+
+
+# The texts of the cells this process packed or unpacked last (a cell names
+# its text: the same cell is the same text). A thread's latest checkpoint is
+# read again and again (each invocation starts by reading it, a server's
+# clients poll it); those reads then inflate nothing. Bounded: emptied when full.
+_TEXTS: dict[str, str] = {}
+_DATA: dict[bytes, bytes] = {}
+_REMEMBERED = 4096
+
+
+def _remember(memo: dict[Any, Any], cell: Any, text: Any) -> None:
+    if len(memo) >= _REMEMBERED:
+        memo.clear()
+    memo[cell] = text
 
 
 def _inflate(encoded: bytes) -> bytes:
     try:
-        return inflate(base64.b64decode(encoded, validate=True), zdict=_DICT, limit=_LIMIT)
+        return _CODEC.inflate(base64.b64decode(encoded, validate=True))
     except (binascii.Error, ValueError) as exc:
         raise ValueError(f"packed checkpoint envelope: {exc}") from None
 

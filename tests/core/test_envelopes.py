@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import sqlite3
+import threading
 from typing import Any
 
 import pytest
@@ -35,9 +36,14 @@ CHAT = (
     ],
     ids=["chat", "non-ascii", "5000-channels", "empty-object", "empty"],
 )
-def test_pack_is_lossless(text: str) -> None:
-    """Whatever `pack` stores, `unpack` gives back exactly (as str and as UTF-8 bytes)."""
+def test_pack_is_lossless(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever `pack` stores, `unpack` gives back exactly (as str and as UTF-8 bytes),
+    in this process and in one that did not pack it."""
     cell = envelopes.pack(text)
+    assert envelopes.unpack(cell) == text
+    assert envelopes.unpack_bytes(cell.encode()) == text.encode()
+    monkeypatch.setattr(envelopes, "_TEXTS", {})
+    monkeypatch.setattr(envelopes, "_DATA", {})
     assert envelopes.unpack(cell) == text
     assert envelopes.unpack_bytes(cell.encode()) == text.encode()
 
@@ -85,20 +91,41 @@ def test_inflating_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """A frame that states more than the limit is refused before it is inflated."""
     big = envelopes.pack("{" + " " * 10_000 + "}")
     assert big.startswith(envelopes.PACKED)
-    monkeypatch.setattr(envelopes, "_LIMIT", 1_000)
+    monkeypatch.setattr(envelopes._CODEC, "_limit", 1_000)
+    monkeypatch.setattr(envelopes, "_TEXTS", {})  # not what this process packed
     with pytest.raises(ValueError, match="too large"):
         envelopes.unpack(big)
 
 
 def test_the_sample_is_the_format() -> None:
     """A cell packed today inflates with the sample as it ships: it must never change."""
-    # Packed once with this library's sample; a changed sample would fail it.
-    frame = compression.compress_with(CHAT.encode(), compression.dictionary(envelopes._SAMPLE))
-    cell = envelopes.PACKED + base64.b64encode(frame).decode()
-    assert envelopes.unpack(cell) == CHAT
-    other = compression.dictionary(b"{\"another\":\"sample\"}")
-    with pytest.raises(ValueError):  # a frame that refers to the sample needs it
-        assert compression.inflate(frame, zdict=other) == CHAT.encode()
+    frame = compression.RecordCodec(envelopes._SAMPLE, 10**6).compress(CHAT.encode())
+    assert envelopes.unpack(envelopes.PACKED + base64.b64encode(frame).decode()) == CHAT
+    # Against another sample the same frame does not give the text back.
+    other = compression.RecordCodec(b'{"another":"sample","of":"an envelope"}', 10**6)
+    try:
+        assert other.inflate(frame) != CHAT.encode()
+    except ValueError:
+        pass
+
+
+def test_record_codec_contexts_are_per_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Threads packing and unpacking at once each get back exactly their own text."""
+    monkeypatch.setattr(envelopes, "_remember", lambda memo, cell, text: None)  # inflate each
+    texts = [CHAT.replace("messages", f"channel{i}") for i in range(8)]
+    failures: list[str] = []
+
+    def work(text: str) -> None:
+        for _ in range(300):
+            if envelopes.unpack(envelopes.pack(text)) != text:
+                failures.append(text)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in texts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
 
 
 def _stored_envelope(path: str) -> str:
