@@ -108,6 +108,11 @@ class RecordCodec:
         self._dict = zstandard.ZstdCompressionDict(sample, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
         self._limit = limit
         self._local = threading.local()
+        # Tables sized for a record of about a KB against the sample, not
+        # for any input (`_LEVEL`'s defaults): KBs per thread, not MBs.
+        self._params = zstandard.ZstdCompressionParameters.from_level(
+            _LEVEL, source_size=1024, dict_size=len(sample), write_content_size=1
+        )
 
     def compress(self, data: bytes) -> bytes:
         """Return `data` as one frame that states its size."""
@@ -115,7 +120,7 @@ class RecordCodec:
         compressor = getattr(local, "compressor", None)
         if compressor is None:
             compressor = local.compressor = zstandard.ZstdCompressor(
-                level=_LEVEL, dict_data=self._dict, write_content_size=True
+                dict_data=self._dict, compression_params=self._params
             )
         frame: bytes = compressor.compress(data)
         return frame

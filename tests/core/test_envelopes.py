@@ -55,10 +55,12 @@ def test_a_chat_envelope_takes_under_half_its_json() -> None:
     assert len(cell) < len(CHAT) / 2, (len(cell), len(CHAT))
 
 
-def test_a_text_that_would_not_shrink_is_stored_as_it_is() -> None:
-    """A short text is its own cell: packing it would make it longer."""
+def test_a_short_text_is_stored_as_it_is() -> None:
+    """A text under `PACK_MIN` is its own cell: packing it would save too little."""
     assert envelopes.pack("{}") == "{}"
-    assert envelopes.pack('{"v":4}') == '{"v":4}'
+    short = CHAT[: envelopes.PACK_MIN - 1]
+    assert envelopes.pack(short) == short
+    assert envelopes.pack(CHAT[: envelopes.PACK_MIN]).startswith(envelopes.PACKED)
 
 
 def test_a_json_cell_and_any_other_value_unpack_as_they_are() -> None:
@@ -136,8 +138,9 @@ def _stored_envelope(path: str) -> str:
 
 def _put(store: FencedSqliteSaver) -> tuple[Any, Any]:
     cp = empty_checkpoint()
-    cp["channel_values"] = {"messages": ["hi"]}
-    cp["channel_versions"] = {"messages": store.get_next_version(None)}
+    # Channels enough for an envelope over `PACK_MIN`, as a chat's is.
+    cp["channel_values"] = {f"channel{i}": ["hi"] for i in range(6)}
+    cp["channel_versions"] = {c: store.get_next_version(None) for c in cp["channel_values"]}
     config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
     store.put(config, cp, {"source": "input", "step": -1, "parents": {}}, cp["channel_versions"])
     return config, cp
