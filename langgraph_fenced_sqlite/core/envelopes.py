@@ -11,8 +11,8 @@ representative envelope (a zstd raw-content dictionary), and stored as
 chat's then takes about 190 bytes, an agent loop's 260 instead of 590.
 
 Invariant: `unpack(pack(text)) == text` for every text; a cell that is not
-packed (a row from before, or a text that compression would not shrink) is
-its JSON text and reads as it always did. The sample is part of the
+packed (a row from before, a text under `PACK_MIN`, or one compression
+would not shrink) is its JSON text and reads as it always did. The sample is part of the
 format: it never changes; another one would take another prefix. What a
 row's checksum covers is the stored cell, so a damaged or forged cell is
 refused before anything is decompressed, and decompression is bounded.
