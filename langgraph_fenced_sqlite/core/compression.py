@@ -131,11 +131,10 @@ class RecordCodec:
         Raises:
             ValueError: not one whole frame, not of its stated size, or stating more than `limit`.
         """
-        zs = zstandard
         try:
-            size = zs.frame_content_size(frame)
+            size = zstandard.frame_content_size(frame)
             whole = zstd.get_frame_size(frame) == len(frame)
-        except (zs.ZstdError, zstd.ZstdError) as exc:
+        except (zstandard.ZstdError, zstd.ZstdError) as exc:
             raise ValueError(f"not a zstd frame: {exc}") from None
         if not 0 <= size <= self._limit:
             raise ValueError(f"zstd frame of unstated or too large size {size!r}")
@@ -144,10 +143,10 @@ class RecordCodec:
         local = self._local
         decompressor = getattr(local, "decompressor", None)
         if decompressor is None:
-            decompressor = local.decompressor = zs.ZstdDecompressor(dict_data=self._dict)
+            decompressor = local.decompressor = zstandard.ZstdDecompressor(dict_data=self._dict)
         try:
             out: bytes = decompressor.decompress(frame)
-        except zs.ZstdError as exc:
+        except zstandard.ZstdError as exc:
             raise ValueError(f"corrupt zstd frame: {exc}") from None
         if len(out) != size:
             raise ValueError("the zstd frame is not of its stated size")

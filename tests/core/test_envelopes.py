@@ -13,7 +13,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_fenced_sqlite import FencedSqliteSaver, UndecodableRow
 from langgraph_fenced_sqlite.core import compression, envelopes
-from langgraph_fenced_sqlite.core.checksums import checkpoint_checksum
+from langgraph_fenced_sqlite.testing._helpers import plant
 
 # A chat's envelope as LangGraph's loop gives it, stored as `dumps_json` writes it.
 CHAT = (
@@ -165,15 +165,8 @@ def test_a_retry_of_a_put_stored_before_packing_is_identical(db_path: str) -> No
     before packing) is the identical retry it is, not a conflict."""
     with FencedSqliteSaver(db_path) as store:
         config, cp = _put(store)
-        with sqlite3.connect(db_path) as conn:
-            envelope, vtype, vblob, md = conn.execute(
-                "SELECT envelope, values_type, values_blob, metadata FROM checkpoints"
-            ).fetchone()
-            text = envelopes.unpack(envelope)
-            conn.execute(
-                "UPDATE checkpoints SET envelope = ?, checksum = ?",
-                (text, checkpoint_checksum(text, vtype, vblob, md)),
-            )
+        text = envelopes.unpack(_stored_envelope(db_path))
+        plant(db_path, "UPDATE checkpoints SET envelope = ?", (text,), reseal=True)
         store.put(config, cp, {"source": "input", "step": -1, "parents": {}}, {})
         got = store.get_tuple({"configurable": {"thread_id": "t"}})
     assert got is not None and got.checkpoint == cp
@@ -184,15 +177,8 @@ def test_prune_reads_packed_envelopes_and_refuses_a_damaged_one(db_path: str) ->
     """Retention reads each envelope's versions; a damaged one is UndecodableRow naming it."""
     with FencedSqliteSaver(db_path) as store:
         _put(store)
-        with sqlite3.connect(db_path) as conn:
-            _, vtype, vblob, md = conn.execute(
-                "SELECT envelope, values_type, values_blob, metadata FROM checkpoints"
-            ).fetchone()
-            bad = envelopes.PACKED + "AAAA"
-            conn.execute(
-                "UPDATE checkpoints SET envelope = ?, checksum = ?",
-                (bad, checkpoint_checksum(bad, vtype, vblob, md)),
-            )
+        bad = envelopes.PACKED + "AAAA"  # resealed: only what the checksum covers is damaged
+        plant(db_path, "UPDATE checkpoints SET envelope = ?", (bad,), reseal=True)
         with pytest.raises(UndecodableRow, match="packed checkpoint envelope"):
             store.prune(["t"], strategy="keep_latest")
         with pytest.raises(UndecodableRow, match="packed checkpoint envelope"):

@@ -18,6 +18,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
 from langgraph_fenced_sqlite import Claim, FencedSqliteSaver
+from langgraph_fenced_sqlite.testing.cases_history import _graph as retraction_graph
 
 
 class ReviewState(TypedDict):
@@ -178,25 +179,6 @@ async def test_async_retract_of_an_interrupted_turn(store: FencedSqliteSaver) ->
     assert final["log"][-1] == "review:ok"
 
 
-class _LogState(TypedDict):
-    log: Annotated[list[str], operator.add]
-
-
-def _graph_with_subgraph(saver: Any) -> Any:
-    """first -> sub (a compiled subgraph, its own namespace) -> END."""
-    sub = StateGraph(_LogState)
-    sub.add_node("inner", lambda state: {"log": ["inner"]})
-    sub.add_edge(START, "inner")
-    sub.add_edge("inner", END)
-    root = StateGraph(_LogState)
-    root.add_node("first", lambda state: {"log": ["first"]})
-    root.add_node("sub", sub.compile())
-    root.add_edge(START, "first")
-    root.add_edge("first", "sub")
-    root.add_edge("sub", END)
-    return root.compile(checkpointer=saver)
-
-
 def _slow_root_inputs(store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the root graph's input checkpoint the slowest put, as a stalled disk would."""
     put, aput = store.put, store.aput
@@ -225,7 +207,7 @@ async def test_a_subgraph_saved_before_its_turns_input_goes_with_the_turn(
 ) -> None:
     """Without run ids, a turn's subgraph checkpoints go with it even when saved first."""
     store = either_store
-    graph = _graph_with_subgraph(store)
+    graph = retraction_graph(store)  # contract case 26's: first -> a subgraph
     claim = store.claim("t", "w", 600)
 
     async def turn(text: str) -> Any:
