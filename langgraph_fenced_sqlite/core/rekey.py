@@ -32,7 +32,7 @@ from .encryption import (
 from .repack import apply_thread
 from .slices import SLICE
 from .validation import check_bool
-from .values import PREFIX, REFS
+from .values import BORROW, PREFIX, REFS
 
 __all__ = [
     "CLEAR",
@@ -176,8 +176,8 @@ def plan_reseals(
             sum_ = write_checksum(channel, new[0], new[1])
             out.append(Reseal("writes", (ns, cid, task_id, idx), stored, new, sum_, was))
     for ns, channel, key, base, type_, count, ordinal, codec, size, data, stored in blobs:
-        if codec == PREFIX:
-            continue  # holds no bytes
+        if codec in (PREFIX, BORROW):
+            continue  # holds no bytes of a value
         if stored != blob_checksum(channel, key, base, type_, count, ordinal, codec, size, data):
             skip(None, f"value {key!r} ({channel!r}): checksum mismatch (damaged)")
             continue

@@ -35,6 +35,7 @@ from .encryption import (
     blob_aad,
 )
 from .values import (
+    BORROW,
     CODECS,
     LEVELS,
     PREFIX,
@@ -291,6 +292,8 @@ def _rebuild(
             cut = b"".join(parts)[: row[9]]
             parts, size, crc = [cut], len(cut), _crc32(cut)
         else:
+            if row[8] == BORROW:
+                data = _borrowed(thread_id, ns, cid, row, data, rows, memo, enc)
             crc = _crc32(data, crc)
             size += len(data)
             parts.append(data)
@@ -316,6 +319,42 @@ def _rebuild(
     held = Held(key, type_, count, body, crc, tuple(anchors), tuple(recent))
     memo[(thread_id, ns, channel, key)] = held
     return held
+
+
+def _borrowed(
+    thread_id: str,
+    ns: str,
+    cid: str,
+    row: Sequence[Any],
+    cell: bytes,
+    rows: Mapping[tuple[Any, ...], Any],
+    memo: dict[tuple[Any, ...], Held],
+    enc: Encryption | None,
+) -> bytes:
+    # The bytes a `BORROW` row names: `size` bytes at offset `o` of another
+    # channel's whole value (a row with no base, so the walk is one row).
+    where = f"channel {row[2]!r}: value {row[3]!r}"
+    try:
+        named = orjson.loads(cell)
+    except ValueError:
+        named = None
+    if (
+        type(named) is not dict
+        or type(named.get("c")) is not str
+        or type(named.get("k")) is not str
+        or type(named.get("o")) is not int
+        or named["c"] == row[2]
+        or named["o"] < 0
+    ):
+        raise UndecodableRow(thread_id, cid, f"{where}: a borrow cell that names no value")
+    donor = rows.get((thread_id, ns, named["c"], named["k"]))
+    if donor is not None and donor[4] is not None:
+        raise UndecodableRow(thread_id, cid, f"{where}: borrows from a value not stored whole")
+    held = _rebuild(thread_id, ns, cid, named["c"], named["k"], rows, memo, enc)
+    data = held.body[named["o"] : named["o"] + row[9]]
+    if len(held.anchors) != 1 or len(data) != row[9]:
+        raise UndecodableRow(thread_id, cid, f"{where}: borrows bytes its donor does not hold")
+    return data
 
 
 class _Verified:
@@ -390,14 +429,16 @@ def _check_blob(thread_id: str, cid: str, row: Sequence[Any], enc: Encryption | 
         and type(data) is bytes
         and codec in CODECS
         and (codec != PREFIX or (data == b"" and base is not None))
+        and (codec != BORROW or base is not None)
         and 0 <= size < 2**31
     ):
         raise UndecodableRow(thread_id, cid, f"channel {channel!r}: value {key!r}: bad cells")
     if codec in SEALED:
         if enc is None:
             raise UndecodableRow(thread_id, cid, f"channel {channel!r}: {NO_KEY}")
-    elif codec != PREFIX and enc is not None and not enc.accept_plaintext:
-        # A prefix row holds no bytes (its base's are sealed); any other in clear is refused.
+    elif codec not in (PREFIX, BORROW) and enc is not None and not enc.accept_plaintext:
+        # A prefix or borrow row holds no bytes of a value (its base's or its
+        # donor's are sealed); any other in clear is refused.
         raise UndecodableRow(thread_id, cid, f"channel {channel!r}: {PLAINTEXT_REFUSED}")
 
 
@@ -405,6 +446,8 @@ def _inflate(thread_id: str, cid: str, row: Sequence[Any], enc: Encryption | Non
     codec, size, data = row[8], row[9], row[10]
     if codec == PREFIX:
         return b""
+    if codec == BORROW:
+        return data  # the cell naming the bytes (`_borrowed`)
     if codec in SEALED and enc is not None:
         codec = "" if codec == AES else codec[: -len(AES_SUFFIX)]
         aad = blob_aad(row[2], row[3], row[4], row[5], row[6], row[7], codec, size)

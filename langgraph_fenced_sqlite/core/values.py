@@ -9,8 +9,10 @@ its `channel_values`, each naming a row of the store's value table in the
 same thread and namespace. A value row holds a whole value, or, for a list
 that extends a stored list (the same leading elements, byte for byte, then
 new ones: what `add_messages` and `operator.add` produce), the key of that
-list's row (`base`) and the new elements' bytes. A value unchanged since the
-parent checkpoint is not stored again: the checkpoint names its parent's row.
+list's row (`base`) and the new elements' bytes, or, when another channel's
+whole value in the parent holds those bytes (the input a chat's step gains),
+a cell naming them there (`BORROW`). A value unchanged since the parent
+checkpoint is not stored again: the checkpoint names its parent's row.
 
 Invariant: a key names content. It is the CRC-32 and the size of the whole
 value's encoded bytes and the CRC-32 of the channel version it was stored
@@ -62,6 +64,7 @@ from .serde import DataOnlySerializer
 _dumps = orjson.dumps
 
 __all__ = [
+    "BORROW",
     "LEVELS",
     "REFS",
     "REFS_ERROR",
@@ -89,10 +92,22 @@ LEVELS = 2
 # The codec of a value row whose value is the first `size` bytes of its
 # base's: a single extension, once a merged row holds its elements again.
 PREFIX = "prefix"
+# The codec of a single extension whose new elements another channel's whole
+# value in the same thread and namespace holds, byte for byte (in a chat, the
+# human message its input checkpoint's `__start__` channel holds): its cell is
+# the JSON object `{"c": channel, "k": key, "o": offset}` naming those bytes,
+# and `size` their length. A read takes them from that row (`value_reads`);
+# the collection of unneeded rows keeps the row while a borrower needs it.
+BORROW = "borrow"
 # The codecs of a sealed value row (encryption.py): its bytes, or its zstd frame, sealed.
 SEALED = frozenset({AES, ZSTD + AES_SUFFIX})
-# Every codec a value row may hold: in clear (none, zstd), a prefix, sealed.
-CODECS = frozenset({"", ZSTD, PREFIX}) | SEALED
+# Every codec a value row may hold: in clear (none, zstd), a prefix, a borrow, sealed.
+CODECS = frozenset({"", ZSTD, PREFIX, BORROW}) | SEALED
+# A single extension is borrowed only when its bytes are at least this long
+# (a borrow cell takes ~40 bytes), from a value at most this long (the search
+# costs the put a scan of it).
+_MIN_BORROW = 128
+_MAX_DONOR = 256 * 1024
 # The values type of a checkpoint whose values a read rebuilt from sealed
 # value rows (`resolve_rows(enc=...)`): random per process, so no stored
 # row can hold it, and its reader decodes it as msgpack this process opened
@@ -325,6 +340,15 @@ def encode_values(
     blobs: list[Blob] = []
     held: dict[str, Held] = {}
     enc = encryption_of(serde)
+    # Values a single extension may borrow its bytes from: the parent's, stored
+    # whole (never with encryption: a borrower would name bytes sealed apart).
+    donors = None
+    if parent and enc is None:
+        donors = {
+            c: h
+            for c, h in parent.items()
+            if len(h.anchors) == 1 and _MIN_BORROW <= len(h.body) <= _MAX_DONOR
+        }
     for channel, value in values.items():
         prev = parent.get(channel) if parent else None
         version = versions.get(channel)
@@ -335,7 +359,7 @@ def encode_values(
             # object under an old version is encoded and compared by bytes.
             h = prev
         else:
-            h = _encode(serde, channel, value, version, prev, blobs, enc)
+            h = _encode(serde, channel, value, version, prev, blobs, enc, donors)
             s = seen(version, value)
             if s is not None:
                 h = h._replace(seen=s)
@@ -356,6 +380,7 @@ def _encode(
     prev: Held | None,
     out: list[Blob],
     enc: Encryption | None,
+    donors: Mapping[str, Held] | None = None,
 ) -> Held:
     # Every value is encoded and compared by its bytes: a put may carry a
     # changed value under an unchanged version (LangGraph's own savers
@@ -372,7 +397,9 @@ def _encode(
         type_, data = serde.dumps_typed(value)
         needs_proof = False
     if ours and type(value) is list and type_ == "msgpack":
-        return _encode_list(serde, channel, value, version, prev, data, needs_proof, out, enc)
+        return _encode_list(
+            serde, channel, value, version, prev, data, needs_proof, out, enc, donors
+        )
     if prev is not None and prev.items < 0 and prev.type == type_ and prev.body == data:
         return prev
     if needs_proof:
@@ -396,6 +423,7 @@ def _encode_list(
     needs_proof: bool,
     out: list[Blob],
     enc: Encryption | None = None,
+    donors: Mapping[str, Held] | None = None,
 ) -> Held:
     # `data` is the whole list's msgpack: its array header, then each
     # element's bytes. The parent's list is a prefix of it when its body is.
@@ -427,7 +455,11 @@ def _encode_list(
             added = body[base[2] :]
             crc = _crc32(added, base[3])
             key = _key(_seal(crc, "msgpack", n), len(body), version)
-            out.append(_row(channel, key, base[1], "msgpack", n, ordinal, added, enc))
+            cell = _borrowable(channel, added, donors) if span == 1 else None
+            if cell is None:
+                out.append(_row(channel, key, base[1], "msgpack", n, ordinal, added, enc))
+            else:
+                out.append(_borrow_row(channel, key, base[1], n, ordinal, len(added), cell))
             older = (a for a in prev.anchors if a[0] <= base[0])
             anchors = ((ordinal, key, len(body), crc), *older)
             if span == 1:
@@ -444,6 +476,26 @@ def _encode_list(
     if prev is not None and start:
         _as_prefixes(channel, key, prev.recent, out)
     return Held(key, "msgpack", n, body, crc, ((0, key, len(body), crc),))
+
+
+def _borrowable(channel: str, added: bytes, donors: Mapping[str, Held] | None) -> bytes | None:
+    # The `BORROW` cell naming `added` within another channel's whole value;
+    # None: no donor holds it.
+    if not donors or len(added) < _MIN_BORROW:
+        return None
+    for c, h in donors.items():
+        if c != channel and len(added) <= len(h.body):
+            at = h.body.find(added)
+            if at >= 0:
+                return _dumps({"c": c, "k": h.key, "o": at})
+    return None
+
+
+def _borrow_row(
+    channel: str, key: str, base: str, count: int, ordinal: int, size: int, cell: bytes
+) -> Blob:
+    sum_ = blob_checksum(channel, key, base, "msgpack", count, ordinal, BORROW, size, cell)
+    return Blob(channel, key, base, "msgpack", count, ordinal, BORROW, size, cell, sum_)
 
 
 def is_tail(blob: Blob) -> bool:

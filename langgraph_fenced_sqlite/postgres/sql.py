@@ -786,6 +786,16 @@ _NO_BLOB = (
     "NULL::int, NULL::text, NULL::int, NULL::bytea, NULL::bigint"
 )
 _ON_WANT = "ON b.thread_id = w.t AND b.checkpoint_ns = w.n AND b.channel = w.c AND b.key = w.k"
+# A value row `b`'s edges to the rows a read of it needs, as `e(c, k)`: the
+# row it extends (its `base`), and the row a borrow row (`values.BORROW`)
+# takes its bytes from, named by its JSON cell (`lgfs_refs`: none for a
+# damaged cell, which its reader then refuses). Join after `lgfs_blobs b`.
+_EDGES = (
+    'CROSS JOIN LATERAL (VALUES (b.channel, b.base COLLATE "C"), '
+    "(CASE WHEN b.codec = 'borrow' THEN (lgfs_refs(b.data) ->> 'c') COLLATE \"C\" END, "
+    "CASE WHEN b.codec = 'borrow' THEN (lgfs_refs(b.data) ->> 'k') COLLATE \"C\" END)) "
+    "AS e(c, k)"
+)
 
 
 def _want(source: str) -> str:
@@ -795,28 +805,29 @@ def _want(source: str) -> str:
     `values_blob`, holding only checkpoints of the value table. Each refs
     cell names a row per channel (`lgfs_refs`: none for a damaged cell,
     which its reader then refuses), and each row the row it extends, back
-    to its whole value: one statement, so one snapshot with the checkpoint
-    rows it reads them with. UNION, not UNION ALL: a damaged `base` naming a
-    row of its own chain ends the walk instead of looping (the reader then
-    refuses the value).
+    to its whole value, and the row it borrows from (`_EDGES`): one
+    statement, so one snapshot with the checkpoint rows it reads them with.
+    UNION, not UNION ALL: a damaged `base` naming a row of its own chain
+    ends the walk instead of looping (the reader then refuses the value).
     """
     return (
         'want(t, n, c, k) AS (SELECT s.thread_id, s.checkpoint_ns, j.key COLLATE "C", '
         f'j.value COLLATE "C" FROM {source} CROSS JOIN LATERAL '
         "jsonb_each_text(lgfs_refs(s.values_blob)) j UNION SELECT b.thread_id, "
-        f"b.checkpoint_ns, b.channel, b.base FROM want w JOIN lgfs_blobs b {_ON_WANT} "
-        "WHERE b.base IS NOT NULL)"
+        f"b.checkpoint_ns, e.c, e.k FROM want w JOIN lgfs_blobs b {_ON_WANT} {_EDGES} "
+        "WHERE e.k IS NOT NULL)"
     )
 
 
 # The value rows `(thread, ns, channel, key)` of the arrays name, and those
-# each extends (a read that decoded the refs itself, in its snapshot).
+# each extends or borrows from (a read that decoded the refs itself, in its
+# snapshot).
 READ_BLOBS = (
     'WITH RECURSIVE want(t, n, c, k) AS (SELECT u.t COLLATE "C", u.n COLLATE "C", '
     'u.c COLLATE "C", u.k COLLATE "C" FROM unnest(%(threads)s::text[], '
     "%(namespaces)s::text[], %(channels)s::text[], %(keys)s::text[]) AS u(t, n, c, k) "
-    "UNION SELECT b.thread_id, b.checkpoint_ns, b.channel, b.base FROM want w "
-    f"JOIN lgfs_blobs b {_ON_WANT} WHERE b.base IS NOT NULL) "
+    "UNION SELECT b.thread_id, b.checkpoint_ns, e.c, e.k FROM want w "
+    f"JOIN lgfs_blobs b {_ON_WANT} {_EDGES} WHERE e.k IS NOT NULL) "
     f"SELECT {_BLOB_ROW} FROM want w JOIN lgfs_blobs b {_ON_WANT}"
 )
 # A put's value rows, statement by statement (`txns.put`, `repack`), as
@@ -849,7 +860,7 @@ HOLDS_REFS = (
 )
 DELETE_THREAD_BLOBS = "DELETE FROM lgfs_blobs WHERE thread_id = %(thread_id)s"
 # Remove the thread's value rows that no checkpoint of it needs: those its
-# checkpoints' refs name, and the rows those extend, stay. Nothing goes
+# checkpoints' refs name, and the rows those extend or borrow from, stay. Nothing goes
 # while any of its refs cells is damaged: what it named cannot be known.
 # Run in the transaction that removed checkpoints, which holds the thread's
 # row lock (its fence), as every put of the thread takes it first: no put
@@ -859,9 +870,9 @@ COLLECT_BLOBS = (
     "FROM lgfs_checkpoints c WHERE c.thread_id = %(thread_id)s "
     "AND c.values_type = 'lgfs-refs'), live(n, c, k) AS (SELECT r.checkpoint_ns, "
     'j.key COLLATE "C", j.value COLLATE "C" FROM r CROSS JOIN LATERAL '
-    "jsonb_each_text(r.refs) j UNION SELECT b.checkpoint_ns, b.channel, b.base FROM live l "
+    "jsonb_each_text(r.refs) j UNION SELECT b.checkpoint_ns, e.c, e.k FROM live l "
     "JOIN lgfs_blobs b ON b.thread_id = %(thread_id)s AND b.checkpoint_ns = l.n "
-    "AND b.channel = l.c AND b.key = l.k WHERE b.base IS NOT NULL) "
+    f"AND b.channel = l.c AND b.key = l.k {_EDGES} WHERE e.k IS NOT NULL) "
     "DELETE FROM lgfs_blobs b WHERE b.thread_id = %(thread_id)s AND NOT EXISTS (SELECT 1 "
     "FROM live l WHERE l.n = b.checkpoint_ns AND l.c = b.channel AND l.k = b.key) "
     "AND NOT EXISTS (SELECT 1 FROM r WHERE r.refs IS NULL)"
@@ -896,7 +907,7 @@ CELL_KEYS = (
     "SELECT k, count(*) FROM ("
     f"SELECT {_SEALED_CHECKPOINT} AS k FROM lgfs_checkpoints WHERE values_type <> 'lgfs-refs' "
     f"UNION ALL SELECT {_SEALED_WRITE} FROM lgfs_writes WHERE type <> 'lgfs-slice' "
-    f"UNION ALL SELECT {_SEALED_BLOB} FROM lgfs_blobs WHERE codec <> 'prefix'"
+    f"UNION ALL SELECT {_SEALED_BLOB} FROM lgfs_blobs WHERE codec NOT IN ('prefix', 'borrow')"
     ") s GROUP BY k"
 )
 # Value rows named by their own bytes (`values._small_key`): written in clear.
@@ -916,7 +927,8 @@ REKEY_READ_WRITES = (
 )
 REKEY_READ_BLOBS = (
     "SELECT checkpoint_ns, channel, key, base, type, items, ordinal, codec, size, data, "
-    "checksum FROM lgfs_blobs WHERE thread_id = %(thread_id)s AND codec <> 'prefix'"
+    "checksum FROM lgfs_blobs WHERE thread_id = %(thread_id)s "
+    "AND codec NOT IN ('prefix', 'borrow')"
 )
 REKEY_CHECKPOINT = (
     "UPDATE lgfs_checkpoints SET values_type = %(type)s, values_blob = %(data)s, "

@@ -749,17 +749,30 @@ HOLDS_REFS = (
     "SELECT 1 FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
     "AND checkpoint_id = ? AND values_type = 'lgfs-refs' AND values_blob = ?"
 )
+# A value row's edges to the rows a read of it needs (`e.i` 0: the row it
+# extends, its `base`; 1: the row a borrow row (`values.BORROW`) takes its
+# bytes from, named by its JSON cell, read only when that cell is valid JSON),
+# as `(channel, key)`: join `blobs b` with `_EDGES`, select `_EDGE_CHANNEL`
+# and `_EDGE_KEY`.
+_BORROWED = "json_extract(CAST(b.data AS TEXT), '$.{0}')"
+_EDGES = (
+    "JOIN (SELECT 0 AS i UNION ALL SELECT 1) e ON (e.i = 0 AND b.base IS NOT NULL) "
+    "OR (e.i = 1 AND b.codec = 'borrow' AND json_valid(CAST(b.data AS TEXT)))"
+)
+_EDGE_CHANNEL = f"CASE WHEN e.i = 0 THEN b.channel ELSE {_BORROWED.format('c')} END"
+_EDGE_KEY = f"CASE WHEN e.i = 0 THEN b.base ELSE {_BORROWED.format('k')} END"
 # The value rows that the refs `?1` (JSON `[[thread, ns, channel, key], ...]`)
-# name, and the rows each extends, back to its whole value: one statement,
-# so one snapshot with the checkpoint rows read in the same transaction.
-# UNION, not UNION ALL: a damaged `base` naming a row of its own chain ends
-# the walk instead of looping (the reader then refuses the value).
+# name, the rows each extends, back to its whole value, and the rows they
+# borrow from: one statement, so one snapshot with the checkpoint rows read
+# in the same transaction. UNION, not UNION ALL: a damaged `base` naming a
+# row of its own chain ends the walk instead of looping (the reader then
+# refuses the value).
 READ_BLOBS = (
     "WITH RECURSIVE want(t, n, c, k) AS (SELECT json_extract(value, '$[0]'), "
     "json_extract(value, '$[1]'), json_extract(value, '$[2]'), json_extract(value, '$[3]') "
-    "FROM json_each(?1) UNION SELECT b.thread_id, b.checkpoint_ns, b.channel, b.base "
-    "FROM want w JOIN blobs b ON b.thread_id = w.t AND b.checkpoint_ns = w.n "
-    "AND b.channel = w.c AND b.key = w.k WHERE b.base IS NOT NULL) "
+    f"FROM json_each(?1) UNION SELECT b.thread_id, b.checkpoint_ns, {_EDGE_CHANNEL}, "
+    f"{_EDGE_KEY} FROM want w JOIN blobs b ON b.thread_id = w.t AND b.checkpoint_ns = w.n "
+    f"AND b.channel = w.c AND b.key = w.k {_EDGES}) "
     "SELECT b.thread_id, b.checkpoint_ns, b.channel, b.key, b.base, b.type, b.count, "
     "b.ordinal, b.codec, b.size, b.data, b.checksum FROM want w JOIN blobs b "
     "ON b.thread_id = w.t AND b.checkpoint_ns = w.n AND b.channel = w.c AND b.key = w.k"
@@ -772,16 +785,17 @@ _REFS_OF = (
     "THEN CAST({0}.values_blob AS TEXT) END"
 )
 # Remove the thread's (`?1`) value rows that no checkpoint of it needs: those
-# its checkpoints' refs name, and the rows those extend, stay. Nothing goes
-# while any of its refs cells is damaged: what it named cannot be known.
+# its checkpoints' refs name, and the rows those extend or borrow from, stay.
+# Nothing goes while any of its refs cells is damaged: what it named cannot be
+# known.
 COLLECT_BLOBS = (
     "WITH RECURSIVE live(n, c, k) AS (SELECT c.checkpoint_ns, j.key, j.value "
     f"FROM checkpoints c, json_each({_REFS_OF.format('c')}) j "
     "WHERE c.thread_id = ?1 AND c.values_type = 'lgfs-refs' "
     f"AND {_REFS_OF.format('c')} IS NOT NULL "
-    "UNION SELECT b.checkpoint_ns, b.channel, b.base FROM live l JOIN blobs b "
-    "ON b.thread_id = ?1 AND b.checkpoint_ns = l.n AND b.channel = l.c AND b.key = l.k "
-    "WHERE b.base IS NOT NULL) "
+    f"UNION SELECT b.checkpoint_ns, {_EDGE_CHANNEL}, {_EDGE_KEY} FROM live l JOIN blobs b "
+    f"ON b.thread_id = ?1 AND b.checkpoint_ns = l.n AND b.channel = l.c AND b.key = l.k "
+    f"{_EDGES}) "
     "DELETE FROM blobs WHERE thread_id = ?1 "
     "AND (checkpoint_ns, channel, key) NOT IN (SELECT n, c, k FROM live) "
     "AND NOT EXISTS (SELECT 1 FROM checkpoints d WHERE d.thread_id = ?1 "
@@ -803,7 +817,8 @@ REPACK_CHECKPOINT = (
     "AND checksum IS ?"
 )
 # --- rekey (core/rekey.py): every value cell, by the key it is sealed under ---------------
-# (Not a checkpoint's refs, a prefix row or a write stored as a slice: they hold no value.)
+# (Not a checkpoint's refs, a prefix or borrow row, or a write stored as a slice: they hold
+# no value.)
 # A sealed cell starts with `encryption.MAGIC` (x'a701') and the key id's 4 bytes.
 _KEY_ID_OF = "CASE WHEN substr({0}, 1, 2) = x'a701' AND {1} THEN lower(hex(substr({0}, 3, 4))) END"
 _SEALED_CHECKPOINT = _KEY_ID_OF.format("values_blob", "values_type LIKE '%+aes'")
@@ -813,7 +828,7 @@ CELL_KEYS = (
     "SELECT k, count(*) FROM ("
     f"SELECT {_SEALED_CHECKPOINT} AS k FROM checkpoints WHERE values_type IS NOT 'lgfs-refs' "
     f"UNION ALL SELECT {_SEALED_WRITE} FROM writes WHERE type IS NOT 'lgfs-slice' "
-    f"UNION ALL SELECT {_SEALED_BLOB} FROM blobs WHERE codec IS NOT 'prefix'"
+    f"UNION ALL SELECT {_SEALED_BLOB} FROM blobs WHERE codec NOT IN ('prefix', 'borrow')"
     ") GROUP BY k"
 )
 # Value rows named by their own bytes (`values._small_key`): written in clear.
@@ -831,7 +846,7 @@ REKEY_READ_WRITES = (
 )
 REKEY_READ_BLOBS = (
     "SELECT checkpoint_ns, channel, key, base, type, count, ordinal, codec, size, data, "
-    "checksum FROM blobs WHERE thread_id = ? AND codec IS NOT 'prefix'"
+    "checksum FROM blobs WHERE thread_id = ? AND codec NOT IN ('prefix', 'borrow')"
 )
 # Each: the new cells and checksum, then the row's key and the checksum it was read with.
 REKEY_CHECKPOINT = (

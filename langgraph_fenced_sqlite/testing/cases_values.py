@@ -137,3 +137,77 @@ def case_a_forged_slice_write_is_undecodable(env: ContractEnv) -> None:
     exc = _expect(lambda: store.get_tuple(_config("t")), UndecodableRow)
     assert exc.checkpoint_id == ids[-1] and "slice" in exc.reason, exc.reason
     _expect(lambda: list(store.list(_config("t"))), UndecodableRow)
+
+
+def _ask(step: int) -> str:
+    # A question of ~500 bytes of varied words (text a compressor cannot
+    # shrink to a few bytes, as a repeated phrase would be).
+    words = (f"w{(step * 7919 + i * 104729) % 9973}" for i in range(90))
+    return f"question {step}: " + " ".join(words)
+
+
+def _asked(store: Any, thread_id: str, n: int) -> list[str]:
+    """Put `n` turns as LangGraph's input step and the step after it make them.
+
+    Each turn's input checkpoint holds the question in its `__start__`
+    channel; the next checkpoint's `messages` gained it. Returns the
+    questions.
+    """
+    config = _config(thread_id)
+    messages: list[str] = []
+    asks = []
+    for step in range(n):
+        ask = _ask(step)
+        cp = _checkpoint({"messages": messages, "__start__": {"messages": [ask]}})
+        cp["channel_versions"] = {"messages": f"{2 * step:032}.0", "__start__": f"{step:032}.1"}
+        stored = store.put(config, cp, {"source": "input", "step": 2 * step, "parents": {}}, {})
+        config = {"configurable": {**config["configurable"], **stored["configurable"]}}
+        messages = [*messages, ask]
+        cp = _checkpoint({"messages": messages})
+        cp["channel_versions"] = {"messages": f"{2 * step + 1:032}.0"}
+        stored = store.put(config, cp, {"source": "loop", "step": 2 * step + 1, "parents": {}}, {})
+        config = {"configurable": {**config["configurable"], **stored["configurable"]}}
+        asks.append(ask)
+    return asks
+
+
+@contract_case(28, needs=("storage", "reopen"))
+def case_a_message_its_input_holds_is_stored_once_and_outlives_the_input(
+    env: ContractEnv,
+) -> None:
+    """A list's new message that its input checkpoint holds is stored once, and kept as needed.
+
+    The step after an input step gains the message the input checkpoint's
+    `__start__` channel holds: its row names those bytes instead of holding
+    them again (semantics §7a). Removing the input checkpoints keeps the rows
+    a kept checkpoint reads through; once nothing reads through them, they go.
+    """
+    assert env.storage is not None
+    store = env.open()
+    asks = _asked(store, "t", 5)
+    rows = env.storage.value_rows("t")
+    starts = sum(size for channel, _, size in rows if channel == "__start__")
+    messages = sum(size for channel, _, size in rows if channel == "messages")
+    # The questions' bytes are stored once, in the inputs: the list's rows
+    # hold the first (stored whole) and four references, not five copies.
+    assert 2 * messages < starts, (starts, messages)
+    store.prune(["t"], strategy="keep_latest")
+    # The latest list reads the last four questions through their inputs'
+    # rows: those four stay (the first question is in the list's own row).
+    kept = [key for channel, key, _ in env.storage.value_rows("t") if channel == "__start__"]
+    assert len(kept) == 4, kept
+    store = env.reopen(store)  # holds none of the values it put
+    assert _values(store, "t")["messages"] == asks
+    # A list that is no extension (its first message edited) is stored whole:
+    # the latest checkpoint then reads through no input, so pruning to it
+    # frees every input's row.
+    edited = ["edited", *asks[1:]]
+    cp = _checkpoint({"messages": edited})
+    cp["channel_versions"] = {"messages": f"{99:032}.0"}
+    tup = store.get_tuple(_config("t"))
+    assert tup is not None
+    store.put(tup.config, cp, {"source": "update", "step": 99, "parents": {}}, {})
+    store.prune(["t"], strategy="keep_latest")
+    assert not any(channel == "__start__" for channel, _, _ in env.storage.value_rows("t"))
+    store = env.reopen(store)
+    assert _values(store, "t")["messages"] == edited

@@ -77,6 +77,7 @@ PG_CASES: tuple[str, ...] = (
     "27-prune_unknown_thread_is_no_error",
     "28-delete_thread_removes_that_thread_only",
     "28-removals_free_the_value_rows_only_removed_checkpoints_named",
+    "28-a_message_its_input_holds_is_stored_once_and_outlives_the_input",
     "29-bad_input_is_rejected_before_the_file_is_touched",
     "29-malformed_writes_events_configs_and_filters_are_rejected",
     "30-allowed_types_make_a_user_type_round_trip",

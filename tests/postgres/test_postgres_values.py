@@ -411,3 +411,47 @@ def test_a_put_whose_parent_another_saver_wrote_stores_only_what_it_adds(
             key,
         )
         assert base is not None and size < 200  # the one new message, not the whole list
+
+
+def _borrows(dsn: str, thread: str = "t") -> list[tuple[str, dict[str, Any]]]:
+    # Each borrow row's channel and cell.
+    return [
+        (channel, json.loads(bytes(data)))
+        for channel, data in rows(
+            dsn,
+            "SELECT channel, data FROM lgfs_blobs WHERE thread_id = %s AND codec = 'borrow'",
+            thread,
+        )
+    ]
+
+
+def test_a_message_its_input_holds_is_stored_once_and_reads_back(open_pg: Any, pg_dsn: str) -> None:
+    """Each human message the list gains names the bytes its input's `__start__` row holds.
+
+    Read back equal from a fresh saver, and still after keep_latest removed
+    the input checkpoints whose rows the kept one reads through.
+    """
+    memory = chat_graph(InMemorySaver())
+    chat(memory, "t", 20)
+    chat(chat_graph(open_pg(allowed_types=[Note])), "t", 20)
+    borrows = _borrows(pg_dsn)
+    # Turn 0's message starts the list (stored whole); turns 1-19 borrow theirs.
+    assert len(borrows) == 19 and all(
+        channel == "messages" and cell["c"] == "__start__" for channel, cell in borrows
+    ), borrows
+    exactly_what_is_needed(pg_dsn)
+    fresh = open_pg(allowed_types=[Note])  # nothing cached
+    assert history(chat_graph(fresh), "t") == history(memory, "t")
+    latest = chat_graph(fresh).get_state({"configurable": {"thread_id": "t"}}).values
+    fresh.prune(["t"], strategy="keep_latest")
+    exactly_what_is_needed(pg_dsn)
+    graph = chat_graph(open_pg(allowed_types=[Note]))
+    assert graph.get_state({"configurable": {"thread_id": "t"}}).values == latest
+    chat(graph, "t", 50, start=20)  # past a merged row: its borrowers become prefixes
+    fresh.prune(["t"], strategy="keep_latest")
+    exactly_what_is_needed(pg_dsn)
+    starts = rows(
+        pg_dsn, "SELECT key FROM lgfs_blobs WHERE thread_id = 't' AND channel = '__start__'"
+    )
+    # Only the inputs the kept list still reads through are left.
+    assert len(starts) == len(_borrows(pg_dsn)) < 50, (len(starts), len(_borrows(pg_dsn)))

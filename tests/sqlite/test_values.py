@@ -609,3 +609,77 @@ def test_an_older_file_in_clear_is_sealed_by_rekey_then_repacked_sealed(tmp_path
         assert saver.cell_keys().clear == 0
     with FencedSqliteSaver(path, allowed_types=[Note], encryption=Encryption(key)) as fresh:
         assert _history(_graph(fresh), "t") == expected
+
+
+def _borrows(path: str, thread: str = "t") -> list[tuple[str, dict[str, Any], bool]]:
+    # Each borrow row's channel, cell, and whether the row its cell names is there.
+    conn = sqlite3.connect(path)
+    try:
+        out = []
+        for channel, data in conn.execute(
+            "SELECT channel, data FROM blobs WHERE thread_id = ? AND codec = 'borrow'", (thread,)
+        ).fetchall():
+            cell = json.loads(data)
+            there = conn.execute(
+                "SELECT 1 FROM blobs WHERE thread_id = ? AND channel = ? AND key = ? "
+                "AND base IS NULL",
+                (thread, cell["c"], cell["k"]),
+            ).fetchone()
+            out.append((channel, cell, there is not None))
+        return out
+    finally:
+        conn.close()
+
+
+def test_a_message_its_input_holds_is_stored_once_and_reads_back(tmp_path: Any) -> None:
+    """Each human message the list gains names the bytes its input's `__start__` row holds.
+
+    Read back equal from a fresh saver, and still after keep_latest removed
+    the input checkpoints whose rows the kept one reads through.
+    """
+    path = str(tmp_path / "f.db")
+    memory = _graph(InMemorySaver())
+    _chat(memory, "t", 20)
+    with FencedSqliteSaver(path, allowed_types=[Note]) as saver:
+        _chat(_graph(saver), "t", 20)
+    borrows = _borrows(path)
+    # Turn 0's message starts the list (stored whole); turns 1-19 borrow theirs.
+    assert len(borrows) == 19 and all(
+        channel == "messages" and cell["c"] == "__start__" and there
+        for channel, cell, there in borrows
+    ), borrows
+    with FencedSqliteSaver(path, allowed_types=[Note]) as fresh:  # nothing cached
+        assert _history(_graph(fresh), "t") == _history(memory, "t")
+        latest = _graph(fresh).get_state({"configurable": {"thread_id": "t"}}).values
+        fresh.prune(["t"], strategy="keep_latest")
+    assert all(there for _, _, there in _borrows(path))
+    with FencedSqliteSaver(path, allowed_types=[Note]) as fresh:
+        graph = _graph(fresh)
+        assert graph.get_state({"configurable": {"thread_id": "t"}}).values == latest
+        _chat(graph, "t", 50, start=20)  # past a merged row: its borrowers become prefixes
+        fresh.prune(["t"], strategy="keep_latest")
+        starts = [r for r in _blob_rows(path) if r[0] == "__start__"]
+        # Only the inputs the kept list still reads through are left.
+        assert len(starts) == len(_borrows(path)) < 50, (len(starts), len(_borrows(path)))
+
+
+def test_borrowed_messages_are_sealed_by_rekey_and_read_back(tmp_path: Any) -> None:
+    """rekey seals the rows borrowed from (a borrow row holds no value); a sealed store borrows
+    nothing."""
+    from langgraph_fenced_sqlite import Encryption
+
+    key = os.urandom(32)
+    path = str(tmp_path / "f.db")
+    with FencedSqliteSaver(path, allowed_types=[Note]) as saver:
+        _chat(_graph(saver), "t", 4)
+        expected = _history(_graph(saver), "t")
+    assert len(_borrows(path)) == 3
+    migrating = Encryption(key, accept_plaintext=True)
+    with FencedSqliteSaver(path, allowed_types=[Note], encryption=migrating) as saver:
+        report = saver.rekey()
+        assert report.threads == ["t"] and not report.skipped, report
+    with FencedSqliteSaver(path, allowed_types=[Note], encryption=Encryption(key)) as saver:
+        assert saver.cell_keys().clear == 0
+        assert _history(_graph(saver), "t") == expected
+        _chat(_graph(saver), "t", 3, start=4)
+    assert len(_borrows(path)) == 3

@@ -116,27 +116,38 @@ def refs_of(dsn: str, checkpoint_id: str) -> dict[str, str]:
 
 
 def _needed(dsn: str, thread: str) -> tuple[set[Any], set[Any]]:
-    """The value rows the thread's checkpoints need (refs, then bases), and those it holds."""
-    held = {
-        (ns, c, k): base
-        for ns, c, k, base in rows(
-            dsn,
-            "SELECT checkpoint_ns, channel, key, base FROM lgfs_blobs WHERE thread_id = %s",
-            thread,
-        )
-    }
-    need: set[Any] = set()
-    for ns, refs in rows(
+    """The value rows the thread's checkpoints need (refs, then bases and donors), and those held.
+
+    A borrow row (`values.BORROW`) needs the row its JSON cell names too.
+    """
+    held: dict[Any, list[Any]] = {}
+    for ns, c, k, base, codec, data in rows(
         dsn,
-        "SELECT checkpoint_ns, values_blob FROM lgfs_checkpoints WHERE thread_id = %s "
-        "AND values_type = 'lgfs-refs'",
+        "SELECT checkpoint_ns, channel, key, base, codec, data FROM lgfs_blobs "
+        "WHERE thread_id = %s",
         thread,
     ):
-        for channel, key in json.loads(bytes(refs)).items():
-            at: Any = key
-            while at is not None and (ns, channel, at) not in need:
-                need.add((ns, channel, at))
-                at = held.get((ns, channel, at))
+        edges = [(ns, c, base)] if base is not None else []
+        if codec == "borrow":
+            cell = json.loads(bytes(data))
+            edges.append((ns, cell["c"], cell["k"]))
+        held[(ns, c, k)] = edges
+    need: set[Any] = set()
+    todo = [
+        (ns, channel, key)
+        for ns, refs in rows(
+            dsn,
+            "SELECT checkpoint_ns, values_blob FROM lgfs_checkpoints WHERE thread_id = %s "
+            "AND values_type = 'lgfs-refs'",
+            thread,
+        )
+        for channel, key in json.loads(bytes(refs)).items()
+    ]
+    while todo:
+        at = todo.pop()
+        if at not in need:
+            need.add(at)
+            todo.extend(held.get(at, ()))
     return need, set(held)
 
 
