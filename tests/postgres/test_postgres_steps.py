@@ -285,8 +285,14 @@ def test_an_unclaimed_invoke_commits_once_per_step_too(open_pg: Any, generous: N
     graph.invoke({"count": 0}, config, durability="sync")
     moved = _invokes(saver, graph, config, runs=3)
     assert graph.get_state(config).values == {"count": 5}
-    assert moved["joined"] == 6 * 3
-    assert moved["commits"] == 7 * 3
+    # Every write shares its put's commit, unless LangGraph's put reaches the
+    # store first: it sends a step's writes and its put to its executor, and
+    # on a loaded machine the put can overtake a write (pinned by logging the
+    # arrivals: about one run in 25 with both cores busy, each time one write
+    # of the 18 arriving after its put). That write cannot share a commit
+    # already made: its wait runs out and it commits alone.
+    assert moved["joined"] + moved["ran_out"] == 6 * 3 and moved["ran_out"] <= 1
+    assert moved["commits"] == 7 * 3 + moved["ran_out"]
     assert all(e.token is None for e in saver.events_after("plain"))
 
 
