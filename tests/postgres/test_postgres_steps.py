@@ -263,17 +263,20 @@ def test_a_chain_invoke_commits_once_per_step(open_pg: Any, pg_dsn: str, generou
     finally:
         monitor.close()
     assert graph.get_state(config).values == {"count": 5}
-    commits = (after["commits"] - before["commits"]) / runs
+    # A write LangGraph's put overtook cannot join it: it commits alone once
+    # its wait runs out (see the next test). One such write is tolerated.
+    late = after["ran_out"] - before["ran_out"]
+    assert late <= 1
     # An invoke: the input's put, then six steps (the input's writes, five
     # nodes'), each writes + put; and one read. Alone: 13 commits, 14 trips.
-    assert after["joined"] - before["joined"] == 6 * runs
-    assert commits == 7
+    assert after["joined"] - before["joined"] + late == 6 * runs
+    assert after["commits"] - before["commits"] == 7 * runs + late
     # The server's count agrees: those 7 and the read (the monitor's own
     # statements may add up to 2). Each call alone made 14.
-    assert 8 * runs <= xacts <= 8 * runs + 2
+    assert 8 * runs <= xacts <= 8 * runs + 2 + late
     # One wait per joint batch (each call alone: 14 per invoke); the trace
     # may count a second in a few of them (see the test above).
-    assert 8 * runs <= trips < 9 * runs
+    assert 8 * runs <= trips < 9 * runs + late
 
 
 def test_an_unclaimed_invoke_commits_once_per_step_too(open_pg: Any, generous: None) -> None:
@@ -289,8 +292,9 @@ def test_an_unclaimed_invoke_commits_once_per_step_too(open_pg: Any, generous: N
     # store first: it sends a step's writes and its put to its executor, and
     # on a loaded machine the put can overtake a write (pinned by logging the
     # arrivals: about one run in 25 with both cores busy, each time one write
-    # of the 18 arriving after its put). That write cannot share a commit
-    # already made: its wait runs out and it commits alone.
+    # of the 18 arriving after its put; the test above saw it in CI too).
+    # That write cannot share a commit already made: its wait runs out and it
+    # commits alone.
     assert moved["joined"] + moved["ran_out"] == 6 * 3 and moved["ran_out"] <= 1
     assert moved["commits"] == 7 * 3 + moved["ran_out"]
     assert all(e.token is None for e in saver.events_after("plain"))
