@@ -39,31 +39,10 @@ _LEVEL = 3
 MAX_SIZE = 2**31 - 1
 
 
-# Kept zstd contexts, one per thread (`_contexts`): made per call, as the
-# one-shot functions of `backports.zstd` do, a context costs more than the
-# work on a value of a few KB (measured on a 4 KB value: compressing 22.8 us
-# per call, 17.6 us on a kept context; inflating 10.9 us and 6.3 us; on a
-# 1.2 KB message 6.5 and 1.8 us, 5.0 and 0.8 us). The frames are the same
-# bytes either way: standard zstd, level 3, stating their size.
-_LOCAL = threading.local()
-
-
-def _contexts() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
-    kept: tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor] | None = getattr(
-        _LOCAL, "kept", None
-    )
-    if kept is None:
-        kept = _LOCAL.kept = (
-            zstandard.ZstdCompressor(level=_LEVEL, write_content_size=True),
-            zstandard.ZstdDecompressor(),
-        )
-    return kept
-
-
 def compress(data: bytes) -> tuple[str, bytes]:
     """Return `(codec, stored)`: `("zstd", frame)` if that is smaller, else `("", data)`."""
     if len(data) >= COMPRESS_MIN:
-        packed: bytes = _contexts()[0].compress(data)
+        packed = _VALUES.compress(data)
         if len(packed) < len(data):
             return ZSTD, packed
     return "", data
@@ -83,61 +62,59 @@ def inflate(data: bytes, size: int | None = None) -> bytes:
     Raises:
         ValueError: not one whole frame, or not of the stated size.
     """
-    if size is None:
+    if type(data) is not bytes:
+        raise ValueError(f"a zstd frame held as {type(data).__name__}")
+    if size is not None:
         try:
-            size = zstd.get_frame_info(data).decompressed_size
-        except zstd.ZstdError as exc:
-            raise ValueError(f"not a zstd frame: {exc}") from exc
-    if type(data) is not bytes or size is None or not 0 <= size <= MAX_SIZE:
-        raise ValueError(f"zstd frame of unstated or too large size {size!r}")
-    try:
-        stated = zstd.get_frame_info(data).decompressed_size
-    except zstd.ZstdError as exc:
-        raise ValueError(f"not a zstd frame: {exc}") from exc
-    if stated != size:
-        # Ours always state their size: so decompression is bounded by it.
-        raise ValueError(f"the zstd frame states {stated!r} bytes, not {size}")
-    try:
-        whole = zstd.get_frame_size(data) == len(data)
-    except zstd.ZstdError as exc:
-        raise ValueError(f"not a zstd frame: {exc}") from exc
-    if not whole:
-        raise ValueError("bytes follow the zstd frame")
-    try:
-        out: bytes = _contexts()[1].decompress(data)
-    except zstandard.ZstdError as exc:
-        raise ValueError(f"corrupt zstd frame: {exc}") from None
-    if len(out) != size:
-        raise ValueError("the zstd frame is not of its stated size")
-    return out
+            stated = zstandard.frame_content_size(data)
+        except zstandard.ZstdError as exc:
+            raise ValueError(f"not a zstd frame: {exc}") from None
+        if stated != size:
+            # Ours always state their size: so decompression is bounded by it.
+            raise ValueError(f"the zstd frame states {stated!r} bytes, not {size}")
+    return _VALUES.inflate(data)
 
 
 class RecordCodec:
-    """zstd for short records of one shape, each a frame compressed against `sample`.
+    """zstd frames on contexts kept per thread: any value, or short records against `sample`.
 
-    On its own a record of a few hundred bytes finds little to refer back
-    to; against a sample of its shape (a raw-content dictionary) it finds
-    most of itself. Contexts are kept per thread and reused: made per call
-    (as `backports.zstd`'s functions do, with no way to reuse a finished
-    decompressor) they cost five times the work on such a record, which
-    every read of a checkpoint decodes. `zstandard` (python-zstandard, which
-    LangGraph's `langsmith` already requires) keeps them; its frames are
-    standard zstd.
+    Contexts are kept per thread and reused: made per call (as
+    `backports.zstd`'s functions do, with no way to reuse a finished
+    decompressor) they cost more than the work on a value of a few KB
+    (measured: a 200-byte envelope five times; a 4 KB value compressed in
+    22.8 us instead of 17.6 and inflated in 10.9 instead of 6.3, a 1.2 KB
+    message 6.5/5.0 us instead of 1.8/0.8). `zstandard` (python-zstandard,
+    which LangGraph's `langsmith` already requires) keeps them; its frames
+    are standard zstd, the same bytes either way.
+
+    With a `sample`, each frame is compressed against it: on its own a
+    record of a few hundred bytes finds little to refer back to; against a
+    sample of its shape (a raw-content dictionary) it finds most of itself.
 
     Invariant: `inflate` returns exactly what `compress` was given, refuses
     anything but one whole frame that states its size, and never allocates
     more than `limit`.
     """
 
-    def __init__(self, sample: bytes, limit: int) -> None:
-        """Compress against `sample` (never to change for stored frames); inflate up to `limit`."""
-        self._dict = zstandard.ZstdCompressionDict(sample, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+    def __init__(self, sample: bytes | None, limit: int) -> None:
+        """Compress against `sample` (None: none; never to change for stored frames); inflate up
+        to `limit`."""
+        self._dict = (
+            None
+            if sample is None
+            else zstandard.ZstdCompressionDict(sample, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+        )
         self._limit = limit
         self._local = threading.local()
-        # Tables sized for a record of about a KB against the sample, not
-        # for any input (`_LEVEL`'s defaults): KBs per thread, not MBs.
-        self._params = zstandard.ZstdCompressionParameters.from_level(
-            _LEVEL, source_size=1024, dict_size=len(sample), write_content_size=1
+        # With a sample: tables sized for a record of about a KB against it,
+        # not for any input (`_LEVEL`'s defaults): KBs per thread, not MBs.
+        # Without: `_LEVEL`, sized by each input.
+        self._params = (
+            None
+            if sample is None
+            else zstandard.ZstdCompressionParameters.from_level(
+                _LEVEL, source_size=1024, dict_size=len(sample), write_content_size=1
+            )
         )
 
     def compress(self, data: bytes) -> bytes:
@@ -145,9 +122,13 @@ class RecordCodec:
         local = self._local
         compressor = getattr(local, "compressor", None)
         if compressor is None:
-            compressor = local.compressor = zstandard.ZstdCompressor(
-                dict_data=self._dict, compression_params=self._params
-            )
+            if self._dict is None:
+                compressor = zstandard.ZstdCompressor(level=_LEVEL, write_content_size=True)
+            else:
+                compressor = zstandard.ZstdCompressor(
+                    dict_data=self._dict, compression_params=self._params
+                )
+            local.compressor = compressor
         frame: bytes = compressor.compress(data)
         return frame
 
@@ -169,7 +150,11 @@ class RecordCodec:
         local = self._local
         decompressor = getattr(local, "decompressor", None)
         if decompressor is None:
-            decompressor = local.decompressor = zstandard.ZstdDecompressor(dict_data=self._dict)
+            decompressor = local.decompressor = (
+                zstandard.ZstdDecompressor()
+                if self._dict is None
+                else zstandard.ZstdDecompressor(dict_data=self._dict)
+            )
         try:
             out: bytes = decompressor.decompress(frame)
         except zstandard.ZstdError as exc:
@@ -177,3 +162,7 @@ class RecordCodec:
         if len(out) != size:
             raise ValueError("the zstd frame is not of its stated size")
         return out
+
+
+# Stored values and pending writes (`compress`, `inflate`): no sample, any size.
+_VALUES = RecordCodec(None, MAX_SIZE)

@@ -788,13 +788,12 @@ _NO_BLOB = (
 _ON_WANT = "ON b.thread_id = w.t AND b.checkpoint_ns = w.n AND b.channel = w.c AND b.key = w.k"
 # A value row `b`'s edges to the rows a read of it needs, as `e(c, k)`: the
 # row it extends (its `base`), and the row a borrow row (`values.BORROW`)
-# takes its bytes from, named by its JSON cell (`lgfs_refs`: none for a
-# damaged cell, which its reader then refuses). Join after `lgfs_blobs b`.
+# takes its bytes from, named by its JSON cell (`lgfs_refs`, parsed once: none
+# for a damaged cell, which its reader then refuses). Join after `lgfs_blobs b`.
 _EDGES = (
-    'CROSS JOIN LATERAL (VALUES (b.channel, b.base COLLATE "C"), '
-    "(CASE WHEN b.codec = 'borrow' THEN (lgfs_refs(b.data) ->> 'c') COLLATE \"C\" END, "
-    "CASE WHEN b.codec = 'borrow' THEN (lgfs_refs(b.data) ->> 'k') COLLATE \"C\" END)) "
-    "AS e(c, k)"
+    "CROSS JOIN LATERAL (SELECT CASE WHEN b.codec = 'borrow' THEN lgfs_refs(b.data) END "
+    'AS cell) x CROSS JOIN LATERAL (VALUES (b.channel, b.base COLLATE "C"), '
+    "((x.cell ->> 'c') COLLATE \"C\", (x.cell ->> 'k') COLLATE \"C\")) AS e(c, k)"
 )
 
 
