@@ -9,6 +9,7 @@ states, and a frame that does not end there is refused.
 from __future__ import annotations
 
 import threading
+from importlib import resources
 
 try:  # pragma: no cover - Python 3.14 ships it
     from compression import zstd  # type: ignore[import-not-found]
@@ -19,6 +20,7 @@ import zstandard
 
 __all__ = [
     "COMPRESS_MIN",
+    "DICTIONARY_ID",
     "ZSTD",
     "ZSTD_MSGPACK",
     "RecordCodec",
@@ -37,6 +39,18 @@ ZSTD_MSGPACK = "zstd+msgpack"
 _LEVEL = 3
 # The most a stored value may decompress to.
 MAX_SIZE = 2**31 - 1
+# Values up to this long are also compressed against the dictionary
+# (`values.zdict`, trained by scripts/make_dictionary.py on packed LangChain
+# messages and prose), and the shorter frame kept: a frame of a KB or two then
+# finds its framing and its entropy tables there instead of paying for them
+# (a chat message of 1.2 KB: 703 bytes instead of 796), while text unlike the
+# dictionary's (hex, say) keeps its own tables. Longer values find enough in
+# themselves: the dictionary would save them a percent or two.
+DICTIONARY_MAX = 4096
+# The ID the dictionary's frames name in their header, so a reader knows which
+# dictionary a frame needs (0: none). Never to change: a new dictionary gets a
+# new ID, and readers keep the old one.
+DICTIONARY_ID = 0x6C676673
 
 
 def compress(data: bytes) -> tuple[str, bytes]:
@@ -96,14 +110,24 @@ class RecordCodec:
     more than `limit`.
     """
 
-    def __init__(self, sample: bytes | None, limit: int) -> None:
+    def __init__(
+        self, sample: bytes | None, limit: int, trained: zstandard.ZstdCompressionDict | None = None
+    ) -> None:
         """Compress against `sample` (None: none; never to change for stored frames); inflate up
-        to `limit`."""
+        to `limit`.
+
+        `trained` (only without `sample`): a dictionary with an ID that inputs up to
+        `DICTIONARY_MAX` bytes are also compressed against (the shorter frame kept);
+        such a frame names it, and `inflate` reads frames that name it or none.
+        """
         self._dict = (
             None
             if sample is None
             else zstandard.ZstdCompressionDict(sample, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
         )
+        self._trained = trained
+        if trained is not None:
+            trained.precompute_compress(level=_LEVEL)  # its tables built once, not per frame
         self._limit = limit
         self._local = threading.local()
         # With a sample: tables sized for a record of about a KB against it,
@@ -120,6 +144,14 @@ class RecordCodec:
     def compress(self, data: bytes) -> bytes:
         """Return `data` as one frame that states its size."""
         local = self._local
+        short: bytes | None = None
+        if self._trained is not None and len(data) <= DICTIONARY_MAX:
+            against = getattr(local, "against", None)
+            if against is None:
+                against = local.against = zstandard.ZstdCompressor(
+                    dict_data=self._trained, level=_LEVEL, write_content_size=True
+                )
+            short = against.compress(data)
         compressor = getattr(local, "compressor", None)
         if compressor is None:
             if self._dict is None:
@@ -130,7 +162,7 @@ class RecordCodec:
                 )
             local.compressor = compressor
         frame: bytes = compressor.compress(data)
-        return frame
+        return frame if short is None or len(frame) <= len(short) else short
 
     def inflate(self, frame: bytes) -> bytes:
         """Return what `frame` holds.
@@ -141,6 +173,7 @@ class RecordCodec:
         try:
             size = zstandard.frame_content_size(frame)
             whole = zstd.get_frame_size(frame) == len(frame)
+            named = zstandard.get_frame_parameters(frame).dict_id
         except (zstandard.ZstdError, zstd.ZstdError) as exc:
             raise ValueError(f"not a zstd frame: {exc}") from None
         if not 0 <= size <= self._limit:
@@ -148,6 +181,15 @@ class RecordCodec:
         if not whole:
             raise ValueError("bytes follow the zstd frame")
         local = self._local
+        if named:
+            if self._trained is None or named != self._trained.dict_id():
+                raise ValueError(
+                    f"a zstd frame compressed against dictionary {named}, unknown here"
+                )
+            decompressor = getattr(local, "trained", None)
+            if decompressor is None:
+                decompressor = local.trained = zstandard.ZstdDecompressor(dict_data=self._trained)
+            return self._whole(decompressor, frame, size)
         decompressor = getattr(local, "decompressor", None)
         if decompressor is None:
             decompressor = local.decompressor = (
@@ -155,6 +197,10 @@ class RecordCodec:
                 if self._dict is None
                 else zstandard.ZstdDecompressor(dict_data=self._dict)
             )
+        return self._whole(decompressor, frame, size)
+
+    @staticmethod
+    def _whole(decompressor: zstandard.ZstdDecompressor, frame: bytes, size: int) -> bytes:
         try:
             out: bytes = decompressor.decompress(frame)
         except zstandard.ZstdError as exc:
@@ -164,5 +210,15 @@ class RecordCodec:
         return out
 
 
-# Stored values and pending writes (`compress`, `inflate`): no sample, any size.
-_VALUES = RecordCodec(None, MAX_SIZE)
+def _dictionary() -> zstandard.ZstdCompressionDict:
+    # The shipped dictionary; one that does not name `DICTIONARY_ID` is not it.
+    data = resources.files(__package__).joinpath("values.zdict").read_bytes()
+    trained = zstandard.ZstdCompressionDict(data, dict_type=zstandard.DICT_TYPE_FULLDICT)
+    if trained.dict_id() != DICTIONARY_ID:  # pragma: no cover - a broken install
+        raise ImportError(f"values.zdict names dictionary {trained.dict_id()}, not {DICTIONARY_ID}")
+    return trained
+
+
+# Stored values and pending writes (`compress`, `inflate`): no sample, any
+# size, the short ones against the dictionary.
+_VALUES = RecordCodec(None, MAX_SIZE, _dictionary())
