@@ -216,6 +216,10 @@ def _dictionary() -> zstandard.ZstdCompressionDict:
     trained = zstandard.ZstdCompressionDict(data, dict_type=zstandard.DICT_TYPE_FULLDICT)
     if trained.dict_id() != DICTIONARY_ID:  # pragma: no cover - a broken install
         raise ImportError(f"values.zdict names dictionary {trained.dict_id()}, not {DICTIONARY_ID}")
+    # Build its decompression tables now, under the import lock: the object
+    # builds them on first use, and the per-thread decompressors share it.
+    sample = zstandard.ZstdCompressor(dict_data=trained).compress(b"lgfs " * 40)
+    zstandard.ZstdDecompressor(dict_data=trained).decompress(sample)
     return trained
 
 
