@@ -100,7 +100,10 @@ def test_the_input_step_writes_are_slices_of_the_input_and_read_back_as_in_memor
     """The `__start__` task writes what the input checkpoint holds: stored once, read back equal.
 
     LangGraph runs that task while the input checkpoint's put is still
-    committing (`ValueCache.putting`), so every turn's write is a slice.
+    committing (`ValueCache.putting`), so a turn's write is a slice: unless
+    CPU load lets the write overtake the start of that put, which LangGraph
+    calls on its executor thread (CI hit it once, 1 turn of 12); that write
+    is stored whole and reads back the same (semantics §7).
     """
     path = str(tmp_path / "f.db")
     memory = InMemorySaver()
@@ -120,7 +123,12 @@ def test_the_input_step_writes_are_slices_of_the_input_and_read_back_as_in_memor
     finally:
         conn.close()
     starts = [(t, n) for path_, t, n in types if path_.endswith("__start__")]
-    assert starts == [("lgfs-slice", 12)] * 12, starts  # 12 bytes each, not the message
+    # A slice is 12 bytes, not the message; a write that overtook its put's
+    # start is the message, compressed.
+    assert len(starts) == 12 and all(
+        s == ("lgfs-slice", 12) or s[0] == "zstd+msgpack" for s in starts
+    ), starts
+    assert starts.count(("lgfs-slice", 12)) > 6, starts
     assert all(t != "lgfs-slice" for path_, t, _ in types if not path_.endswith("__start__"))
     with FencedSqliteSaver(path, allowed_types=[Note]) as fresh:  # nothing cached
         assert _writes_by_step(fresh, "t") == expected
