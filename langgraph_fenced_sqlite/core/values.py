@@ -459,7 +459,7 @@ def _encode_list(
             if cell is None:
                 out.append(_row(channel, key, base[1], "msgpack", n, ordinal, added, enc))
             else:
-                out.append(_borrow_row(channel, key, base[1], n, ordinal, len(added), cell))
+                out.append(_cell_row(channel, key, base[1], n, ordinal, BORROW, len(added), cell))
             older = (a for a in prev.anchors if a[0] <= base[0])
             anchors = ((ordinal, key, len(body), crc), *older)
             if span == 1:
@@ -491,11 +491,12 @@ def _borrowable(channel: str, added: bytes, donors: Mapping[str, Held] | None) -
     return None
 
 
-def _borrow_row(
-    channel: str, key: str, base: str, count: int, ordinal: int, size: int, cell: bytes
+def _cell_row(
+    channel: str, key: str, base: str, count: int, ordinal: int, codec: str, size: int, cell: bytes
 ) -> Blob:
-    sum_ = blob_checksum(channel, key, base, "msgpack", count, ordinal, BORROW, size, cell)
-    return Blob(channel, key, base, "msgpack", count, ordinal, BORROW, size, cell, sum_)
+    # A list row that holds no bytes of the value, only `cell` (`BORROW`, `PREFIX`).
+    sum_ = blob_checksum(channel, key, base, "msgpack", count, ordinal, codec, size, cell)
+    return Blob(channel, key, base, "msgpack", count, ordinal, codec, size, cell, sum_)
 
 
 def is_tail(blob: Blob) -> bool:
@@ -509,8 +510,7 @@ def _as_prefixes(
     # The single extensions whose elements the new row `key` now holds too:
     # each becomes the prefix of it that it is (the store rewrites those rows).
     for k, items, ordinal, size in recent:
-        sum_ = blob_checksum(channel, k, key, "msgpack", items, ordinal, PREFIX, size, b"")
-        out.append(Blob(channel, k, key, "msgpack", items, ordinal, PREFIX, size, b"", sum_))
+        out.append(_cell_row(channel, k, key, items, ordinal, PREFIX, size, b""))
 
 
 def _seal(crc: int, type_: str, count: int) -> int:
