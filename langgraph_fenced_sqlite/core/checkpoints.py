@@ -235,6 +235,7 @@ def encode_writes(
     *,
     compress: bool = False,
     within: Mapping[str, Held] | None = None,
+    lend: list[tuple[str, int, bytes, int]] | None = None,
 ) -> list[EncodedWrite]:
     """Encode `put_writes`' arguments, mapping special channels to their idx.
 
@@ -243,18 +244,24 @@ def encode_writes(
     `within`: the values of the writes' checkpoint, as this process holds
     them; a value they hold byte for byte is stored as a slice of them
     (`slices.SLICE`). Not given with encryption.
+    `lend`: gets `(task_id, idx, msgpack, checksum)` of each write stored
+    with its bytes (not a slice, not a special channel's, not sealed), which
+    a child checkpoint's value may name (`values.LENT`).
     """
     out = []
     enc = encryption_of(serde)
     compress = compress or enc is not None
     for idx, (channel, value) in enumerate(writes):
+        raw = None
         try:
             type_, blob = serde.dumps_typed(value)
             cell = None if within is None or type_ != "msgpack" else find_slice(within, blob)
             if cell is not None:
                 type_, blob = SLICE, cell
-            elif compress:
-                type_, blob = compress_typed(type_, blob)
+            else:
+                raw = blob if type_ == "msgpack" else None
+                if compress:
+                    type_, blob = compress_typed(type_, blob)
             if enc is not None:
                 type_, blob = enc.seal_typed(type_, blob)
         except SerializationError as exc:
@@ -265,6 +272,8 @@ def encode_writes(
         special = special_idx is not None
         idx_ = idx if special_idx is None else special_idx
         sum_ = write_checksum(channel, type_, blob)
+        if lend is not None and raw is not None and not special and enc is None:
+            lend.append((task_id, idx_, raw, sum_))
         row = (task_id, idx_, task_path, channel, type_, blob, special, sum_)
         out.append(_new_tuple(EncodedWrite, row))
     return out

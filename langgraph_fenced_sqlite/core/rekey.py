@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from ..errors import bad_argument
 from .checksums import blob_checksum, checkpoint_checksum, write_checksum
-from .compression import ZSTD, compress_typed
+from .compression import ZSTD, compress, compress_typed
 from .encryption import (
     AES,
     AES_SUFFIX,
@@ -29,6 +29,7 @@ from .encryption import (
     encryption_of,
     key_id_of_cell,
 )
+from .lending import lent_bytes, lent_cell
 from .repack import apply_thread
 from .slices import SLICE
 from .validation import check_bool
@@ -175,13 +176,28 @@ def plan_reseals(
         elif new is not None:
             sum_ = write_checksum(channel, new[0], new[1])
             out.append(Reseal("writes", (ns, cid, task_id, idx), stored, new, sum_, was))
+    lent = {(w[0], w[1], w[2], w[3]): (w[4], w[5], w[6], w[7]) for w in writes}
     for ns, channel, key, base, type_, count, ordinal, codec, size, data, stored in blobs:
-        if codec in (PREFIX, BORROW):
+        named = lent_cell(data) if codec == BORROW else None
+        if codec in (PREFIX, BORROW) and named is None:
             continue  # holds no bytes of a value
         if stored != blob_checksum(channel, key, base, type_, count, ordinal, codec, size, data):
             skip(None, f"value {key!r} ({channel!r}): checksum mismatch (damaged)")
             continue
-        if codec in (AES, ZSTD + AES_SUFFIX):
+        if named is not None:
+            # A borrow row naming a write's bytes (`values.LENT`): its write is
+            # resealed (its checksum changes), so it is made whole, sealed.
+            write = lent.get((ns, *named[:3]))
+            try:
+                if write is None:
+                    raise ValueError("borrows from a write that is missing")
+                added = lent_bytes(write, named[4], named[3], size, enc)
+            except ValueError as exc:
+                skip(None, f"value {key!r} ({channel!r}): {exc}")
+                continue
+            inner, plain = compress(added)
+            was = CLEAR
+        elif codec in (AES, ZSTD + AES_SUFFIX):
             inner = "" if codec == AES else ZSTD
             was = key_id_of_cell(data) or CLEAR
             if enc.current(data):

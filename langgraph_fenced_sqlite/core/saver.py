@@ -36,6 +36,7 @@ from . import values
 from .claims import token_from_config
 from .delta_history import DeltaWalk
 from .encryption import Encryption, encryption_of
+from .lending import lent_writes
 from .serde import DataOnlySerializer, TypeKey, schema_classes, schema_types
 from .steps import FollowPolicy
 from .store import UsesStore
@@ -323,14 +324,13 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
             self._putting(enc)
             if token is None and self.fence_runs:  # a run's own claim
                 token = self._run_token(enc.thread_id, cps.run_id_of(config))
-            try:
-                self._put(enc, token)
-            except StaleParent:
-                # Its values named rows of a parent deleted or replaced since this
-                # process read it: stored whole, naming nothing of the parent's.
-                enc, _, stored = self._encode_put(config, checkpoint, metadata, whole=True)
-                self._putting(enc)
-                self._put(enc, token)
+            while True:
+                try:
+                    self._put(enc, token)
+                    break
+                except StaleParent:
+                    enc, stored = self._encode_again(config, checkpoint, metadata, enc)
+                    self._putting(enc)
         finally:
             if policy is not None and thread_id is not None:
                 policy.withdraw(thread_id)
@@ -384,7 +384,13 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
         self._read_tuple(thread_id, ns, checkpoint_id)
 
     def _encode_values(
-        self, thread_id: str, ns: str, parent_id: str | None, checkpoint: Checkpoint, whole: bool
+        self,
+        thread_id: str,
+        ns: str,
+        parent_id: str | None,
+        checkpoint: Checkpoint,
+        whole: bool,
+        lend: bool = True,
     ) -> values.Encoded:
         """Encode a put's channel values against its parent's (`values.encode_values`).
 
@@ -409,12 +415,31 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
                 checkpoint.get("channel_versions", {}),
                 None if parent is None else parent[1],
                 None if parent is None else parent[0],
+                cache.lent(thread_id, ns, parent_id) if parent_id and parent and lend else (),
             )
         except SerializationError:
             # Refused: `dumps_typed` of the whole raises the same refusal,
             # located (channel, and key within a dict) as it always was.
             self.serde.dumps_typed(channel_values)
             raise
+
+    def _encode_again(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        refused: cps.EncodedCheckpoint,
+    ) -> tuple[cps.EncodedCheckpoint, RunnableConfig]:
+        """Encode a put again after its store refused `refused` (`StaleParent`).
+
+        It named a pending write not stored as this process holds it (one
+        that lost to another's, or failed): encoded again naming no write.
+        Else it named rows of a parent deleted or replaced since this process
+        read it: stored whole, naming nothing of the parent's.
+        """
+        lent = bool(lent_writes(refused.blobs or ()))
+        enc, _, stored = self._encode_put(config, checkpoint, metadata, whole=not lent, lend=False)
+        return enc, stored
 
     def _encode_put(
         self,
@@ -423,10 +448,12 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         *,
         whole: bool = False,
+        lend: bool = True,
     ) -> tuple[cps.EncodedCheckpoint, int | None, RunnableConfig]:
         """Check and encode `put`'s arguments: the row, the token, the config `put` returns.
 
-        `whole`: values name no row of the parent's (after `StaleParent`).
+        `whole`: values name no row of the parent's (after `StaleParent`);
+        `lend`: they may name the parent's pending writes this process holds.
         """
         thread_id, ns, _ = config_target(config)
         token = token_from_config(config)
@@ -434,7 +461,7 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
         encoded = None
         if self._value_table:
             parent_id = config["configurable"].get("checkpoint_id")
-            encoded = self._encode_values(thread_id, ns, parent_id, checkpoint, whole)
+            encoded = self._encode_values(thread_id, ns, parent_id, checkpoint, whole, lend)
         enc = cps.encode_checkpoint(
             self.serde,
             config,
@@ -494,11 +521,13 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
         check_name(task_path, "task_path", allow_empty=True)
         token = token_from_config(config)
         within = None
+        lend: _list[tuple[str, int, bytes, int]] | None = None
         if self._value_table and encryption_of(self.serde) is None:
             # The checkpoint's values, when this process holds them (it put
             # or read it, or is putting it): a write they hold is stored as a
             # slice of them.
             within = self._value_cache.holding(thread_id, ns, cid)
+            lend = []
         encoded = cps.encode_writes(
             self.serde,
             check_writes(writes),
@@ -506,9 +535,15 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
             task_path,
             compress=self._value_table,
             within=within,
+            lend=lend,
         )
         if not encoded:
             return None
+        if lend:
+            # Held before the write is stored: the step's put, which names
+            # their bytes, often takes this write into its own commit. Its
+            # transaction checks that each write it names is stored, as held.
+            self._value_cache.lend(thread_id, ns, [values.Lent(cid, *w) for w in lend])
         return (thread_id, ns, cid), encoded, token, cps.run_id_of(config)
 
     def get_next_version(self, current: str | None, channel: None = None) -> str:

@@ -34,9 +34,11 @@ from .encryption import (
     Encryption,
     blob_aad,
 )
+from .lending import lent_bytes, lent_cell, lent_key
 from .values import (
     BORROW,
     CODECS,
+    LENT,
     LEVELS,
     PREFIX,
     REFS,
@@ -312,7 +314,8 @@ def _rebuild(
     for (row, _), (_, _, at, _) in zip(chain, anchors, strict=False):
         if row[8] == PREFIX or row[7] % SPAN == 0:
             break
-        recent.append((row[3], row[6], row[7], at))
+        if row[8] != BORROW:  # holds no bytes: never rewritten as a prefix
+            recent.append((row[3], row[6], row[7], at))
     else:
         if below is not None:
             recent.extend(below.recent)
@@ -332,8 +335,11 @@ def _borrowed(
     enc: Encryption | None,
 ) -> bytes:
     # The bytes a `BORROW` row names: `size` bytes at offset `o` of another
-    # channel's whole value (a row with no base, so the walk is one row).
+    # channel's whole value (a row with no base, so the walk is one row), or
+    # of a pending write (`LENT`).
     where = f"channel {row[2]!r}: value {row[3]!r}"
+    if cell.startswith(b'{"w":'):
+        return _lent(thread_id, ns, cid, row, cell, rows, enc, where)
     try:
         named = orjson.loads(cell)
     except ValueError:
@@ -355,6 +361,33 @@ def _borrowed(
     if len(held.anchors) != 1 or len(data) != row[9]:
         raise UndecodableRow(thread_id, cid, f"{where}: borrows bytes its donor does not hold")
     return data
+
+
+def _lent(
+    thread_id: str,
+    ns: str,
+    cid: str,
+    row: Sequence[Any],
+    cell: bytes,
+    rows: Mapping[tuple[Any, ...], Any],
+    enc: Encryption | None,
+    where: str,
+) -> bytes:
+    # The bytes a `LENT` cell names within a pending write's msgpack. The
+    # store reads the write with the value rows, as the row `(LENT, key)`:
+    # its channel, type, idx, then its blob and checksum in cells 10 and 11.
+    named = lent_cell(cell)
+    if named is None:
+        raise UndecodableRow(thread_id, cid, f"{where}: a borrow cell that names no write")
+    write_cid, task_id, idx, offset, checksum = named
+    donor = rows.get((thread_id, ns, LENT, lent_key(write_cid, task_id, idx)))
+    if donor is None:
+        raise UndecodableRow(thread_id, cid, f"{where}: borrows from a write that is missing")
+    write = (donor[4], donor[5], donor[10], donor[11])
+    try:
+        return lent_bytes(write, checksum, offset, row[9], enc)
+    except ValueError as exc:
+        raise UndecodableRow(thread_id, cid, f"{where}: {exc}") from None
 
 
 class _Verified:

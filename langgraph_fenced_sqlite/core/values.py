@@ -11,8 +11,10 @@ that extends a stored list (the same leading elements, byte for byte, then
 new ones: what `add_messages` and `operator.add` produce), the key of that
 list's row (`base`) and the new elements' bytes, or, when another channel's
 whole value in the parent holds those bytes (the input a chat's step gains),
-a cell naming them there (`BORROW`). A value unchanged since the parent
-checkpoint is not stored again: the checkpoint names its parent's row.
+a cell naming them there (`BORROW`), or, when a pending write of the parent
+holds them (the reply a chat's step gains), a cell naming that write. A
+value unchanged since the parent checkpoint is not stored again: the
+checkpoint names its parent's row.
 
 Invariant: a key names content. It is the CRC-32 and the size of the whole
 value's encoded bytes and the CRC-32 of the channel version it was stored
@@ -75,6 +77,8 @@ __all__ = [
     "StaleParent",
     "Encoded",
     "Held",
+    "LENT",
+    "Lent",
     "ValueCache",
     "encode_values",
     "is_tail",
@@ -99,6 +103,16 @@ PREFIX = "prefix"
 # and `size` their length. A read takes them from that row (`value_reads`);
 # the collection of unneeded rows keeps the row while a borrower needs it.
 BORROW = "borrow"
+# A `BORROW` row may instead name bytes a pending write of the parent checkpoint
+# holds (in a chat, the reply its step gains, which the reply's write to the
+# parent carried): its cell is `{"w": [checkpoint_id, task_id, idx], "o":
+# offset, "s": checksum}`, the write's key, the offset of the bytes within the
+# write's msgpack, and the write row's checksum as the put saw it (the put's
+# transaction refuses the put unless the write holds it). A read takes them
+# from that write row, which it reads as the value row `(LENT, "cid/task/idx")`
+# (`value_reads`); every removal of a write makes its borrowers whole first.
+# A borrow row is never rewritten as a prefix: it holds no bytes to free.
+LENT = "~write"
 # The codecs of a sealed value row (encryption.py): its bytes, or its zstd frame, sealed.
 SEALED = frozenset({AES, ZSTD + AES_SUFFIX})
 # Every codec a value row may hold: in clear (none, zstd), a prefix, a borrow, sealed.
@@ -140,6 +154,16 @@ class Blob(NamedTuple):
 
 # The columns a store reads a value row as (after its thread and namespace).
 BlobRow = tuple[Any, ...]
+
+
+class Lent(NamedTuple):
+    """A pending write this process stored, whose bytes a child's value may name (`LENT`)."""
+
+    checkpoint_id: str
+    task_id: str
+    idx: int
+    data: bytes  # its msgpack, as encoded (not compressed)
+    checksum: int  # its row's, as stored (`checksums.write_checksum`)
 
 
 class Held(NamedTuple):
@@ -327,11 +351,14 @@ def encode_values(
     versions: Mapping[str, Any],
     parent: Mapping[str, Held] | None,
     parent_refs: bytes | None = None,
+    lent: Sequence[Lent] = (),
 ) -> Encoded:
     """Encode a checkpoint's `channel_values` against its parent's, as this process holds them.
 
     `parent` is what this process holds of the parent's values, `parent_refs`
-    the parent's refs cell (which the store checks the parent still holds).
+    the parent's refs cell (which the store checks the parent still holds),
+    `lent` the parent's pending writes this process stored (a new element
+    they hold is named there, `LENT`; the store checks each is still stored).
 
     Raises:
         SerializationError: a value does not encode or prove (`dumps_typed`'s errors).
@@ -344,11 +371,14 @@ def encode_values(
     # whole (never with encryption: a borrower would name bytes sealed apart).
     donors = None
     if parent and enc is None:
-        donors = {
-            c: h
-            for c, h in parent.items()
-            if len(h.anchors) == 1 and _MIN_BORROW <= len(h.body) <= _MAX_DONOR
-        }
+        donors = _Donors(
+            {
+                c: h
+                for c, h in parent.items()
+                if len(h.anchors) == 1 and _MIN_BORROW <= len(h.body) <= _MAX_DONOR
+            },
+            tuple(w for w in lent if _MIN_BORROW <= len(w.data) <= _MAX_DONOR),
+        )
     for channel, value in values.items():
         prev = parent.get(channel) if parent else None
         version = versions.get(channel)
@@ -380,7 +410,7 @@ def _encode(
     prev: Held | None,
     out: list[Blob],
     enc: Encryption | None,
-    donors: Mapping[str, Held] | None = None,
+    donors: _Donors | None = None,
 ) -> Held:
     # Every value is encoded and compared by its bytes: a put may carry a
     # changed value under an unchanged version (LangGraph's own savers
@@ -423,7 +453,7 @@ def _encode_list(
     needs_proof: bool,
     out: list[Blob],
     enc: Encryption | None = None,
-    donors: Mapping[str, Held] | None = None,
+    donors: _Donors | None = None,
 ) -> Held:
     # `data` is the whole list's msgpack: its array header, then each
     # element's bytes. The parent's list is a prefix of it when its body is.
@@ -463,7 +493,10 @@ def _encode_list(
             older = (a for a in prev.anchors if a[0] <= base[0])
             anchors = ((ordinal, key, len(body), crc), *older)
             if span == 1:
-                recent = ((key, n, ordinal, len(body)), *prev.recent)
+                # A borrow row holds no bytes: the next merged row leaves it be.
+                recent = prev.recent
+                if cell is None:
+                    recent = ((key, n, ordinal, len(body)), *recent)
                 return Held(key, "msgpack", n, body, crc, anchors, recent)
             _as_prefixes(channel, key, prev.recent, out)
             return Held(key, "msgpack", n, body, crc, anchors)
@@ -478,16 +511,27 @@ def _encode_list(
     return Held(key, "msgpack", n, body, crc, ((0, key, len(body), crc),))
 
 
-def _borrowable(channel: str, added: bytes, donors: Mapping[str, Held] | None) -> bytes | None:
-    # The `BORROW` cell naming `added` within another channel's whole value;
-    # None: no donor holds it.
-    if not donors or len(added) < _MIN_BORROW:
+class _Donors(NamedTuple):
+    # What a single extension may borrow its bytes from (`_borrowable`).
+    values: Mapping[str, Held]  # the parent's whole values, by channel
+    writes: tuple[Lent, ...]  # the parent's pending writes this process stored
+
+
+def _borrowable(channel: str, added: bytes, donors: _Donors | None) -> bytes | None:
+    # The `BORROW` cell naming `added` within another channel's whole value,
+    # or within a pending write (`LENT`); None: no donor holds it.
+    if donors is None or len(added) < _MIN_BORROW:
         return None
-    for c, h in donors.items():
+    for c, h in donors.values.items():
         if c != channel and len(added) <= len(h.body):
             at = h.body.find(added)
             if at >= 0:
                 return _dumps({"c": c, "k": h.key, "o": at})
+    for w in donors.writes:
+        if len(added) <= len(w.data):
+            at = w.data.find(added)
+            if at >= 0:
+                return _dumps({"w": [w.checkpoint_id, w.task_id, w.idx], "o": at, "s": w.checksum})
     return None
 
 
@@ -519,6 +563,11 @@ def _seal(crc: int, type_: str, count: int) -> int:
     return _crc32(f"{type_}:{count}".encode(), crc)
 
 
+# What `ValueCache.lend` holds at most: writes per namespace, and bytes in all.
+_LENT_WRITES = 16
+_LENT_BYTES = 8 * 1024 * 1024
+
+
 class ValueCache:
     """The latest checkpoint's values each (thread, namespace) put or read here, bounded by bytes.
 
@@ -537,6 +586,10 @@ class ValueCache:
         # not yet returned (`putting`), by (thread, ns, cid).
         self._expected: set[tuple[str, str, str]] = set()
         self._putting: dict[tuple[str, str, str], dict[str, Held]] = {}
+        # The pending writes this process stored to each namespace's latest
+        # checkpoint it wrote to (`lend`), and their bytes in all.
+        self._lent: OrderedDict[tuple[str, str], tuple[str, tuple[Lent, ...]]] = OrderedDict()
+        self._lent_bytes = 0
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
 
@@ -588,6 +641,35 @@ class ValueCache:
                     lambda: key in self._putting or key not in self._expected, wait
                 )
             return self._putting.get(key)
+
+    def lend(self, thread_id: str, ns: str, writes: Sequence[Lent]) -> None:
+        """Hold pending writes just stored, all to one checkpoint (`lent` hands them out).
+
+        Only the namespace's latest checkpoint written to keeps its writes
+        here, at most `_LENT_WRITES` of them, within `_LENT_BYTES` in all.
+        """
+        if not writes:
+            return
+        cid = writes[0].checkpoint_id
+        with self._lock:
+            old = self._lent.pop((thread_id, ns), None)
+            kept: tuple[Lent, ...] = ()
+            if old is not None:
+                self._lent_bytes -= sum(len(w.data) for w in old[1])
+                if old[0] == cid:
+                    kept = old[1]
+            held = (*kept, *writes)[-_LENT_WRITES:]
+            self._lent[(thread_id, ns)] = (cid, held)
+            self._lent_bytes += sum(len(w.data) for w in held)
+            while self._lent_bytes > _LENT_BYTES and self._lent:
+                _, (_, dropped) = self._lent.popitem(last=False)
+                self._lent_bytes -= sum(len(w.data) for w in dropped)
+
+    def lent(self, thread_id: str, ns: str, cid: str) -> tuple[Lent, ...]:
+        """Return the writes to checkpoint `cid` this process stored and still holds (`lend`)."""
+        with self._lock:
+            entry = self._lent.get((thread_id, ns))
+            return entry[1] if entry is not None and entry[0] == cid else ()
 
     def latest(self, thread_id: str, ns: str) -> tuple[str, bytes] | None:
         """Return `(cid, refs)` of the namespace's entry, if it has one."""
@@ -652,6 +734,8 @@ class ValueCache:
         with self._lock:
             for key in [k for k in self._entries if k[0] == thread_id]:
                 self._bytes -= self._entries.pop(key)[3]
+            for key in [k for k in self._lent if k[0] == thread_id]:
+                self._lent_bytes -= sum(len(w.data) for w in self._lent.pop(key)[1])
 
     def forget(self, thread_id: str, ns: str) -> None:
         """Drop the namespace's entry."""
@@ -659,3 +743,6 @@ class ValueCache:
             old = self._entries.pop((thread_id, ns), None)
             if old is not None:
                 self._bytes -= old[3]
+            lent = self._lent.pop((thread_id, ns), None)
+            if lent is not None:
+                self._lent_bytes -= sum(len(w.data) for w in lent[1])

@@ -39,7 +39,7 @@ from ..errors import CheckpointConflict
 from . import sql
 from .events import append, raise_floor
 from .txns import fence
-from .values import collect, delete_all
+from .values import collect, delete_all, unlend
 
 Cursor = Any  # a psycopg cursor returning tuples
 
@@ -82,10 +82,10 @@ def delete_for_runs(
         cur.execute(sql.DELETE_CHECKPOINTS_OF_RUNS, params)
         removed = [(r[0], r[1]) for r in cur.fetchall()]
         params.update(namespaces=[r[0] for r in removed], ids=[r[1] for r in removed])
-        cur.execute(sql.DELETE_WRITES_OF_RUNS, params)
-        writes = cur.rowcount
         if removed:
             collect(cur, thread_id)
+        cur.execute(sql.DELETE_WRITES_OF_RUNS, params)
+        writes = unlend(cur, thread_id)
         data = {
             "run_ids": run_ids,
             "checkpoints": [list(k) for k in removed],
@@ -206,7 +206,7 @@ def prune(
         params.update(namespaces=[k[0] for k in removed], ids=[k[1] for k in removed])
         target = _remove_planned(cur, params, removed, before)
         cur.execute(sql.DELETE_ORPHAN_WRITES, params)
-        orphans = cur.rowcount
+        orphans = unlend(cur, thread_id)
     floor = raise_floor(cur, thread_id, min(target, position), None) if target > before else before
     new = []
     if removed or writes or orphans or floor > before:
@@ -226,8 +226,9 @@ def _remove_planned(
     if not removed:
         return floor
     cur.execute(sql.DELETE_CHECKPOINTS_BY_KEY, params)
+    collect(cur, params["thread_id"])  # first: borrow rows it frees need no making whole
     cur.execute(sql.DELETE_WRITES_OF_PRUNED, params)
-    collect(cur, params["thread_id"])
+    unlend(cur, params["thread_id"])
     cur.execute(sql.FIRST_EVENT_OF_STORED, params)
     first_kept = cur.fetchone()[0]
     if first_kept is None:
@@ -272,10 +273,10 @@ def prune_policy(
     params.update(namespaces=[k[0] for k in removed], ids=[k[1] for k in removed])
     target = _remove_planned(cur, params, removed, before)
     cur.execute(sql.DELETE_ORPHAN_WRITES, params)
-    orphans = cur.rowcount
+    orphans = unlend(cur, thread_id)
     for ns in sorted(past):
         cur.execute(sql.DELETE_NS_ORPHAN_WRITES, {"thread_id": thread_id, "ns": ns})
-        orphans += cur.rowcount
+        orphans += unlend(cur, thread_id)
     if policy.max_events is not None:
         target = max(target, next_seq - policy.max_events)
     floor = raise_floor(cur, thread_id, target, None) if target > before else before
@@ -447,10 +448,10 @@ def remove_turn(
         "ids": [k[1] for k in keys],
     }
     cur.execute(sql.DELETE_CHECKPOINTS_BY_KEY, params)
-    cur.execute(sql.DELETE_WRITES_OF_TURN, params)
-    writes = int(cur.rowcount)
     if keys:
         collect(cur, thread_id)
+    cur.execute(sql.DELETE_WRITES_OF_TURN, params)
+    writes = unlend(cur, thread_id)
     return run_id, keys, writes
 
 

@@ -378,12 +378,13 @@ class FencedPostgresSaver(  # type: ignore[misc]
             self._putting(enc)
             if token is None and self.fence_runs:  # a run's own claim
                 token = await self._arun_token(thread_id, cps.run_id_of(config))
-            try:
-                await self._aput(enc, token)
-            except StaleParent:
-                enc, _, stored = self._encode_put(config, checkpoint, metadata, whole=True)
-                self._putting(enc)
-                await self._aput(enc, token)
+            while True:
+                try:
+                    await self._aput(enc, token)
+                    break
+                except StaleParent:
+                    enc, stored = self._encode_again(config, checkpoint, metadata, enc)
+                    self._putting(enc)
         finally:
             if putting is not None:
                 self._value_cache.putting(*putting, None)

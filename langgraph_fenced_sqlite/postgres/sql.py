@@ -32,6 +32,7 @@ from .sql_functions import (
     BEGIN_RUN,
     FENCED_WRITES,
     ONE_WRITE,
+    PUT_VALUES,
     THREAD_TAGS,
     UNFENCED,
     VALUE_TABLE,
@@ -198,6 +199,11 @@ MIGRATIONS: list[str] = [
         FOR EACH ROW WHEN (OLD.ttl_seen = 'Infinity'::float8 AND NEW.next_seq > OLD.next_seq)
         EXECUTE FUNCTION lgfs_unpark_ttl();
     """,
+    # 14: `lgfs_put_values` refuses a put whose borrow rows name a pending
+    # write not stored as named (`sql_functions.PUT_VALUES`, `values.LENT`).
+    # Every removal of writes makes the borrow rows naming them whole first;
+    # an earlier version would not, and it refuses a newer schema.
+    PUT_VALUES,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -429,12 +435,18 @@ DELETE_CHECKPOINTS_BY_KEY = (
     "AS k(ns, id) WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = k.ns "
     "AND c.checkpoint_id = k.id"
 )
+# Each removal of some of a thread's writes returns them, so that the borrow
+# rows naming their bytes are made whole (`values.unlend`).
+_GONE = (
+    " RETURNING w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx, w.channel, w.type, w.blob, "
+    "w.checksum"
+)
 DELETE_WRITES_OF_TURN = (
     "DELETE FROM lgfs_writes w WHERE w.thread_id = %(thread_id)s AND ("
     "(%(run_id)s::text IS NOT NULL AND w.run_id = %(run_id)s) "
     "OR (%(run_id)s::text IS NULL AND w.position >= %(start)s) "
     "OR (w.checkpoint_ns, w.checkpoint_id) IN (SELECT k.ns, k.id FROM "
-    "unnest(%(namespaces)s::text[], %(ids)s::text[]) AS k(ns, id)))"
+    "unnest(%(namespaces)s::text[], %(ids)s::text[]) AS k(ns, id)))" + _GONE
 )
 # An operator's release: lock the row only if the thread exists.
 LOCK_CLAIM = (
@@ -786,6 +798,23 @@ _NO_BLOB = (
     "NULL::int, NULL::text, NULL::int, NULL::bytea, NULL::bigint"
 )
 _ON_WANT = "ON b.thread_id = w.t AND b.checkpoint_ns = w.n AND b.channel = w.c AND b.key = w.k"
+# The value rows `want` names, and the pending writes borrow rows among them
+# name (`values.LENT`), each as the row `(LENT, "cid/task/idx")` holding its
+# channel, type, idx, blob and checksum (`value_reads` reads it so): a
+# derived table `b` of `lgfs_blobs`' columns, for `SELECT {_BLOB_ROW} FROM`.
+_LENT_PART = "(x.cell -> 'w' ->> {0})"
+_WANTED = (
+    f"(SELECT b.* FROM want w JOIN lgfs_blobs b {_ON_WANT} UNION ALL SELECT b.thread_id, "
+    "b.checkpoint_ns, '~write' COLLATE \"C\", "
+    f"({_LENT_PART.format(0)} || '/' || {_LENT_PART.format(1)} || '/' || "
+    f'{_LENT_PART.format(2)}) COLLATE "C", wr.channel COLLATE "C", wr.type, wr.idx, 0, '
+    f"'write', 0, wr.blob, wr.checksum FROM want w JOIN lgfs_blobs b {_ON_WANT} "
+    "CROSS JOIN LATERAL (SELECT lgfs_refs(b.data) AS cell) x JOIN lgfs_writes wr "
+    "ON wr.thread_id = b.thread_id AND wr.checkpoint_ns = b.checkpoint_ns "
+    f"AND wr.checkpoint_id = {_LENT_PART.format(0)} AND wr.task_id = {_LENT_PART.format(1)} "
+    f"AND wr.idx::text = {_LENT_PART.format(2)} WHERE b.codec = 'borrow' "
+    "AND jsonb_typeof(x.cell -> 'w') = 'array') b"
+)
 # A value row `b`'s edges to the rows a read of it needs, as `e(c, k)`: the
 # row it extends (its `base`), and the row a borrow row (`values.BORROW`)
 # takes its bytes from, named by its JSON cell (`lgfs_refs`, parsed once: none
@@ -827,7 +856,7 @@ READ_BLOBS = (
     "%(namespaces)s::text[], %(channels)s::text[], %(keys)s::text[]) AS u(t, n, c, k) "
     "UNION SELECT b.thread_id, b.checkpoint_ns, e.c, e.k FROM want w "
     f"JOIN lgfs_blobs b {_ON_WANT} {_EDGES} WHERE e.k IS NOT NULL) "
-    f"SELECT {_BLOB_ROW} FROM want w JOIN lgfs_blobs b {_ON_WANT}"
+    f"SELECT {_BLOB_ROW} FROM {_WANTED}"
 )
 # A put's value rows, statement by statement (`txns.put`, `repack`), as
 # `lgfs_put_values` stores them: the single extensions a merged row now
@@ -856,6 +885,25 @@ INSERT_BLOBS = (
 HOLDS_REFS = (
     f"SELECT 1 FROM lgfs_checkpoints WHERE {_KEY} AND checkpoint_id = %(parent_id)s "
     "AND values_type = 'lgfs-refs' AND values_blob = %(borrows)s"
+)
+# The thread's borrow rows naming a pending write (`values.LENT`), as
+# `lending.unlent_rows` reads them; one made whole, if still as read.
+LENT_BORROWERS = (
+    "SELECT checkpoint_ns, channel, key, base, type, items, ordinal, codec, size, data, "
+    "checksum FROM lgfs_blobs WHERE thread_id = %(thread_id)s AND codec = 'borrow' "
+    "AND substring(data from 1 for 5) = '\\x7b2277223a'::bytea"
+)
+UNLEND_BLOB = (
+    "UPDATE lgfs_blobs SET codec = %(codec)s, size = %(size)s, data = %(data)s, "
+    "checksum = %(checksum)s WHERE thread_id = %(thread_id)s "
+    "AND checkpoint_ns = %(checkpoint_ns)s AND channel = %(channel)s AND key = %(key)s "
+    "AND codec = 'borrow' AND data = %(cell)s"
+)
+# Whether a pending write is stored with the checksum a borrow row's cell
+# names (`values.LENT`): a put naming its bytes checks so.
+HOLDS_WRITE = (
+    f"SELECT 1 FROM lgfs_writes WHERE {_KEY} AND checkpoint_id = %(checkpoint_id)s "
+    "AND task_id = %(task_id)s AND idx = %(idx)s AND checksum = %(checksum)s"
 )
 DELETE_THREAD_BLOBS = "DELETE FROM lgfs_blobs WHERE thread_id = %(thread_id)s"
 # Remove the thread's value rows that no checkpoint of it needs: those its
@@ -927,7 +975,9 @@ REKEY_READ_WRITES = (
 REKEY_READ_BLOBS = (
     "SELECT checkpoint_ns, channel, key, base, type, items, ordinal, codec, size, data, "
     "checksum FROM lgfs_blobs WHERE thread_id = %(thread_id)s "
-    "AND codec NOT IN ('prefix', 'borrow')"
+    "AND (codec NOT IN ('prefix', 'borrow') OR (codec = 'borrow' "
+    # A borrow row naming a write (`values.LENT`): made whole, sealed.
+    "AND substring(data from 1 for 5) = '\\x7b2277223a'::bytea))"
 )
 REKEY_CHECKPOINT = (
     "UPDATE lgfs_checkpoints SET values_type = %(type)s, values_blob = %(data)s, "
@@ -971,7 +1021,7 @@ _TUPLE_OF = (
     "w.task_id, w.channel, w.type, w.blob, w.task_path, w.idx, w.checksum, {no_blob} FROM c "
     "JOIN lgfs_writes w ON w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns "
     "AND w.checkpoint_id = c.checkpoint_id UNION ALL SELECT 2, {no_checkpoint}, {no_write}, "
-    f"{_BLOB_ROW} FROM want w JOIN lgfs_blobs b {_ON_WANT} ORDER BY 1, 18, 14, 19"
+    f"{_BLOB_ROW} FROM {_WANTED} ORDER BY 1, 18, 14, 19"
 )
 TUPLE_BY_ID = _TUPLE_OF.format(
     found=GET_CHECKPOINT_BY_ID, no_write=_NO_WRITE, no_checkpoint=_NO_CHECKPOINT, no_blob=_NO_BLOB
@@ -1012,7 +1062,7 @@ DELETE_CHECKPOINTS_OF_RUNS = (
 DELETE_WRITES_OF_RUNS = (
     "DELETE FROM lgfs_writes w WHERE w.thread_id = %(thread_id)s AND (w.run_id = ANY(%(runs)s) "
     "OR (w.checkpoint_ns, w.checkpoint_id) IN (SELECT k.ns, k.id FROM "
-    "unnest(%(namespaces)s::text[], %(ids)s::text[]) AS k(ns, id)))"
+    "unnest(%(namespaces)s::text[], %(ids)s::text[]) AS k(ns, id)))" + _GONE
 )
 COUNT_CHECKPOINTS = "SELECT count(*) FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s"
 # Source checkpoints whose id the target holds with different content.
@@ -1068,7 +1118,7 @@ PRUNE_SKELETON = (
 DELETE_WRITES_OF_PRUNED = (
     "DELETE FROM lgfs_writes w USING unnest(%(namespaces)s::text[], %(ids)s::text[]) "
     "AS k(ns, id) WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = k.ns "
-    "AND w.checkpoint_id = k.id"
+    "AND w.checkpoint_id = k.id" + _GONE
 )
 # The first event about a checkpoint still stored (where keep_latest's floor
 # goes), and one past the last event about a removed one (where it goes when
@@ -1093,7 +1143,9 @@ _ORPHAN = (
     "max(l.position) FROM lgfs_checkpoints l WHERE l.thread_id = w.thread_id "
     "AND l.checkpoint_ns = w.checkpoint_ns)"
 )
-DELETE_ORPHAN_WRITES = "DELETE FROM lgfs_writes w WHERE w.thread_id = %(thread_id)s AND " + _ORPHAN
+DELETE_ORPHAN_WRITES = (
+    "DELETE FROM lgfs_writes w WHERE w.thread_id = %(thread_id)s AND " + _ORPHAN + _GONE
+)
 # Of every thread (`lgfs doctor`): what the next prune of each would remove.
 COUNT_ALL_ORPHAN_WRITES = "SELECT count(*) FROM lgfs_writes w WHERE " + _ORPHAN
 # A retention policy's prune (no claim needed): the thread row locked, so it
@@ -1161,7 +1213,7 @@ CHECKPOINT_PARENTS = (
 DELETE_NS_ORPHAN_WRITES = (
     "DELETE FROM lgfs_writes w WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = %(ns)s "
     "AND NOT EXISTS (SELECT 1 FROM lgfs_checkpoints c WHERE c.thread_id = w.thread_id "
-    "AND c.checkpoint_ns = w.checkpoint_ns AND c.checkpoint_id = w.checkpoint_id)"
+    "AND c.checkpoint_ns = w.checkpoint_ns AND c.checkpoint_id = w.checkpoint_id)" + _GONE
 )
 DELETE_ALL_RETURNING = (
     "DELETE FROM lgfs_checkpoints WHERE thread_id = %(thread_id)s "
@@ -1206,8 +1258,7 @@ def page_with_writes(page_sql: str) -> str:
         f"SELECT 1, {_NO_CHECKPOINT}, {page_writes}, {_NO_BLOB} FROM lgfs_writes w JOIN page p "
         "ON w.thread_id = p.thread_id AND w.checkpoint_ns = p.checkpoint_ns "
         "AND w.checkpoint_id = p.checkpoint_id UNION ALL "
-        f"SELECT 2, {_NO_CHECKPOINT}, {no_writes}, NULL::bigint, {_BLOB_ROW} FROM want w "
-        f"JOIN lgfs_blobs b {_ON_WANT} "
+        f"SELECT 2, {_NO_CHECKPOINT}, {no_writes}, NULL::bigint, {_BLOB_ROW} FROM {_WANTED} "
         "ORDER BY 1, 4 DESC, 2 DESC, 3 DESC, 14, 15, 16, 21, 17, 22"
     )
 
@@ -1360,9 +1411,7 @@ _PUSHED = (
     + ", ".join(f"'{c}'" for c in STATUS_WRITE_CHANNELS)
     + f") AND strpos(w.task_path, '{PUSH_TASK_PATH}') > 0)"
 )
-_LATEST_ROOT_VALUES = (
-    "WITH RECURSIVE {want} SELECT " + _BLOB_ROW + f" FROM want w JOIN lgfs_blobs b {_ON_WANT}"
-)
+_LATEST_ROOT_VALUES = "WITH RECURSIVE {want} SELECT " + _BLOB_ROW + f" FROM {_WANTED}"
 LATEST_ROOT_VALUES = _LATEST_ROOT_VALUES.format(want=_want(f"({_PUSHED}) s"))
 LATEST_ROOT_VALUES_OF = _LATEST_ROOT_VALUES.format(
     want=_want(f"({_PUSHED} AND t.thread_id = %(thread_id)s) s")

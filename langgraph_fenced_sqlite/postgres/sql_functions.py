@@ -362,35 +362,12 @@ UNFENCED = _unfenced(ONE_WRITE, 2) + _unfenced(
 # `StaleParent`, and the saver stores the values whole. Each statement runs
 # after `lgfs_put`'s fence took the thread's row lock, which every removal
 # of the thread's rows takes too, so no collection runs between the check
-# and the commit.
-VALUE_TABLE = """
-    CREATE TABLE IF NOT EXISTS lgfs_blobs (
-        thread_id text COLLATE "C" NOT NULL,
-        checkpoint_ns text COLLATE "C" NOT NULL,
-        channel text COLLATE "C" NOT NULL,
-        key text COLLATE "C" NOT NULL,
-        base text COLLATE "C",
-        type text NOT NULL,
-        items integer NOT NULL,
-        ordinal integer NOT NULL,
-        codec text NOT NULL,
-        size integer NOT NULL,
-        data bytea NOT NULL,
-        checksum bigint NOT NULL,
-        PRIMARY KEY (thread_id, checkpoint_ns, channel, key)
-    );
-    ALTER TABLE lgfs_blobs ALTER COLUMN data SET STORAGE EXTERNAL;
-    CREATE OR REPLACE FUNCTION lgfs_refs(p_refs bytea) RETURNS jsonb
-    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
-    DECLARE
-        v_refs jsonb;
-    BEGIN
-        v_refs := convert_from(p_refs, 'UTF8')::jsonb;
-        IF jsonb_typeof(v_refs) = 'object' THEN RETURN v_refs; END IF;
-        RETURN NULL;
-    EXCEPTION WHEN others THEN
-        RETURN NULL;
-    END $$;
+# and the commit. Since migration 14 (which creates it again, `PUT_VALUES`)
+# it also refuses a put whose borrow rows name a pending write
+# (`values.LENT`) not stored with the checksum the cell names (a write that
+# lost to another process's, or was never stored): the saver then encodes
+# the values again, naming no write.
+PUT_VALUES = """
     CREATE OR REPLACE FUNCTION lgfs_put_values(
         p_thread_id text, p_checkpoint_ns text, p_checkpoint_id text, p_parent_id text,
         p_envelope text, p_values_type text, p_values_blob bytea, p_metadata text,
@@ -431,8 +408,52 @@ VALUE_TABLE = """
                 AND c.values_blob = p_borrows) THEN
             PERFORM lgfs_refuse('put: its parent no longer holds the values it names');
         END IF;
+        IF 'borrow' = ANY(p_codecs) AND EXISTS (SELECT 1
+                FROM unnest(p_codecs, p_datas) AS r(codec, data)
+                CROSS JOIN LATERAL (SELECT lgfs_refs(r.data) AS cell) x
+                WHERE r.codec = 'borrow' AND jsonb_typeof(x.cell -> 'w') = 'array'
+                AND NOT EXISTS (SELECT 1 FROM lgfs_writes w WHERE w.thread_id = p_thread_id
+                    AND w.checkpoint_ns = p_checkpoint_ns
+                    AND w.checkpoint_id = x.cell -> 'w' ->> 0
+                    AND w.task_id = x.cell -> 'w' ->> 1 AND w.idx::text = x.cell -> 'w' ->> 2
+                    AND w.checksum::text = x.cell ->> 's')) THEN
+            PERFORM lgfs_refuse('put: a pending write its values name is not stored as named');
+        END IF;
     END $$;
 """
+VALUE_TABLE = (
+    """
+    CREATE TABLE IF NOT EXISTS lgfs_blobs (
+        thread_id text COLLATE "C" NOT NULL,
+        checkpoint_ns text COLLATE "C" NOT NULL,
+        channel text COLLATE "C" NOT NULL,
+        key text COLLATE "C" NOT NULL,
+        base text COLLATE "C",
+        type text NOT NULL,
+        items integer NOT NULL,
+        ordinal integer NOT NULL,
+        codec text NOT NULL,
+        size integer NOT NULL,
+        data bytea NOT NULL,
+        checksum bigint NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns, channel, key)
+    );
+    ALTER TABLE lgfs_blobs ALTER COLUMN data SET STORAGE EXTERNAL;
+    CREATE OR REPLACE FUNCTION lgfs_refs(p_refs bytea) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    DECLARE
+        v_refs jsonb;
+    BEGIN
+        v_refs := convert_from(p_refs, 'UTF8')::jsonb;
+        IF jsonb_typeof(v_refs) = 'object' THEN RETURN v_refs; END IF;
+        RETURN NULL;
+    EXCEPTION WHEN others THEN
+        RETURN NULL;
+    END $$;
+"""
+    + PUT_VALUES
+)
+
 
 # Migration 12: thread search (`search_threads`, `count_threads`), the SQLite
 # store's `thread_tags` (its schema 6). `lgfs_thread_tags` holds each

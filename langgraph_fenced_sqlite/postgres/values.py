@@ -22,6 +22,7 @@ from psycopg.types.numeric import Int8
 
 from ..core.checkpoints import EncodedCheckpoint
 from ..core.encryption import Encryption
+from ..core.lending import lent_writes, unlent_rows
 from ..core.rekey import CellKeys, Reseal, ThreadCells
 from ..core.repack import Rewrite, RowChanged
 from ..core.value_reads import RowCells, resolve_rows
@@ -42,6 +43,7 @@ __all__ = [
     "resolved",
     "resolved_from",
     "store_blobs",
+    "unlend",
 ]
 
 Cursor = Any  # a psycopg cursor returning tuples
@@ -104,13 +106,23 @@ def store_blobs(cur: Cursor, thread_id: str, ns: str, blobs: Sequence[Blob]) -> 
 
 
 def check_parent(cur: Cursor, enc: EncodedCheckpoint) -> None:
-    """Refuse a put whose values name rows of a parent that no longer holds the refs read.
+    """Refuse a put whose values name rows of a parent that no longer holds the refs read,
+    or a pending write not stored as named (`values.LENT`).
 
     Raises:
         StaleParent: the parent was deleted or replaced (deleted and put
             again) since this process read it; its rows may be gone. The
-            caller rolls back, and the saver stores the values whole.
+            caller rolls back, and the saver stores the values whole (or,
+            for a write, encodes them again naming none).
     """
+    for cid, task_id, idx, checksum in lent_writes(enc.blobs):
+        key = {"thread_id": enc.thread_id, "checkpoint_ns": enc.checkpoint_ns}
+        named = {"checkpoint_id": cid, "task_id": task_id, "idx": idx, "checksum": checksum}
+        cur.execute(sql.HOLDS_WRITE, {**key, **named})
+        if cur.fetchone() is None:
+            # A pending write its values name is not stored as this process
+            # holds it: the saver encodes the values again, naming no write.
+            raise StaleParent(enc.thread_id, enc.checkpoint_ns, enc.parent_id)
     if enc.borrows is None:
         return
     if enc.parent_id is not None:
@@ -135,6 +147,40 @@ def collect(cur: Cursor, thread_id: str) -> None:
     after its fence (or row lock) and its deletes.
     """
     cur.execute(sql.COLLECT_BLOBS, {"thread_id": thread_id})
+
+
+def unlend(cur: Cursor, thread_id: str) -> int:
+    """Run after a removal of writes that returned them (`sql._GONE`); return how many went.
+
+    Makes whole the thread's borrow rows naming those writes'
+    bytes (`lending.unlent_rows`), in the removal's transaction: a borrow
+    row never outlives the bytes it names.
+    """
+    gone = cur.fetchall()
+    lent = {tuple(w[:4]): tuple(w[4:]) for w in gone}
+    if lent:
+        cur.execute(sql.LENT_BORROWERS, {"thread_id": thread_id})
+        borrowers = cur.fetchall()
+        rows = unlent_rows(borrowers, lent) if borrowers else []
+        if rows:
+            cur.executemany(
+                sql.UNLEND_BLOB,
+                [
+                    {
+                        "thread_id": thread_id,
+                        "checkpoint_ns": ns,
+                        "channel": b.channel,
+                        "key": b.key,
+                        "codec": b.codec,
+                        "size": b.size,
+                        "data": b.data,
+                        "checksum": Int8(b.checksum),
+                        "cell": cell,
+                    }
+                    for ns, b, cell in rows
+                ],
+            )
+    return len(gone)
 
 
 def delete_all(cur: Cursor, thread_id: str) -> None:

@@ -30,6 +30,7 @@ from ..core.checkpoints import (
 from ..core.claims import RunToken
 from ..core.encryption import Encryption
 from ..core.events import checkpoint_event_text, writes_event_text
+from ..core.lending import lent_writes, unlent_rows
 from ..core.stored_json import loads_json
 from ..core.value_reads import RowCells, resolve_rows
 from ..core.values import PREFIX, Blob, Held, StaleParent, is_tail
@@ -125,6 +126,12 @@ def put_txn(
         # (deleted and put again) since this process read it: those rows may
         # be gone. Rolled back; the saver encodes the values whole and retries.
         raise StaleParent(thread_id, ns, parent_id)
+    for lent in lent_writes(enc.blobs):
+        if conn.execute(schema.HOLDS_WRITE, (thread_id, ns, *lent)).fetchone() is None:
+            # A pending write its values name is not stored as this process
+            # holds it (another's won, or it failed): rolled back; the saver
+            # encodes the values again, naming no write.
+            raise StaleParent(thread_id, ns, parent_id)
     events.append_text(
         conn,
         thread_id,
@@ -149,6 +156,26 @@ def store_blobs(conn: sqlite3.Connection, thread_id: str, ns: str, blobs: Sequen
                 continue  # removed meanwhile, or a prefix already
         rows.append((thread_id, ns, *b, b.codec != PREFIX and is_tail(b)))
     conn.executemany(schema.INSERT_BLOB, rows)
+
+
+def unlend(conn: sqlite3.Connection, thread_id: str, gone: Sequence[Any]) -> None:
+    """Make whole the thread's borrow rows naming writes just removed (`lending.unlent_rows`).
+
+    `gone` holds the removed writes as `schema._GONE` returns them. In the
+    removal's transaction: a borrow row never outlives the bytes it names.
+    """
+    lent = {tuple(w[:4]): tuple(w[4:]) for w in gone}
+    if not lent:
+        return
+    borrowers = conn.execute(schema.LENT_BORROWERS, (thread_id,)).fetchall()
+    rows = unlent_rows(borrowers, lent) if borrowers else []
+    conn.executemany(
+        schema.UNLEND_BLOB,
+        [
+            (b.codec, b.size, b.data, b.checksum, thread_id, ns, b.channel, b.key, cell)
+            for ns, b, cell in rows
+        ],
+    )
 
 
 def _latest_before(conn: sqlite3.Connection, enc: EncodedCheckpoint, position: int) -> str | None:

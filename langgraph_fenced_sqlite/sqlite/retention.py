@@ -39,13 +39,25 @@ def _skeleton(conn: sqlite3.Connection, thread_id: str) -> list[_Node]:
 def _remove(conn: sqlite3.Connection, thread_id: str, keys: Iterable[tuple[str, str]]) -> int:
     rows = [(thread_id, ns, cid) for ns, cid in keys]
     conn.executemany(schema.DELETE_CHECKPOINT, rows)
-    before = conn.total_changes
-    conn.executemany(schema.DELETE_WRITES_OF_CHECKPOINT, rows)
-    removed = conn.total_changes - before
     if rows:
-        # The values only the removed checkpoints named go with them.
+        # The values only the removed checkpoints named go with them (first:
+        # their borrow rows then need no making whole).
         conn.execute(schema.COLLECT_BLOBS, (thread_id,))
-    return removed
+    gone = []
+    for row in rows:
+        gone.extend(conn.execute(schema.DELETE_WRITES_OF_CHECKPOINT, row).fetchall())
+    checkpoints.unlend(conn, thread_id, gone)
+    return len(gone)
+
+
+def _delete_writes(conn: sqlite3.Connection, statement: str, args: tuple[Any, ...]) -> int:
+    """Run one of `schema`'s removals of writes (args: the thread first); return how many went.
+
+    The borrow rows naming their bytes are made whole (`checkpoints.unlend`).
+    """
+    gone = conn.execute(statement, args).fetchall()
+    checkpoints.unlend(conn, args[0], gone)
+    return len(gone)
 
 
 def keep_latest_txn(
@@ -122,9 +134,9 @@ def prune_txn(
     # After the checkpoints: the latest of each namespace is kept, so which
     # writes are orphans does not depend on what was just removed. A past
     # run's namespace has no latest left: whatever writes remain there go.
-    orphans = conn.execute(schema.DELETE_ORPHAN_WRITES, (thread_id,)).rowcount
+    orphans = _delete_writes(conn, schema.DELETE_ORPHAN_WRITES, (thread_id,))
     for ns in past:
-        orphans += conn.execute(schema.DELETE_NS_ORPHAN_WRITES, (thread_id, ns)).rowcount
+        orphans += _delete_writes(conn, schema.DELETE_NS_ORPHAN_WRITES, (thread_id, ns))
     target = floor
     if removed:
         # Events go with their checkpoints: the floor moves up to the first
@@ -276,7 +288,7 @@ def delete_for_runs_txn(
             keys = conn.execute(schema.CHECKPOINTS_OF_RUN_IN_THREAD, (thread_id, run_id)).fetchall()
             removed.extend((ns, cid) for ns, cid in keys)
             writes += _remove(conn, thread_id, keys)
-            writes += conn.execute(schema.DELETE_WRITES_OF_RUN, (thread_id, run_id)).rowcount
+            writes += _delete_writes(conn, schema.DELETE_WRITES_OF_RUN, (thread_id, run_id))
             conn.execute(schema.DELETE_THREAD_RUN, (thread_id, run_id))
         data = {
             "run_ids": touched[thread_id],
@@ -398,9 +410,9 @@ def retract_txn(
     run_id, targets, start = turn
     writes = _remove(conn, thread_id, targets)
     if run_id is not None:
-        writes += conn.execute(schema.DELETE_WRITES_OF_RUN, (thread_id, run_id)).rowcount
+        writes += _delete_writes(conn, schema.DELETE_WRITES_OF_RUN, (thread_id, run_id))
     else:
-        writes += conn.execute(schema.DELETE_WRITES_FROM_POSITION, (thread_id, start)).rowcount
+        writes += _delete_writes(conn, schema.DELETE_WRITES_FROM_POSITION, (thread_id, start))
     if not targets and not writes:
         return Retraction(thread_id, run_id, [], 0, None)
     (seq,) = events.append(

@@ -354,6 +354,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             UPDATE threads SET ttl_seen = NULL WHERE thread_id = NEW.thread_id;
         END""",
     ),
+    # 7 -> 8: no table changes. A borrow row may now name the bytes of a
+    # pending write (`values.LENT`, docs/semantics.md §7a), which every
+    # removal of writes makes whole first. An earlier version would remove
+    # writes under such rows, so it must refuse the file (it refuses a newer
+    # schema) rather than write to it.
+    (),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -749,16 +755,28 @@ HOLDS_REFS = (
     "SELECT 1 FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
     "AND checkpoint_id = ? AND values_type = 'lgfs-refs' AND values_blob = ?"
 )
+# Whether a pending write `(thread, ns, checkpoint, task, idx)` is stored with
+# checksum `?6`: a put naming its bytes (`values.LENT`) checks so.
+HOLDS_WRITE = (
+    "SELECT 1 FROM writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? "
+    "AND task_id = ? AND idx = ? AND checksum = ?"
+)
 # A value row's edges to the rows a read of it needs (`e.i` 0: the row it
 # extends, its `base`; 1: the row a borrow row (`values.BORROW`) takes its
-# bytes from, named by its JSON cell, read only when that cell is valid JSON),
-# as `(channel, key)`: join `blobs b` with `_EDGES`, select `_EDGE_CHANNEL`
-# and `_EDGE_KEY`.
+# bytes from, named by its JSON cell, read only when that cell is valid JSON
+# and names a row: one naming a write, `values.LENT`, has no edge here, and no
+# NULL ever reaches a `NOT IN` of `COLLECT_BLOBS`), as `(channel, key)`: join
+# `blobs b` with `_EDGES`, select `_EDGE_CHANNEL` and `_EDGE_KEY`.
 _BORROWED = "json_extract(CAST(b.data AS TEXT), '$.{0}')"
 _EDGES = (
     "JOIN (SELECT 0 AS i UNION ALL SELECT 1) e ON (e.i = 0 AND b.base IS NOT NULL) "
-    "OR (e.i = 1 AND b.codec = 'borrow' AND json_valid(CAST(b.data AS TEXT)))"
+    "OR (e.i = 1 AND b.codec = 'borrow' AND json_valid(CAST(b.data AS TEXT)) "
+    "AND json_type(CAST(b.data AS TEXT), '$.c') = 'text' "
+    "AND json_type(CAST(b.data AS TEXT), '$.k') = 'text')"
 )
+# A borrow row's cell that names a pending write (`values.LENT`), as JSON text.
+_LENT_CELL = "CAST(b.data AS TEXT)"
+_LENT_PART = "json_extract(" + _LENT_CELL + ", '$.w[{0}]')"
 _EDGE_CHANNEL = f"CASE WHEN e.i = 0 THEN b.channel ELSE {_BORROWED.format('c')} END"
 _EDGE_KEY = f"CASE WHEN e.i = 0 THEN b.base ELSE {_BORROWED.format('k')} END"
 # The value rows that the refs `?1` (JSON `[[thread, ns, channel, key], ...]`)
@@ -775,7 +793,17 @@ READ_BLOBS = (
     f"AND b.channel = w.c AND b.key = w.k {_EDGES}) "
     "SELECT b.thread_id, b.checkpoint_ns, b.channel, b.key, b.base, b.type, b.count, "
     "b.ordinal, b.codec, b.size, b.data, b.checksum FROM want w JOIN blobs b "
-    "ON b.thread_id = w.t AND b.checkpoint_ns = w.n AND b.channel = w.c AND b.key = w.k"
+    "ON b.thread_id = w.t AND b.checkpoint_ns = w.n AND b.channel = w.c AND b.key = w.k "
+    # The pending writes borrow rows name (`values.LENT`), each as the row
+    # `(LENT, "cid/task/idx")` holding its channel, type, idx, blob, checksum.
+    f"UNION ALL SELECT b.thread_id, b.checkpoint_ns, '~write', {_LENT_PART.format(0)} || '/' "
+    f"|| {_LENT_PART.format(1)} || '/' || {_LENT_PART.format(2)}, wr.channel, wr.type, "
+    "wr.idx, 0, 'write', 0, wr.blob, wr.checksum FROM want w JOIN blobs b "
+    "ON b.thread_id = w.t AND b.checkpoint_ns = w.n AND b.channel = w.c AND b.key = w.k "
+    "JOIN writes wr ON wr.thread_id = b.thread_id AND wr.checkpoint_ns = b.checkpoint_ns "
+    f"AND wr.checkpoint_id = {_LENT_PART.format(0)} AND wr.task_id = {_LENT_PART.format(1)} "
+    f"AND wr.idx = {_LENT_PART.format(2)} WHERE b.codec = 'borrow' "
+    f"AND json_valid({_LENT_CELL}) AND json_type({_LENT_CELL}, '$.w') = 'array'"
 )
 DELETE_THREAD_BLOBS = "DELETE FROM blobs WHERE thread_id = ?"
 # A refs cell as the JSON object it must be (else NULL: damage).
@@ -846,7 +874,9 @@ REKEY_READ_WRITES = (
 )
 REKEY_READ_BLOBS = (
     "SELECT checkpoint_ns, channel, key, base, type, count, ordinal, codec, size, data, "
-    "checksum FROM blobs WHERE thread_id = ? AND codec NOT IN ('prefix', 'borrow')"
+    "checksum FROM blobs WHERE thread_id = ? AND (codec NOT IN ('prefix', 'borrow') "
+    # A borrow row naming a write (`values.LENT`): made whole, sealed.
+    "OR (codec = 'borrow' AND substr(data, 1, 5) = CAST('{\"w\":' AS BLOB)))"
 )
 # Each: the new cells and checksum, then the row's key and the checksum it was read with.
 REKEY_CHECKPOINT = (
@@ -900,12 +930,26 @@ WRITES_OF_CHECKPOINT = (
     "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? "
     "ORDER BY task_path, task_id, idx"
 )
+# Each removal of some of a thread's writes returns them, so that the borrow
+# rows naming their bytes are made whole (`checkpoints.unlend`).
+_GONE = " RETURNING checkpoint_ns, checkpoint_id, task_id, idx, channel, type, blob, checksum"
 DELETE_WRITES_OF_CHECKPOINT = (
-    "DELETE FROM writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
+    "DELETE FROM writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?" + _GONE
 )
 DELETE_THREAD_WRITES = "DELETE FROM writes WHERE thread_id = ?"
-DELETE_WRITES_OF_RUN = "DELETE FROM writes WHERE thread_id = ? AND run_id = ?"
-DELETE_WRITES_FROM_POSITION = "DELETE FROM writes WHERE thread_id = ? AND position >= ?"
+DELETE_WRITES_OF_RUN = "DELETE FROM writes WHERE thread_id = ? AND run_id = ?" + _GONE
+DELETE_WRITES_FROM_POSITION = "DELETE FROM writes WHERE thread_id = ? AND position >= ?" + _GONE
+# The thread's borrow rows naming a pending write (`values.LENT`), as
+# `lending.unlent_rows` reads them; one made whole, if still as read.
+LENT_BORROWERS = (
+    "SELECT checkpoint_ns, channel, key, base, type, count, ordinal, codec, size, data, "
+    "checksum FROM blobs WHERE thread_id = ? AND codec = 'borrow' "
+    "AND substr(data, 1, 5) = CAST('{\"w\":' AS BLOB)"
+)
+UNLEND_BLOB = (
+    "UPDATE blobs SET codec = ?, size = ?, data = ?, checksum = ? WHERE thread_id = ? "
+    "AND checkpoint_ns = ? AND channel = ? AND key = ? AND codec = 'borrow' AND data = ?"
+)
 # Orphan writes: their checkpoint is not stored, and they were committed
 # before the latest checkpoint of their namespace. LangGraph sends a step's
 # writes BEFORE the put of their checkpoint, so writes for the next,
@@ -922,7 +966,7 @@ _ORPHAN_WRITES = "FROM writes WHERE thread_id = ? AND " + _ORPHAN
 COUNT_ORPHAN_WRITES = "SELECT count(*) " + _ORPHAN_WRITES
 # Of every thread (`lgfs doctor`): what the next prune of each would remove.
 COUNT_ALL_ORPHAN_WRITES = "SELECT count(*) FROM writes WHERE " + _ORPHAN
-DELETE_ORPHAN_WRITES = "DELETE " + _ORPHAN_WRITES
+DELETE_ORPHAN_WRITES = "DELETE " + _ORPHAN_WRITES + _GONE
 # Writes of one namespace whose checkpoint is not stored (a past subgraph run's
 # namespace, once its checkpoints are removed: all of its writes).
 _NS_ORPHAN_WRITES = (
@@ -936,7 +980,7 @@ COUNT_NS_ORPHAN_WRITES = (
     "FROM checkpoints l WHERE l.thread_id = writes.thread_id "
     "AND l.checkpoint_ns = writes.checkpoint_ns)"
 )
-DELETE_NS_ORPHAN_WRITES = "DELETE " + _NS_ORPHAN_WRITES
+DELETE_NS_ORPHAN_WRITES = "DELETE " + _NS_ORPHAN_WRITES + _GONE
 # Copy the writes of one source checkpoint, at the position its copy got.
 # A write the target already has for that key stays (first writer wins), so
 # copying again adds nothing.

@@ -211,3 +211,108 @@ def case_a_message_its_input_holds_is_stored_once_and_outlives_the_input(
     assert not any(channel == "__start__" for channel, _, _ in env.storage.value_rows("t"))
     store = env.reopen(store)
     assert _values(store, "t")["messages"] == edited
+
+
+def _replied(store: Any, thread_id: str, n: int, *, runs: bool = False) -> tuple[list[str], Any]:
+    """Put `n` steps as a chat's reply node makes them; return the replies and the last config.
+
+    Each step's checkpoint gets the node's pending write (its reply, in a
+    list, as `add_messages` is written to), and the next checkpoint's list
+    gains that reply. With `runs`, step k's put and write are run `run-k`'s.
+    """
+    config = _config(thread_id)
+    messages: list[str] = []
+    for step in range(n):
+        if runs:
+            config = {**config, "metadata": {"run_id": f"run-{step}"}}
+        cp = _checkpoint({"messages": messages})
+        cp["channel_versions"] = {"messages": f"{step + 1:032}.0"}
+        stored = store.put(config, cp, {"source": "loop", "step": step, "parents": {}}, {})
+        config = {"configurable": {**config["configurable"], **stored["configurable"]}}
+        reply = "reply " + _ask(step + 500)
+        store.put_writes(config, [("messages", [reply])], f"task-{step}", "~reply")
+        messages = [*messages, reply]
+    return messages, config
+
+
+@contract_case(28, needs=("storage", "reopen"))
+def case_a_reply_its_write_holds_is_stored_once_and_outlives_the_write(
+    env: ContractEnv,
+) -> None:
+    """A list's new message that the parent's pending write holds is stored once, and kept.
+
+    The step after a node's write gains what the node wrote: the new row names
+    the write's bytes instead of holding them again (semantics §7a). A removal
+    that takes the write first makes the row whole; every checkpoint reads
+    back what was put, before and after, from a store that holds none of it.
+    """
+    assert env.storage is not None
+    store = env.open()
+    replies, config = _replied(store, "t", 6)
+    cp = _checkpoint({"messages": replies})
+    cp["channel_versions"] = {"messages": f"{7:032}.0"}
+    store.put(config, cp, {"source": "loop", "step": 6, "parents": {}}, {})
+    lent = [c for c in env.storage.borrow_cells("t") if "w" in c]
+    # The first list is stored whole; each later one names its reply's write.
+    assert len(lent) == 5, env.storage.borrow_cells("t")
+    store = env.reopen(store)  # holds none of the values it put
+    lists = [t.checkpoint["channel_values"]["messages"] for t in store.list(_config("t"))]
+    assert lists == [replies[:k] for k in range(6, -1, -1)], lists
+    store.prune(["t"], strategy="keep_latest")
+    # The writes went with their checkpoints; the kept list's rows that named
+    # them now hold the bytes themselves.
+    assert not [c for c in env.storage.borrow_cells("t") if "w" in c]
+    store = env.reopen(store)
+    assert _values(store, "t")["messages"] == replies
+
+
+@contract_case(28, needs=("storage", "reopen"))
+def case_a_row_naming_a_replaced_write_is_undecodable_and_never_named_again(
+    env: ContractEnv,
+) -> None:
+    """A write a row names, replaced below the API (checksum fixed), makes the row unreadable.
+
+    Reads refuse it as `UndecodableRow` naming the channel, never another
+    value; a put whose values would name that write (this process holds it
+    as it wrote it) is refused by the store and stored naming no write.
+    """
+    assert env.storage is not None
+    store = env.open()
+    replies, config = _replied(store, "t", 3)
+    cp = _checkpoint({"messages": replies})
+    cp["channel_versions"] = {"messages": f"{4:032}.0"}
+    stored = store.put(config, cp, {"source": "loop", "step": 3, "parents": {}}, {})
+    assert [c for c in env.storage.borrow_cells("t") if "w" in c]
+    config = {"configurable": {**config["configurable"], **stored["configurable"]}}
+    store.put_writes(config, [("messages", ["reply " + _ask(900)])], "task-3", "~reply")
+    assert env.storage.plant_clear_writes("t", b"\x91\xa5other") == 4
+    lent = len([c for c in env.storage.borrow_cells("t") if "w" in c])
+    cp = _checkpoint({"messages": [*replies, "reply " + _ask(900)]})
+    cp["channel_versions"] = {"messages": f"{5:032}.0"}
+    store.put(config, cp, {"source": "loop", "step": 4, "parents": {}}, {})
+    # The put named no write: the store refused the one naming the replaced write.
+    assert len([c for c in env.storage.borrow_cells("t") if "w" in c]) == lent
+    store = env.reopen(store)
+    err = _expect(lambda: _values(store, "t"), UndecodableRow)
+    assert "'messages'" in str(err), err
+
+
+@contract_case(28, needs=("storage", "reopen"))
+def case_a_run_deleted_from_the_middle_leaves_later_lists_whole(env: ContractEnv) -> None:
+    """delete_for_runs takes a run's checkpoint and write; a later list that named it reads back.
+
+    The next checkpoint's list named the removed write's bytes (its reply):
+    the removal makes that row whole first, so every checkpoint left reads
+    back what was put, from a store that holds none of it.
+    """
+    assert env.storage is not None
+    store = env.open()
+    replies, _ = _replied(store, "t", 6, runs=True)
+    named = [c["w"][0] for c in env.storage.borrow_cells("t") if "w" in c]
+    assert len(named) == 4, env.storage.borrow_cells("t")
+    store.delete_for_runs(["run-2"])
+    # The write of run-2 went: no row names it any more.
+    assert len([c for c in env.storage.borrow_cells("t") if "w" in c]) == 3
+    store = env.reopen(store)
+    lists = [t.checkpoint["channel_values"]["messages"] for t in store.list(_config("t"))]
+    assert lists == [replies[:k] for k in (5, 4, 3, 1, 0)], lists

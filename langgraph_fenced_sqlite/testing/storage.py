@@ -10,6 +10,7 @@ database client (sqlite3, psycopg), as the damage cases' `plant` is.
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -59,6 +60,10 @@ class Storage(Protocol):
         What someone who can write the file can do: the slice still names
         bytes of its checkpoint's values, other ones.
         """
+        ...
+
+    def borrow_cells(self, thread_id: str) -> list[dict[str, Any]]:
+        """Return the cell of each of the thread's borrow rows (`values.BORROW`), parsed."""
         ...
 
 
@@ -189,6 +194,14 @@ class SqliteStorage:
                 )
             return len(rows)
 
+    def borrow_cells(self, thread_id: str) -> list[dict[str, Any]]:
+        """Return the cell of each of the thread's borrow rows (`values.BORROW`), parsed."""
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT data FROM blobs WHERE thread_id = ? AND codec = 'borrow'", (thread_id,)
+            ).fetchall()
+        return [json.loads(bytes(r[0])) for r in rows]
+
 
 class PostgresStorage:
     """The value table (`lgfs_blobs`) of a PostgreSQL store, through plain psycopg."""
@@ -292,3 +305,12 @@ class PostgresStorage:
                     (*_shifted(channel, bytes(cell)), thread_id, ns, cid, task_id, idx),
                 )
         return len(rows)
+
+    def borrow_cells(self, thread_id: str) -> list[dict[str, Any]]:
+        """Return the cell of each of the thread's borrow rows (`values.BORROW`), parsed."""
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT data FROM lgfs_blobs WHERE thread_id = %s AND codec = 'borrow'",
+                (thread_id,),
+            ).fetchall()
+        return [json.loads(bytes(r[0])) for r in rows]

@@ -254,7 +254,7 @@ def test_a_version_3_schema_is_upgraded_under_a_live_claim(pg_dsn: str) -> None:
         conn.execute("SELECT setval('lgfs_tokens', 7)")
     with FencedPostgresSaver.from_conn_string(pg_dsn) as saver:
         saver.setup()
-        assert saver.stats()["schema_version"] == sql.SCHEMA_VERSION == 14
+        assert saver.stats()["schema_version"] == sql.SCHEMA_VERSION == 15
         assert saver.current_claim("t").holder == "old-host"  # type: ignore[union-attr]
         claim = saver.begin_run("t", "new-host", 30, run_id="r1", strategy="rollback")
         assert claim.token == 8

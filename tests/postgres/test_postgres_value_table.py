@@ -142,7 +142,7 @@ def test_a_database_set_up_before_the_value_table_migrates_and_goes_on(pg_dsn: s
             parent = tup.checkpoint["id"]
         put_inline(saver, saver_config("u"), tup.checkpoint, {**tup.metadata, "user": "ann"})
         saver.setup()
-        assert saver.stats()["schema_version"] == sql.SCHEMA_VERSION == 14
+        assert saver.stats()["schema_version"] == sql.SCHEMA_VERSION == 15
         # Migration 12 indexed the latest root metadata of what was there.
         tagged = "SELECT thread_id, value FROM lgfs_thread_tags WHERE key = 'user'"
         assert rows(pg_dsn, tagged) == [("u", "ann")]

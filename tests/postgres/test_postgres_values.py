@@ -89,8 +89,22 @@ def test_a_list_is_stored_as_what_it_gained_and_a_read_follows_a_bounded_chain(
     messages = {k: size for (c, k), (_, _, size) in held.items() if c == "messages"}
     final = max(struct.unpack(">III", base64.urlsafe_b64decode(k))[1] for k in messages)
     assert sum(messages.values()) <= 1.5 * final
-    # Single extensions before the last merged row hold no bytes of their own.
-    assert rows(pg_dsn, "SELECT count(*) FROM lgfs_blobs WHERE codec = 'prefix'")[0][0] > 0
+    # Single extensions before the last merged row hold no bytes of their own:
+    # prefixes of it, or borrow rows (the chat's messages, each named where
+    # its input or its node's write holds it).
+    merged = rows(
+        pg_dsn,
+        "SELECT max(ordinal) FROM lgfs_blobs WHERE channel = 'messages' AND ordinal %% %s = 0",
+        values.SPAN,
+    )[0][0]
+    holding = rows(
+        pg_dsn,
+        "SELECT codec, count(*) FROM lgfs_blobs WHERE channel = 'messages' AND base IS NOT NULL "
+        "AND ordinal %% %s <> 0 AND ordinal < %s GROUP BY codec ORDER BY codec",
+        values.SPAN,
+        merged,
+    )
+    assert merged >= values.SPAN and holding and all(c in ("borrow", "prefix") for c, _ in holding)
 
 
 def test_a_put_proves_only_what_the_step_added(
@@ -413,9 +427,12 @@ def test_a_put_whose_parent_another_saver_wrote_stores_only_what_it_adds(
         assert base is not None and size < 200  # the one new message, not the whole list
 
 
-def _borrows(dsn: str, thread: str = "t") -> list[tuple[str, dict[str, Any]]]:
-    # Each borrow row's channel and cell.
-    return [
+def _borrows(
+    dsn: str, thread: str = "t", *, lent: bool = False
+) -> list[tuple[str, dict[str, Any]]]:
+    # Each borrow row's channel and cell: those naming another channel's row,
+    # or (`lent`) those naming a pending write (`values.LENT`).
+    cells = [
         (channel, json.loads(bytes(data)))
         for channel, data in rows(
             dsn,
@@ -423,6 +440,7 @@ def _borrows(dsn: str, thread: str = "t") -> list[tuple[str, dict[str, Any]]]:
             thread,
         )
     ]
+    return [(channel, cell) for channel, cell in cells if ("w" in cell) == lent]
 
 
 def test_a_message_its_input_holds_is_stored_once_and_reads_back(open_pg: Any, pg_dsn: str) -> None:

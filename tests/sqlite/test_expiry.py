@@ -132,7 +132,7 @@ def test_a_file_of_schema_6_migrates_and_its_threads_expire(
     with FencedSqliteSaver(path, clock=clock) as store:
         put_chain(store, "t", 2)
     with FencedSqliteSaver(path, clock=clock, expiry=Expiry(default_ttl=10)) as store:
-        assert store.stats()["schema_version"] == schema.SCHEMA_VERSION == 7
+        assert store.stats()["schema_version"] == schema.SCHEMA_VERSION == 8
         clock.advance(20)
         assert [e.thread_id for e in store.expire().expired] == ["t"]
 

@@ -107,7 +107,7 @@ def test_a_schema_3_file_migrates_and_reads_back_the_same(
     v3_file: tuple[str, dict[str, Any]], open_store: Any
 ) -> None:
     path, expected = v3_file
-    assert SCHEMA_VERSION == 7 and user_version(path) == 3
+    assert SCHEMA_VERSION == 8 and user_version(path) == 3
     migrated = open_store(path)
     assert user_version(path) == SCHEMA_VERSION
     assert _reads(migrated) == expected

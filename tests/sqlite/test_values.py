@@ -37,7 +37,10 @@ def _blob_rows(path: str, thread: str = "t") -> list[tuple[Any, ...]]:
     conn = sqlite3.connect(path)
     try:
         return conn.execute(
-            "SELECT channel, key, base, ordinal, CASE WHEN codec = 'prefix' THEN 0 ELSE size END "
+            # The bytes each row holds of its value, uncompressed: none for a
+            # prefix, only its cell for a borrow row.
+            "SELECT channel, key, base, ordinal, CASE WHEN codec = 'prefix' THEN 0 "
+            "WHEN codec = 'borrow' THEN length(data) ELSE size END "
             "FROM blobs WHERE thread_id = ?",
             (thread,),
         ).fetchall()
@@ -155,7 +158,8 @@ def test_a_list_is_stored_as_what_it_gained_and_a_read_follows_a_bounded_chain(
     assert [k for c, k in rows if c == "branch:to:reply"] == ["=null.-1."]
     # Each element is stored about once (uncompressed sizes), not once per
     # checkpoint: in the merged rows, and in the single extensions since the
-    # last of them (those before it are prefixes of it, holding no bytes).
+    # last of them (those before it are prefixes of it, holding no bytes; a
+    # borrow row holds only its cell, never rewritten).
     messages = {k: size for (c, k), (_, _, size) in rows.items() if c == "messages"}
     # A key names its value's size: the second of its three big-endian numbers.
     final = max(struct.unpack(">III", base64.urlsafe_b64decode(k))[1] for k in messages)
@@ -619,8 +623,11 @@ def test_an_older_file_in_clear_is_sealed_by_rekey_then_repacked_sealed(tmp_path
         assert _history(_graph(fresh), "t") == expected
 
 
-def _borrows(path: str, thread: str = "t") -> list[tuple[str, dict[str, Any], bool]]:
-    # Each borrow row's channel, cell, and whether the row its cell names is there.
+def _borrows(
+    path: str, thread: str = "t", *, lent: bool = False
+) -> list[tuple[str, dict[str, Any], bool]]:
+    # Each borrow row's channel, cell, and whether what its cell names is there:
+    # another channel's row, or (`lent`) a pending write (`values.LENT`).
     conn = sqlite3.connect(path)
     try:
         out = []
@@ -628,6 +635,16 @@ def _borrows(path: str, thread: str = "t") -> list[tuple[str, dict[str, Any], bo
             "SELECT channel, data FROM blobs WHERE thread_id = ? AND codec = 'borrow'", (thread,)
         ).fetchall():
             cell = json.loads(data)
+            if ("w" in cell) != lent:
+                continue
+            if lent:
+                there = conn.execute(
+                    "SELECT 1 FROM writes WHERE thread_id = ? AND checkpoint_id = ? "
+                    "AND task_id = ? AND idx = ? AND checksum = ?",
+                    (thread, *cell["w"], cell["s"]),
+                ).fetchone()
+                out.append((channel, cell, there is not None))
+                continue
             there = conn.execute(
                 "SELECT 1 FROM blobs WHERE thread_id = ? AND channel = ? AND key = ? "
                 "AND base IS NULL",
