@@ -18,17 +18,17 @@ damaged or replaced write reads as `UndecodableRow`, never as other bytes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
 
 from .checksums import write_checksum
-from .compression import ZSTD_MSGPACK, inflate
+from .compression import ZSTD, ZSTD_MSGPACK, inflate
 from .encryption import AES_SUFFIX, NO_KEY, CellRefused, Encryption
-from .values import BORROW, Blob, _row
+from .values import BORROW, SPAN, Blob, Held, Lent, _borrowable, _cell_row, _Donors, _row
 
-__all__ = ["lent_bytes", "lent_cell", "lent_key", "lent_writes", "unlent_rows"]
+__all__ = ["lend_late", "lent_bytes", "lent_cell", "lent_key", "lent_writes", "unlent_rows"]
 
 # A stored value row as a removal reads it: ns, channel, key, base, type,
 # items, ordinal, codec, size, data, checksum.
@@ -140,3 +140,39 @@ def unlent_rows(
             continue
         out.append((ns, _row(channel, key, base, type_, items, ordinal, added, enc), data))
     return out
+
+
+def lend_late(
+    blobs: Sequence[Blob], held: Mapping[str, Held], lent: Sequence[Lent]
+) -> tuple[tuple[Blob, ...], dict[str, Held]] | None:
+    """Name in `lent` the bytes of the single extensions a put's rows hold themselves.
+
+    A write that came while the put was encoding (LangGraph sends a step's
+    writes and its put from different threads) was not there to borrow
+    from: its bytes were encoded into the put's rows. Returns the put's rows
+    and held values with each such row a borrow row (no longer one a merged
+    row rewrites as a prefix); None: nothing changed.
+    """
+    if not lent:
+        return None
+    donors = _Donors({}, tuple(lent))
+    out = list(blobs)
+    lending: dict[str, set[str]] = {}
+    for i, b in enumerate(blobs):
+        if b.codec not in ("", ZSTD) or b.base is None or b.ordinal % SPAN == 0:
+            continue  # not a single extension holding its own bytes in clear
+        data = inflate(b.data) if b.codec == ZSTD else b.data
+        cell = _borrowable(b.channel, data, donors)
+        if cell is not None:
+            out[i] = _cell_row(
+                b.channel, b.key, b.base, b.items, b.ordinal, BORROW, len(data), cell
+            )
+            lending.setdefault(b.channel, set()).add(b.key)
+    if not lending:
+        return None
+    now = dict(held)
+    for channel, keys in lending.items():
+        h = now.get(channel)
+        if h is not None:
+            now[channel] = h._replace(recent=tuple(r for r in h.recent if r[0] not in keys))
+    return tuple(out), now

@@ -36,7 +36,7 @@ from . import values
 from .claims import token_from_config
 from .delta_history import DeltaWalk
 from .encryption import Encryption, encryption_of
-from .lending import lent_writes
+from .lending import lend_late, lent_writes
 from .serde import DataOnlySerializer, TypeKey, schema_classes, schema_types
 from .steps import FollowPolicy
 from .store import UsesStore
@@ -321,6 +321,7 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
         putting = self._expect(config, checkpoint)
         try:
             enc, token, stored = self._encode_put(config, checkpoint, metadata)
+            enc = self._lend_late(enc)
             self._putting(enc)
             if token is None and self.fence_runs:  # a run's own claim
                 token = self._run_token(enc.thread_id, cps.run_id_of(config))
@@ -422,6 +423,14 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
             # located (channel, and key within a dict) as it always was.
             self.serde.dumps_typed(channel_values)
             raise
+
+    def _lend_late(self, enc: cps.EncodedCheckpoint) -> cps.EncodedCheckpoint:
+        """Name the parent's writes that came while `enc` was encoding (`lending.lend_late`)."""
+        if not enc.blobs or enc.held is None or enc.parent_id is None:
+            return enc
+        lent = self._value_cache.lent(enc.thread_id, enc.checkpoint_ns, enc.parent_id)
+        late = lend_late(enc.blobs, enc.held, lent)
+        return enc if late is None else enc._replace(blobs=late[0], held=late[1])
 
     def _encode_again(
         self,

@@ -375,6 +375,7 @@ class FencedPostgresSaver(  # type: ignore[misc]
         putting = self._expect(config, checkpoint)
         try:
             enc, token, stored = self._encode_put(config, checkpoint, metadata, whole=whole)
+            enc = self._lend_late(enc)
             self._putting(enc)
             if token is None and self.fence_runs:  # a run's own claim
                 token = await self._arun_token(thread_id, cps.run_id_of(config))

@@ -802,18 +802,21 @@ _ON_WANT = "ON b.thread_id = w.t AND b.checkpoint_ns = w.n AND b.channel = w.c A
 # name (`values.LENT`), each as the row `(LENT, "cid/task/idx")` holding its
 # channel, type, idx, blob and checksum (`value_reads` reads it so): a
 # derived table `b` of `lgfs_blobs`' columns, for `SELECT {_BLOB_ROW} FROM`.
-_LENT_PART = "(x.cell -> 'w' ->> {0})"
+_LENT_CELL = "substring(b.data from 1 for 5) = '\\x7b2277223a'::bytea"  # starts {"w":
 _WANTED = (
-    f"(SELECT b.* FROM want w JOIN lgfs_blobs b {_ON_WANT} UNION ALL SELECT b.thread_id, "
-    "b.checkpoint_ns, '~write' COLLATE \"C\", "
-    f"({_LENT_PART.format(0)} || '/' || {_LENT_PART.format(1)} || '/' || "
-    f'{_LENT_PART.format(2)}) COLLATE "C", wr.channel COLLATE "C", wr.type, wr.idx, 0, '
-    f"'write', 0, wr.blob, wr.checksum FROM want w JOIN lgfs_blobs b {_ON_WANT} "
-    "CROSS JOIN LATERAL (SELECT lgfs_refs(b.data) AS cell) x JOIN lgfs_writes wr "
-    "ON wr.thread_id = b.thread_id AND wr.checkpoint_ns = b.checkpoint_ns "
-    f"AND wr.checkpoint_id = {_LENT_PART.format(0)} AND wr.task_id = {_LENT_PART.format(1)} "
-    f"AND wr.idx::text = {_LENT_PART.format(2)} WHERE b.codec = 'borrow' "
-    "AND jsonb_typeof(x.cell -> 'w') = 'array') b"
+    f"(SELECT b.* FROM want w JOIN lgfs_blobs b {_ON_WANT} UNION ALL SELECT l.thread_id, "
+    "l.checkpoint_ns, '~write' COLLATE \"C\", (l.cid || '/' || l.task || '/' || l.idx) "
+    'COLLATE "C", wr.channel COLLATE "C", wr.type, wr.idx, 0, \'write\', 0, wr.blob, '
+    "wr.checksum FROM (SELECT b.thread_id, b.checkpoint_ns, x.cell -> 'w' ->> 0 AS cid, "
+    "x.cell -> 'w' ->> 1 AS task, x.cell -> 'w' ->> 2 AS idx "
+    f"FROM want w JOIN lgfs_blobs b {_ON_WANT} "
+    "CROSS JOIN LATERAL (SELECT lgfs_refs(b.data) AS cell) x "
+    f"WHERE b.codec = 'borrow' AND {_LENT_CELL} "
+    # OFFSET 0: a subquery of its own, so `lgfs_refs` runs once per borrow
+    # row, never once per write row the join compares it with.
+    "AND jsonb_typeof(x.cell -> 'w') = 'array' OFFSET 0) l JOIN lgfs_writes wr "
+    "ON wr.thread_id = l.thread_id AND wr.checkpoint_ns = l.checkpoint_ns "
+    "AND wr.checkpoint_id = l.cid AND wr.task_id = l.task AND wr.idx::text = l.idx) b"
 )
 # A value row `b`'s edges to the rows a read of it needs, as `e(c, k)`: the
 # row it extends (its `base`), and the row a borrow row (`values.BORROW`)

@@ -10,7 +10,7 @@ import pytest
 from langgraph_fenced_sqlite.core import values
 from langgraph_fenced_sqlite.core.checksums import blob_checksum, write_checksum
 from langgraph_fenced_sqlite.core.compression import compress_typed, inflate
-from langgraph_fenced_sqlite.core.lending import lent_bytes, lent_cell, unlent_rows
+from langgraph_fenced_sqlite.core.lending import lend_late, lent_bytes, lent_cell, unlent_rows
 from langgraph_fenced_sqlite.core.serde import DataOnlySerializer
 
 SERDE = DataOnlySerializer()
@@ -129,3 +129,20 @@ def test_a_borrow_cell_is_json_naming_the_write_key() -> None:
     held, stored = _write("c0", [_reply(3)])
     (row,) = _encode((held,)).blobs
     assert orjson.loads(row.data) == {"w": ["c0", "task", 0], "o": 1, "s": stored[3]}
+
+
+def test_a_write_that_came_while_the_put_encoded_is_named_after_all() -> None:
+    """`lend_late`: a single extension stored whole becomes a borrow row, out of `recent`."""
+    held, _ = _write("c0", [_reply(3)])
+    enc = _encode(())
+    (row,) = enc.blobs
+    assert row.codec == "zstd" and [r[0] for r in enc.held["messages"].recent] == [row.key]
+    late = lend_late(enc.blobs, enc.held, (held,))
+    assert late is not None
+    (lent,), now = late
+    assert lent.codec == values.BORROW and lent.key == row.key and lent.size == row.size
+    assert lent_cell(lent.data)[:3] == ("c0", "task", 0)  # type: ignore[index]
+    assert now["messages"].recent == () and now["messages"].body == enc.held["messages"].body
+    other, _ = _write("c0", [_reply(8)])
+    assert lend_late(enc.blobs, enc.held, (other,)) is None
+    assert lend_late(enc.blobs, enc.held, ()) is None
