@@ -150,8 +150,8 @@ def lend_late(
     A write that came while the put was encoding (LangGraph sends a step's
     writes and its put from different threads) was not there to borrow
     from: its bytes were encoded into the put's rows. Returns the put's rows
-    and held values with each such row a borrow row (no longer one a merged
-    row rewrites as a prefix); None: nothing changed.
+    and held values with each such row a borrow row (so marked in
+    `Held.recent`); None: nothing changed.
     """
     if not lent:
         return None
@@ -174,5 +174,6 @@ def lend_late(
     for channel, keys in lending.items():
         h = now.get(channel)
         if h is not None:
-            now[channel] = h._replace(recent=tuple(r for r in h.recent if r[0] not in keys))
+            recent = tuple((*r[:4], r[4] or r[0] in keys) for r in h.recent)
+            now[channel] = h._replace(recent=recent)
     return tuple(out), now

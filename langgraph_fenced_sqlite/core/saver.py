@@ -379,6 +379,10 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
     # inline in each checkpoint row (False).
     _value_table = False
     _value_cache: ValueCache
+    # Whether a merged row leaves the borrow rows before it as they are
+    # (`values.encode_values`' `keep_borrows`): a store whose rewritten rows
+    # stay as dead versions until vacuumed says so.
+    _keep_borrows = False
 
     def _learn_values(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
         """Read a checkpoint's values into `_value_cache` (a store may skip decoding them)."""
@@ -417,6 +421,7 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
                 None if parent is None else parent[1],
                 None if parent is None else parent[0],
                 cache.lent(thread_id, ns, parent_id) if parent_id and parent and lend else (),
+                keep_borrows=self._keep_borrows,
             )
         except SerializationError:
             # Refused: `dumps_typed` of the whole raises the same refusal,

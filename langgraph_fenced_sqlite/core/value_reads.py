@@ -314,8 +314,7 @@ def _rebuild(
     for (row, _), (_, _, at, _) in zip(chain, anchors, strict=False):
         if row[8] == PREFIX or row[7] % SPAN == 0:
             break
-        if row[8] != BORROW:  # holds no bytes: never rewritten as a prefix
-            recent.append((row[3], row[6], row[7], at))
+        recent.append((row[3], row[6], row[7], at, row[8] == BORROW))
     else:
         if below is not None:
             recent.extend(below.recent)

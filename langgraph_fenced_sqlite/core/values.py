@@ -111,7 +111,6 @@ BORROW = "borrow"
 # transaction refuses the put unless the write holds it). A read takes them
 # from that write row, which it reads as the value row `(LENT, "cid/task/idx")`
 # (`value_reads`); every removal of a write makes its borrowers whole first.
-# A borrow row is never rewritten as a prefix: it holds no bytes to free.
 LENT = "~write"
 # The codecs of a sealed value row (encryption.py): its bytes, or its zstd frame, sealed.
 SEALED = frozenset({AES, ZSTD + AES_SUFFIX})
@@ -178,9 +177,11 @@ class Held(NamedTuple):
     # CRC of the body so far), its own first.
     anchors: tuple[tuple[int, str, int, int], ...]
     # The single extensions since the chain's last merged or whole row, its
-    # own first: (key, items, ordinal, body bytes). The next merged row
-    # stores them again, so they become prefixes of it (`PREFIX`).
-    recent: tuple[tuple[str, int, int, int], ...] = ()
+    # own first: (key, items, ordinal, body bytes, whether a borrow row). The
+    # next merged row stores them again, so they become prefixes of it
+    # (`PREFIX`); a borrow row, which holds no bytes, only where the store
+    # asks for it (`encode_values`' `keep_borrows`).
+    recent: tuple[tuple[str, int, int, int, bool], ...] = ()
     # The object a put encoded, or a read decoded, these bytes from or into
     # (`Seen`): a later put under the same version, of the same object, the
     # same at its top level, is not encoded again.
@@ -352,6 +353,8 @@ def encode_values(
     parent: Mapping[str, Held] | None,
     parent_refs: bytes | None = None,
     lent: Sequence[Lent] = (),
+    *,
+    keep_borrows: bool = False,
 ) -> Encoded:
     """Encode a checkpoint's `channel_values` against its parent's, as this process holds them.
 
@@ -359,6 +362,10 @@ def encode_values(
     the parent's refs cell (which the store checks the parent still holds),
     `lent` the parent's pending writes this process stored (a new element
     they hold is named there, `LENT`; the store checks each is still stored).
+    `keep_borrows`: a merged row leaves the borrow rows before it as they are
+    (PostgreSQL, where a rewritten row is a dead version until vacuumed);
+    else they become prefixes of it, as every single extension does (SQLite,
+    which reuses the space at once, and no longer keeps their donors named).
 
     Raises:
         SerializationError: a value does not encode or prove (`dumps_typed`'s errors).
@@ -389,7 +396,7 @@ def encode_values(
             # object under an old version is encoded and compared by bytes.
             h = prev
         else:
-            h = _encode(serde, channel, value, version, prev, blobs, enc, donors)
+            h = _encode(serde, channel, value, version, prev, blobs, enc, donors, keep_borrows)
             s = seen(version, value)
             if s is not None:
                 h = h._replace(seen=s)
@@ -411,6 +418,7 @@ def _encode(
     out: list[Blob],
     enc: Encryption | None,
     donors: _Donors | None = None,
+    keep_borrows: bool = False,
 ) -> Held:
     # Every value is encoded and compared by its bytes: a put may carry a
     # changed value under an unchanged version (LangGraph's own savers
@@ -428,7 +436,7 @@ def _encode(
         needs_proof = False
     if ours and type(value) is list and type_ == "msgpack":
         return _encode_list(
-            serde, channel, value, version, prev, data, needs_proof, out, enc, donors
+            serde, channel, value, version, prev, data, needs_proof, out, enc, donors, keep_borrows
         )
     if prev is not None and prev.items < 0 and prev.type == type_ and prev.body == data:
         return prev
@@ -454,6 +462,7 @@ def _encode_list(
     out: list[Blob],
     enc: Encryption | None = None,
     donors: _Donors | None = None,
+    keep_borrows: bool = False,
 ) -> Held:
     # `data` is the whole list's msgpack: its array header, then each
     # element's bytes. The parent's list is a prefix of it when its body is.
@@ -493,12 +502,9 @@ def _encode_list(
             older = (a for a in prev.anchors if a[0] <= base[0])
             anchors = ((ordinal, key, len(body), crc), *older)
             if span == 1:
-                # A borrow row holds no bytes: the next merged row leaves it be.
-                recent = prev.recent
-                if cell is None:
-                    recent = ((key, n, ordinal, len(body)), *recent)
+                recent = ((key, n, ordinal, len(body), cell is not None), *prev.recent)
                 return Held(key, "msgpack", n, body, crc, anchors, recent)
-            _as_prefixes(channel, key, prev.recent, out)
+            _as_prefixes(channel, key, prev.recent, out, keep_borrows)
             return Held(key, "msgpack", n, body, crc, anchors)
     crc = _crc32(body)
     if len(body) <= _SMALL and enc is None:
@@ -507,7 +513,7 @@ def _encode_list(
         key = _key(_seal(crc, "msgpack", n), len(body), version)
     out.append(_row(channel, key, None, "msgpack", n, 0, body, enc))
     if prev is not None and start:
-        _as_prefixes(channel, key, prev.recent, out)
+        _as_prefixes(channel, key, prev.recent, out, keep_borrows)
     return Held(key, "msgpack", n, body, crc, ((0, key, len(body), crc),))
 
 
@@ -549,11 +555,18 @@ def is_tail(blob: Blob) -> bool:
 
 
 def _as_prefixes(
-    channel: str, key: str, recent: Sequence[tuple[str, int, int, int]], out: list[Blob]
+    channel: str,
+    key: str,
+    recent: Sequence[tuple[str, int, int, int, bool]],
+    out: list[Blob],
+    keep_borrows: bool,
 ) -> None:
     # The single extensions whose elements the new row `key` now holds too:
-    # each becomes the prefix of it that it is (the store rewrites those rows).
-    for k, items, ordinal, size in recent:
+    # each becomes the prefix of it that it is (the store rewrites those
+    # rows), but a borrow row with `keep_borrows`.
+    for k, items, ordinal, size, borrowed in recent:
+        if borrowed and keep_borrows:
+            continue
         out.append(_cell_row(channel, k, key, items, ordinal, PREFIX, size, b""))
 
 

@@ -200,6 +200,8 @@ class FencedPostgresSaver(  # type: ignore[misc]
 
     # Channel values live in the value table, `lgfs_blobs` (migration 11).
     _value_table = True
+    # A rewritten row is a dead version until vacuumed: borrow rows stay as they are.
+    _keep_borrows = True
 
     @classmethod
     def from_conn_string(cls, conn_string: str, **kwargs: Any) -> _Opener:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from unittest.mock import ANY
 
 import orjson
 import pytest
@@ -132,17 +133,50 @@ def test_a_borrow_cell_is_json_naming_the_write_key() -> None:
 
 
 def test_a_write_that_came_while_the_put_encoded_is_named_after_all() -> None:
-    """`lend_late`: a single extension stored whole becomes a borrow row, out of `recent`."""
+    """`lend_late`: a single extension stored whole becomes a borrow row, so marked in `recent`."""
     held, _ = _write("c0", [_reply(3)])
     enc = _encode(())
     (row,) = enc.blobs
-    assert row.codec == "zstd" and [r[0] for r in enc.held["messages"].recent] == [row.key]
+    assert row.codec == "zstd" and enc.held["messages"].recent == ((row.key, 4, 1, ANY, False),)
     late = lend_late(enc.blobs, enc.held, (held,))
     assert late is not None
     (lent,), now = late
     assert lent.codec == values.BORROW and lent.key == row.key and lent.size == row.size
     assert lent_cell(lent.data)[:3] == ("c0", "task", 0)  # type: ignore[index]
-    assert now["messages"].recent == () and now["messages"].body == enc.held["messages"].body
+    assert now["messages"].recent == ((row.key, 4, 1, ANY, True),)
+    assert now["messages"].body == enc.held["messages"].body
     other, _ = _write("c0", [_reply(8)])
     assert lend_late(enc.blobs, enc.held, (other,)) is None
     assert lend_late(enc.blobs, enc.held, ()) is None
+
+
+@pytest.mark.parametrize("keep_borrows", [False, True])
+def test_a_merged_row_makes_borrow_rows_prefixes_unless_the_store_keeps_them(
+    keep_borrows: bool,
+) -> None:
+    """SQLite rewrites them (the space is reused at once); PostgreSQL keeps them (no dead rows)."""
+    serde, versions, parent, refs = SERDE, 0, None, None
+    replies: list[str] = []
+    codecs = []
+    for n in range(values.SPAN + 1):
+        replies = [*replies, _reply(n)]
+        held, _ = _write(f"c{n}", [replies[-1]])
+        versions += 1
+        enc = values.encode_values(
+            serde,
+            {"messages": replies},
+            {"messages": str(versions)},
+            parent,
+            refs,
+            (held,),
+            keep_borrows=keep_borrows,
+        )
+        codecs.append([b.codec for b in enc.blobs])
+        parent, refs = enc.held, enc.refs
+    # The first list is stored whole, each later one borrows its element...
+    assert codecs[0] == ["zstd"] and all(c == [values.BORROW] for c in codecs[1 : values.SPAN])
+    # ...until the merged row, which holds them again: then the 63 borrow rows
+    # become its prefixes, unless kept.
+    merged = codecs[values.SPAN]
+    assert merged.count("zstd") == 1
+    assert merged.count(values.PREFIX) == (0 if keep_borrows else values.SPAN - 1)

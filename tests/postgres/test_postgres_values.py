@@ -457,6 +457,9 @@ def test_a_message_its_input_holds_is_stored_once_and_reads_back(open_pg: Any, p
     assert len(borrows) == 19 and all(
         channel == "messages" and cell["c"] == "__start__" for channel, cell in borrows
     ), borrows
+    # Each reply names the reply node's pending write (`exactly_what_is_needed`
+    # checks each such write is there, before and after every removal).
+    assert len(_borrows(pg_dsn, lent=True)) >= 15
     exactly_what_is_needed(pg_dsn)
     fresh = open_pg(allowed_types=[Note])  # nothing cached
     assert history(chat_graph(fresh), "t") == history(memory, "t")
@@ -465,7 +468,7 @@ def test_a_message_its_input_holds_is_stored_once_and_reads_back(open_pg: Any, p
     exactly_what_is_needed(pg_dsn)
     graph = chat_graph(open_pg(allowed_types=[Note]))
     assert graph.get_state({"configurable": {"thread_id": "t"}}).values == latest
-    chat(graph, "t", 50, start=20)  # past a merged row: its borrowers become prefixes
+    chat(graph, "t", 50, start=20)  # past a merged row: borrow rows stay as they are
     fresh.prune(["t"], strategy="keep_latest")
     exactly_what_is_needed(pg_dsn)
     starts = rows(

@@ -673,15 +673,21 @@ def test_a_message_its_input_holds_is_stored_once_and_reads_back(tmp_path: Any) 
         channel == "messages" and cell["c"] == "__start__" and there
         for channel, cell, there in borrows
     ), borrows
+    # Each reply names the reply node's pending write, which is there.
+    lent = _borrows(path, lent=True)
+    assert len(lent) >= 15 and all(there for _, _, there in lent), lent
     with FencedSqliteSaver(path, allowed_types=[Note]) as fresh:  # nothing cached
         assert _history(_graph(fresh), "t") == _history(memory, "t")
         latest = _graph(fresh).get_state({"configurable": {"thread_id": "t"}}).values
         fresh.prune(["t"], strategy="keep_latest")
     assert all(there for _, _, there in _borrows(path))
+    # The writes went with their checkpoints: the kept rows naming them hold
+    # their bytes now, and no row names a write that is gone.
+    assert all(there for _, _, there in _borrows(path, lent=True))
     with FencedSqliteSaver(path, allowed_types=[Note]) as fresh:
         graph = _graph(fresh)
         assert graph.get_state({"configurable": {"thread_id": "t"}}).values == latest
-        _chat(graph, "t", 50, start=20)  # past a merged row: its borrowers become prefixes
+        _chat(graph, "t", 50, start=20)  # past a merged row: borrow rows stay as they are
         fresh.prune(["t"], strategy="keep_latest")
         starts = [r for r in _blob_rows(path) if r[0] == "__start__"]
         # Only the inputs the kept list still reads through are left.
