@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import builtins
 import random
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Container, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
@@ -327,7 +327,7 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
                 token = self._run_token(enc.thread_id, cps.run_id_of(config))
             while True:
                 try:
-                    self._put(enc, token)
+                    enc = self._put(enc, token)
                     break
                 except StaleParent:
                     enc, stored = self._encode_again(config, checkpoint, metadata, enc)
@@ -429,11 +429,18 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
             self.serde.dumps_typed(channel_values)
             raise
 
-    def _lend_late(self, enc: cps.EncodedCheckpoint) -> cps.EncodedCheckpoint:
-        """Name the parent's writes that came while `enc` was encoding (`lending.lend_late`)."""
+    def _lend_late(
+        self, enc: cps.EncodedCheckpoint, only: Container[tuple[str, str, int]] | None = None
+    ) -> cps.EncodedCheckpoint:
+        """Name the parent's writes that came while `enc` was encoding (`lending.lend_late`).
+
+        `only`: the keys `(checkpoint_id, task_id, idx)` of the writes it may name.
+        """
         if not enc.blobs or enc.held is None or enc.parent_id is None:
             return enc
         lent = self._value_cache.lent(enc.thread_id, enc.checkpoint_ns, enc.parent_id)
+        if only is not None:
+            lent = tuple(w for w in lent if (w.checkpoint_id, w.task_id, w.idx) in only)
         late = lend_late(enc.blobs, enc.held, lent)
         return enc if late is None else enc._replace(blobs=late[0], held=late[1])
 
@@ -614,7 +621,9 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
         """Read one page of `list`'s rows, and their write rows by checkpoint key."""
         raise NotImplementedError
 
-    def _put(self, enc: cps.EncodedCheckpoint, token: int | None) -> None:
+    def _put(self, enc: cps.EncodedCheckpoint, token: int | None) -> cps.EncodedCheckpoint:
+        """Store `enc` under `token`; return it as stored (its rows may name writes that
+        joined its commit, `lending.lend_late`)."""
         raise NotImplementedError
 
     def _run_token(self, thread_id: str, run_id: str | None) -> int | None:

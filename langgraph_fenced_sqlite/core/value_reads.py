@@ -383,10 +383,21 @@ def _lent(
     if donor is None:
         raise UndecodableRow(thread_id, cid, f"{where}: borrows from a write that is missing")
     write = (donor[4], donor[5], donor[10], donor[11])
+    # Checked and opened once per process, as a value row is (`_verified`):
+    # keyed by the write's stored cells and what the cell names of them.
+    cells = (enc, LENT, *write, checksum, offset, row[9])
     try:
-        return lent_bytes(write, checksum, offset, row[9], enc)
+        data = _VERIFIED.get(cells)
+    except TypeError:  # a cell that cannot be hashed: damaged, and `lent_bytes` says so
+        data = None
+    if data is not None:
+        return data
+    try:
+        data = lent_bytes(write, checksum, offset, row[9], enc)
     except ValueError as exc:
         raise UndecodableRow(thread_id, cid, f"{where}: {exc}") from None
+    _VERIFIED.put(cells, data)
+    return data
 
 
 class _Verified:

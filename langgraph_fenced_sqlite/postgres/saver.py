@@ -383,7 +383,7 @@ class FencedPostgresSaver(  # type: ignore[misc]
                 token = await self._arun_token(thread_id, cps.run_id_of(config))
             while True:
                 try:
-                    await self._aput(enc, token)
+                    enc = await self._aput(enc, token)
                     break
                 except StaleParent:
                     enc, stored = self._encode_again(config, checkpoint, metadata, enc)
@@ -531,22 +531,50 @@ class FencedPostgresSaver(  # type: ignore[misc]
         statement, params = sql.list_checkpoints(**query, after_key=after_key, limit=size)
         return {"batch": txns.list_page_batch(statement, params), "read_only": True}
 
-    def _put(self, enc: cps.EncodedCheckpoint, token: int | None) -> None:
-        self._engine.run("put", **self._put_call(enc, token))
+    def _put(self, enc: cps.EncodedCheckpoint, token: int | None) -> cps.EncodedCheckpoint:
+        stored = [enc]
+        self._engine.run("put", **self._put_call(enc, token, stored))
         self._put_done(enc, token)
+        return stored[-1]
 
-    async def _aput(self, enc: cps.EncodedCheckpoint, token: int | None) -> None:
-        await self._engine.arun_call("put", **self._put_call(enc, token))
+    async def _aput(self, enc: cps.EncodedCheckpoint, token: int | None) -> cps.EncodedCheckpoint:
+        stored = [enc]
+        await self._engine.arun_call("put", **self._put_call(enc, token, stored))
         self._put_done(enc, token)
+        return stored[-1]
 
-    def _put_call(self, enc: cps.EncodedCheckpoint, token: int | None) -> dict[str, Any]:
+    def _put_call(
+        self,
+        enc: cps.EncodedCheckpoint,
+        token: int | None,
+        stored: list[cps.EncodedCheckpoint] | None = None,
+    ) -> dict[str, Any]:
         now = self._now()
+
+        def late(
+            committed: txns.OnCommit, joined: frozenset[tuple[str, str, int]]
+        ) -> Sequence[Any] | None:
+            # The put takes its step's writes (`joined`) into its statement:
+            # name those that came while it encoded (`lend_late`); the cache
+            # learns the values it stored once that commits (`stored`, which
+            # `_put` returns).
+            again = self._lend_late(enc, joined)
+            if again is enc or stored is None:
+                return None
+            committed(lambda: stored.append(again))
+            return again.blobs
+
         return {
             "job": lambda cur: txns.put(
                 cur, enc, token, now=now, require_claim=self.require_claim, notify=self._notify
             ),
             "batch": txns.put_batch(
-                enc, token, now=now, require_claim=self.require_claim, notify=self._notify
+                enc,
+                token,
+                now=now,
+                require_claim=self.require_claim,
+                notify=self._notify,
+                late=late if self._value_table else None,
             ),
             # Takes the writes awaiting it (its parent's) into its transaction.
             "closes": None

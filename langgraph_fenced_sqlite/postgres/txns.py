@@ -306,9 +306,15 @@ def put_batch(
     now: float | None,
     require_claim: bool,
     notify: bool = True,
+    late: Late | None = None,
 ) -> Send[bool] | None:
     """Return a put as one statement in one round trip (a `batch`); None under `require_claim`
     without a token (`put` refuses it).
+
+    `late`: called when the put takes its step's writes into its statement
+    (`_PutBatch.join`), with where to register what runs at its commit and
+    the keys of those writes: the put's value rows naming those of them that
+    came while it encoded (`lending.lend_late`), or None when nothing changes.
 
     `sql.put_at_fence` runs `put`'s statements in the server
     (`lgfs_put_values`): the fence (or, unfenced, the thread's row with no
@@ -333,16 +339,23 @@ def put_batch(
         notify=notify,
     )
     params.update(put_params(enc.blobs, enc.borrows))
-    return _PutBatch(params, blobs)
+    return _PutBatch(params, blobs, late)
+
+
+# `put_batch`'s `late`: given where to register what runs once the joint
+# statement committed, the put's value rows as they are to be stored now (as
+# many), or None.
+OnCommit = Callable[[Callable[[], None]], None]
+Late = Callable[[OnCommit, frozenset[tuple[str, str, int]]], Sequence[Any] | None]
 
 
 class _PutBatch:
     """A put's batch (`put_batch`); `join` takes its step's writes into its statement."""
 
-    __slots__ = ("blobs", "params")
+    __slots__ = ("blobs", "late", "params")
 
-    def __init__(self, params: dict[str, Any], blobs: int) -> None:
-        self.params, self.blobs = params, blobs
+    def __init__(self, params: dict[str, Any], blobs: int, late: Late | None = None) -> None:
+        self.params, self.blobs, self.late = params, blobs, late
 
     def __call__(self, execute: Execute) -> Callable[[], bool]:
         execute(sql.put_at_fence(self.blobs), self.params)
@@ -367,6 +380,13 @@ class _PutBatch:
             return None
         statement = sql.put_after_writes(counts, self.blobs)
         params = dict(self.params)
+        committed: list[Callable[[], None]] = []
+        if self.late is not None:
+            # The step's writes, all encoded by now: the put names those of
+            # them that came while it encoded, checked in the same statement.
+            rows = self.late(committed.append, frozenset().union(*(w.keys for w in writes)))
+            if rows is not None:
+                params.update(put_params(rows, params["borrows"]))
         for i, w in enumerate(writes):
             prefix = f"w{i}_"
             params.update({prefix + k: v for k, v in w.params.items()})
@@ -379,6 +399,8 @@ class _PutBatch:
             def finish() -> tuple[bool, list[int]]:
                 row = done.fetchone()
                 assert row is not None  # the statement returns one row
+                for then in committed:
+                    then()
                 return True, [int(c) for c in row[1:]]
 
             return finish
@@ -505,16 +527,20 @@ def put_writes_batch(
     for w, names in zip(writes, sql.put_writes_param_names(len(writes)), strict=True):
         values = (w.task_id, Int8(w.idx), w.task_path, w.channel, w.type, w.blob)
         params.update(zip(names, (*values, Int8(w.checksum), w.special), strict=True))
-    return _PutWritesBatch(params, len(writes))
+    keys = frozenset((checkpoint_id, w.task_id, w.idx) for w in writes)
+    return _PutWritesBatch(params, len(writes), keys)
 
 
 class _PutWritesBatch:
     """A put_writes' batch (`put_writes_batch`), which a put may join (`_PutBatch.join`)."""
 
-    __slots__ = ("count", "params")
+    __slots__ = ("count", "keys", "params")
 
-    def __init__(self, params: dict[str, Any], count: int) -> None:
-        self.params, self.count = params, count
+    def __init__(
+        self, params: dict[str, Any], count: int, keys: frozenset[tuple[str, str, int]]
+    ) -> None:
+        # `keys`: each write's (checkpoint_id, task_id, idx).
+        self.params, self.count, self.keys = params, count, keys
 
     def __call__(self, execute: Execute) -> Callable[[], int]:
         done = execute(sql.put_writes_at_fence(self.count), self.params)
