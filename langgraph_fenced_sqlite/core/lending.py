@@ -26,7 +26,18 @@ import orjson
 from .checksums import write_checksum
 from .compression import ZSTD, ZSTD_MSGPACK, inflate
 from .encryption import AES_SUFFIX, NO_KEY, CellRefused, Encryption
-from .values import BORROW, SPAN, Blob, Held, Lent, _borrowable, _cell_row, _Donors, _row
+from .values import (
+    BORROW,
+    SPAN,
+    Blob,
+    Held,
+    Lent,
+    _borrowable,
+    _cell_row,
+    _Donors,
+    _row,
+    lendable,
+)
 
 __all__ = ["lend_late", "lent_bytes", "lent_cell", "lent_key", "lent_writes", "unlent_rows"]
 
@@ -155,7 +166,7 @@ def lend_late(
     """
     if not lent:
         return None
-    donors = _Donors({}, tuple(lent))
+    donors = _Donors({}, lendable(lent))
     out = list(blobs)
     lending: dict[str, set[str]] = {}
     for i, b in enumerate(blobs):

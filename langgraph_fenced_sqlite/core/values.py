@@ -384,7 +384,7 @@ def encode_values(
                 for c, h in parent.items()
                 if len(h.anchors) == 1 and _MIN_BORROW <= len(h.body) <= _MAX_DONOR
             },
-            tuple(w for w in lent if _MIN_BORROW <= len(w.data) <= _MAX_DONOR),
+            lendable(lent),
         )
     for channel, value in values.items():
         prev = parent.get(channel) if parent else None
@@ -515,6 +515,11 @@ def _encode_list(
     if prev is not None and start:
         _as_prefixes(channel, key, prev.recent, out, keep_borrows)
     return Held(key, "msgpack", n, body, crc, ((0, key, len(body), crc),))
+
+
+def lendable(lent: Sequence[Lent]) -> tuple[Lent, ...]:
+    """The writes of `lent` a single extension may borrow from: searched, not too long."""
+    return tuple(w for w in lent if _MIN_BORROW <= len(w.data) <= _MAX_DONOR)
 
 
 class _Donors(NamedTuple):

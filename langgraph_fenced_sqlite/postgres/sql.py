@@ -28,6 +28,7 @@ from typing import Any
 
 from ..core.status import ERROR, INTERRUPT, RESUME
 from ..core.stored_json import dumps_json
+from ..core.values import LENT
 from .sql_functions import (
     BEGIN_RUN,
     FENCED_WRITES,
@@ -805,7 +806,7 @@ _ON_WANT = "ON b.thread_id = w.t AND b.checkpoint_ns = w.n AND b.channel = w.c A
 _LENT_CELL = "substring(b.data from 1 for 5) = '\\x7b2277223a'::bytea"  # starts {"w":
 _WANTED = (
     f"(SELECT b.* FROM want w JOIN lgfs_blobs b {_ON_WANT} UNION ALL SELECT l.thread_id, "
-    "l.checkpoint_ns, '~write' COLLATE \"C\", (l.cid || '/' || l.task || '/' || l.idx) "
+    f"l.checkpoint_ns, '{LENT}' COLLATE \"C\", (l.cid || '/' || l.task || '/' || l.idx) "
     'COLLATE "C", wr.channel COLLATE "C", wr.type, wr.idx, 0, \'write\', 0, wr.blob, '
     "wr.checksum FROM (SELECT b.thread_id, b.checkpoint_ns, x.cell -> 'w' ->> 0 AS cid, "
     "x.cell -> 'w' ->> 1 AS task, x.cell -> 'w' ->> 2 AS idx "

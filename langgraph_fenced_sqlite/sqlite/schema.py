@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..core.values import LENT
+
 # Identifies our files: `PRAGMA application_id` of every file we set up.
 APPLICATION_ID = 0x4C474653  # "LGFS"
 
@@ -796,7 +798,7 @@ READ_BLOBS = (
     "ON b.thread_id = w.t AND b.checkpoint_ns = w.n AND b.channel = w.c AND b.key = w.k "
     # The pending writes borrow rows name (`values.LENT`), each as the row
     # `(LENT, "cid/task/idx")` holding its channel, type, idx, blob, checksum.
-    f"UNION ALL SELECT b.thread_id, b.checkpoint_ns, '~write', {_LENT_PART.format(0)} || '/' "
+    f"UNION ALL SELECT b.thread_id, b.checkpoint_ns, '{LENT}', {_LENT_PART.format(0)} || '/' "
     f"|| {_LENT_PART.format(1)} || '/' || {_LENT_PART.format(2)}, wr.channel, wr.type, "
     "wr.idx, 0, 'write', 0, wr.blob, wr.checksum FROM want w JOIN blobs b "
     "ON b.thread_id = w.t AND b.checkpoint_ns = w.n AND b.channel = w.c AND b.key = w.k "
