@@ -457,9 +457,11 @@ def test_a_message_its_input_holds_is_stored_once_and_reads_back(open_pg: Any, p
     assert len(borrows) == 19 and all(
         channel == "messages" and cell["c"] == "__start__" for channel, cell in borrows
     ), borrows
-    # Each reply names the reply node's pending write (`exactly_what_is_needed`
-    # checks each such write is there, before and after every removal).
-    assert len(_borrows(pg_dsn, lent=True)) >= 15
+    # Replies name the reply node's pending write (`exactly_what_is_needed`
+    # checks each such write is there, before and after every removal). Not
+    # every one: under CPU load a write can commit after its step's put, which
+    # then stores the bytes itself; contract case 28 pins the naming itself.
+    assert _borrows(pg_dsn, lent=True)
     exactly_what_is_needed(pg_dsn)
     fresh = open_pg(allowed_types=[Note])  # nothing cached
     assert history(chat_graph(fresh), "t") == history(memory, "t")

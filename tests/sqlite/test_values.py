@@ -673,9 +673,12 @@ def test_a_message_its_input_holds_is_stored_once_and_reads_back(tmp_path: Any) 
         channel == "messages" and cell["c"] == "__start__" and there
         for channel, cell, there in borrows
     ), borrows
-    # Each reply names the reply node's pending write, which is there.
+    # Replies name the reply node's pending write, which is there. Not every
+    # one: under CPU load a reply's write can commit after its step's put,
+    # which then stores the bytes itself (read back the same; CI: 13 of 20).
+    # Contract case 28 pins the naming itself, with no timing in it.
     lent = _borrows(path, lent=True)
-    assert len(lent) >= 15 and all(there for _, _, there in lent), lent
+    assert lent and all(there for _, _, there in lent), lent
     with FencedSqliteSaver(path, allowed_types=[Note]) as fresh:  # nothing cached
         assert _history(_graph(fresh), "t") == _history(memory, "t")
         latest = _graph(fresh).get_state({"configurable": {"thread_id": "t"}}).values
