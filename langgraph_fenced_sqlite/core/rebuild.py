@@ -19,6 +19,7 @@ from langgraph.checkpoint.serde import jsonplus
 from langgraph.checkpoint.serde._msgpack import SAFE_MSGPACK_TYPES
 
 from ..errors import SerializationError
+from . import messages
 
 # LangGraph's encoding options, less OPT_REPLACE_SURROGATES: LangGraph stores a
 # lone surrogate as "?", a different value than was written; we refuse it
@@ -66,7 +67,12 @@ def construct(code: int, tup: Any, cls: type | None) -> Any:
             if isinstance(target, type) and dataclasses.is_dataclass(target):
                 return _dataclass(target, arg)
             return target(**arg)
-        # pydantic v1 / v2: validate, as LangGraph does, falling back to construct.
+        # pydantic v1 / v2: validate, as LangGraph does, falling back to construct
+        # (a LangChain message whose fields validation keeps as they are: neither).
+        if code == jsonplus.EXT_PYDANTIC_V2 and type(arg) is dict:
+            message = messages.rebuilt(target, arg)
+            if message is not None:
+                return message
         try:
             return target(**arg)
         except Exception:

@@ -42,6 +42,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from ..errors import SerializationError, bad_argument
+from . import messages
 from .compression import ZSTD_MSGPACK, inflate
 from .encryption import AES_SUFFIX, NO_KEY, CellRefused, Encryption
 from .rebuild import PACK_OPTION, construct, encodes_to, equal, short
@@ -330,7 +331,10 @@ class DataOnlySerializer(JsonPlusSerializer):
             nonlocal used_ext
             used_ext = True
             try:
-                return jsonplus._msgpack_default(value)
+                # A LangChain message whose attributes are what `model_dump`
+                # would give: packed as they are (`messages.encoded`).
+                fast = messages.encoded(value)
+                return jsonplus._msgpack_default(value) if fast is None else fast
             except TypeError as exc:
                 # ormsgpack replaces what `default` raises with its own error.
                 name = _qualname(value)
