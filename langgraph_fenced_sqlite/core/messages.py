@@ -22,7 +22,6 @@ checked here (another langchain-core or pydantic) always takes it.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -125,14 +124,20 @@ class _Kind(NamedTuple):
     as_is: Callable[[dict[str, Any]], bool]
 
 
-# `_kinds()`, once found (a call per message costs more than the lookup).
-_KINDS: dict[type, _Kind] = {}
+# `_kinds()`, once found: read directly on every message (a call costs more than the lookup).
+_KINDS: dict[type, _Kind] | None = None
 
 
-@functools.cache
 def _kinds() -> dict[type, _Kind]:
     # The message classes taken here, each checked to be the class this
-    # module was written against.
+    # module was written against (found once; a race finds them twice, alike).
+    global _KINDS
+    if _KINDS is None:
+        _KINDS = _find_kinds()
+    return _KINDS
+
+
+def _find_kinds() -> dict[type, _Kind]:
     try:
         from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
         from langchain_core.messages.ai import InputTokenDetails, OutputTokenDetails
@@ -197,7 +202,6 @@ def _kinds() -> dict[type, _Kind]:
             and _builds_as_pydantic(cls)
         ):
             out[cls] = _Kind(cls.__module__, cls.__name__, fields, frozenset(fields), check)
-    _KINDS.update(out)
     return out
 
 
@@ -208,7 +212,7 @@ def rebuilt(cls: Any, fields: dict[str, Any]) -> Any:
     validation keeps it. The decoded dict, fresh from msgpack, becomes the
     message's own.
     """
-    kind = (_KINDS or _kinds()).get(cls)
+    kind = (_KINDS if _KINDS is not None else _kinds()).get(cls)
     if kind is None or fields.keys() != kind.keys or not kind.as_is(fields):
         return None
     return _as_is(cls, fields)
@@ -220,7 +224,7 @@ def encoded(message: Any) -> ormsgpack.Ext | None:
     Only when the message's attributes are exactly its fields, in order, no
     extra, each as `model_dump` returns it: they are then what it returns.
     """
-    kind = (_KINDS or _kinds()).get(type(message))
+    kind = (_KINDS if _KINDS is not None else _kinds()).get(type(message))
     if kind is None or message.__pydantic_extra__:
         return None
     fields = message.__dict__

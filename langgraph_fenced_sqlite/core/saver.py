@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import builtins
 import random
-from collections.abc import AsyncIterator, Container, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
@@ -430,17 +430,17 @@ class FencedSaverBase(UsesStore, BaseCheckpointSaver[str]):
             raise
 
     def _lend_late(
-        self, enc: cps.EncodedCheckpoint, only: Container[tuple[str, str, int]] | None = None
+        self, enc: cps.EncodedCheckpoint, stored: Callable[[values.Lent], bool] | None = None
     ) -> cps.EncodedCheckpoint:
         """Name the parent's writes that came while `enc` was encoding (`lending.lend_late`).
 
-        `only`: the keys `(checkpoint_id, task_id, idx)` of the writes it may name.
+        `stored(write)`: whether it may name that write (stored by now); None: any.
         """
         if not enc.blobs or enc.held is None or enc.parent_id is None:
             return enc
         lent = self._value_cache.lent(enc.thread_id, enc.checkpoint_ns, enc.parent_id)
-        if only is not None:
-            lent = tuple(w for w in lent if (w.checkpoint_id, w.task_id, w.idx) in only)
+        if stored is not None:
+            lent = tuple(w for w in lent if stored(w))
         late = lend_late(enc.blobs, enc.held, lent)
         return enc if late is None else enc._replace(blobs=late[0], held=late[1])
 

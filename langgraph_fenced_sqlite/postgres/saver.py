@@ -558,7 +558,7 @@ class FencedPostgresSaver(  # type: ignore[misc]
             # name those that came while it encoded (`lend_late`); the cache
             # learns the values it stored once that commits (`stored`, which
             # `_put` returns).
-            again = self._lend_late(enc, joined)
+            again = self._lend_late(enc, lambda w: (w.checkpoint_id, w.task_id, w.idx) in joined)
             if again is enc or stored is None:
                 return None
             committed(lambda: stored.append(again))

@@ -28,7 +28,6 @@ from ..core import narrow_reads
 from ..core.checkpoints import step_role
 from ..core.encryption import Encryption, encryption_of
 from ..core.fenced_store import FencedStore
-from ..core.lending import lend_late
 from ..core.retention import Expiry, check_expiry
 from ..core.run_fence import RunFences
 from ..core.saver import store_options
@@ -384,7 +383,16 @@ class FencedSqliteSaver(  # type: ignore[misc]
         def put(conn: sqlite3.Connection) -> None:
             # The step's writes that joined this commit ran before it: the put
             # names those of them that came while it encoded (`lend_late`).
-            final = self._lend_stored(cursor, enc)
+            key = (enc.thread_id, enc.checkpoint_ns)
+            final = self._lend_late(
+                enc,
+                lambda w: (
+                    cursor.execute(
+                        schema.HOLDS_WRITE, (*key, w.checkpoint_id, w.task_id, w.idx, w.checksum)
+                    ).fetchone()
+                    is not None
+                ),
+            )
             cps.put_txn(cursor, final, token, now=now, require_claim=self.require_claim)
             stored[0] = final
 
@@ -396,23 +404,6 @@ class FencedSqliteSaver(  # type: ignore[misc]
             else (enc.thread_id, enc.checkpoint_ns, enc.parent_id),
         )
         return stored[0]
-
-    def _lend_stored(
-        self, cursor: sqlite3.Connection, enc: cps.EncodedCheckpoint
-    ) -> cps.EncodedCheckpoint:
-        """`enc` naming the parent's writes this process holds that are stored by now."""
-        if not enc.blobs or enc.held is None or enc.parent_id is None:
-            return enc
-        key = (enc.thread_id, enc.checkpoint_ns)
-        lent = [
-            w
-            for w in self._value_cache.lent(*key, enc.parent_id)
-            if cursor.execute(
-                schema.HOLDS_WRITE, (*key, w.checkpoint_id, w.task_id, w.idx, w.checksum)
-            ).fetchone()
-        ]
-        late = lend_late(enc.blobs, enc.held, lent) if lent else None
-        return enc if late is None else enc._replace(blobs=late[0], held=late[1])
 
     def _put_writes(
         self, key: _Key, encoded: _list[cps.EncodedWrite], token: int | None, run_id: str | None
